@@ -1,0 +1,31 @@
+# One command to set up and run the job, one to set up and run every test.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+export DJANGO_DEBUG ?= 1
+
+.PHONY: setup run test lint demo clean
+
+$(BIN)/.installed: requirements.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --disable-pip-version-check -q -r requirements.txt
+	touch $@
+
+setup: $(BIN)/.installed
+	$(BIN)/python manage.py migrate --noinput -v 0
+
+run: setup
+	$(BIN)/python manage.py sync_contests
+
+lint: $(BIN)/.installed
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+test: lint
+	$(BIN)/python -m pytest
+
+demo: setup
+	$(BIN)/python scripts/demo.py
+
+clean:
+	rm -rf $(VENV) db.sqlite3 db.sqlite3-* test_db.sqlite3*

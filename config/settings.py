@@ -1,0 +1,159 @@
+"""Settings, all driven by the environment (see README "Configuration")."""
+
+import os
+import sys
+from pathlib import Path
+
+from django.core.exceptions import ImproperlyConfigured
+
+from config.database import database_from_url, is_mongodb
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+
+def env_bool(name: str, default: bool = False) -> bool:
+    value = os.environ.get(name)
+    if value is None or value == "":
+        return default
+    if value.lower() in {"1", "true", "yes", "on"}:
+        return True
+    if value.lower() in {"0", "false", "no", "off"}:
+        return False
+    raise ImproperlyConfigured(f"{name}={value!r}: use 1/0, true/false, yes/no or on/off.")
+
+
+def env_list(name: str, default: str = "") -> list[str]:
+    return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
+
+
+DEBUG = env_bool("DJANGO_DEBUG")
+
+SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "")
+if not SECRET_KEY:
+    if not DEBUG:
+        raise ImproperlyConfigured(
+            "DJANGO_SECRET_KEY is not set. Set it to a long random string, "
+            "or set DJANGO_DEBUG=1 for local development."
+        )
+    SECRET_KEY = "django-insecure-development-only-key"  # noqa: S105
+
+ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]" if DEBUG else "")
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django_crontab",
+    "locks",
+    "contests",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "config.urls"
+WSGI_APPLICATION = "config.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+DATABASES = {
+    "default": database_from_url(
+        os.environ.get("DATABASE_URL") or "sqlite:///db.sqlite3", base_dir=BASE_DIR
+    )
+}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+if is_mongodb(DATABASES["default"]):
+    DEFAULT_AUTO_FIELD = "django_mongodb_backend.fields.ObjectIdAutoField"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = BASE_DIR / "staticfiles"
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
+    },
+    "handlers": {
+        "stderr": {"class": "logging.StreamHandler", "stream": sys.stderr, "formatter": "plain"},
+    },
+    "root": {"handlers": ["stderr"], "level": "WARNING"},
+    "loggers": {
+        "locks": {"level": os.environ.get("LOCKS_LOG_LEVEL", "INFO")},
+        "contests": {"level": os.environ.get("CONTESTS_LOG_LEVEL", "INFO")},
+    },
+}
+
+# --- The lock (locks app) -------------------------------------------------
+# Lease length when a job does not name its own; the heartbeat renews every third.
+LOCKS_DEFAULT_TTL = int(os.environ.get("LOCKS_DEFAULT_TTL", "300"))
+# JobRun rows older than this are deleted when a run finishes.
+LOCKS_RUN_RETENTION_DAYS = int(os.environ.get("LOCKS_RUN_RETENTION_DAYS", "30"))
+# Warn when this host's clock and the database's disagree by more (seconds).
+LOCKS_MAX_CLOCK_SKEW = int(os.environ.get("LOCKS_MAX_CLOCK_SKEW", "120"))
+
+# --- The sync (contests app) ----------------------------------------------
+SYNC_CONTESTS_SCHEDULE = os.environ.get("SYNC_CONTESTS_SCHEDULE", "0 * * * *")
+SYNC_CONTESTS_LOCK_TTL = int(os.environ.get("SYNC_CONTESTS_LOCK_TTL", "600"))
+CODEFORCES_API_URL = os.environ.get("CODEFORCES_API_URL", "https://codeforces.com/api")
+# (connect, read) seconds per request.
+CODEFORCES_TIMEOUT = (
+    float(os.environ.get("CODEFORCES_CONNECT_TIMEOUT", "5")),
+    float(os.environ.get("CODEFORCES_READ_TIMEOUT", "30")),
+)
+CODEFORCES_MAX_ATTEMPTS = int(os.environ.get("CODEFORCES_MAX_ATTEMPTS", "3"))
+# Base of the exponential backoff between attempts, seconds. Codeforces allows
+# about one call per two seconds.
+CODEFORCES_BACKOFF = float(os.environ.get("CODEFORCES_BACKOFF", "2"))
+CODEFORCES_MAX_BYTES = int(os.environ.get("CODEFORCES_MAX_BYTES", str(20 * 1024 * 1024)))
+
+# django-crontab writes one crontab line per host; the lock makes it run once.
+CRONJOBS = [
+    (
+        SYNC_CONTESTS_SCHEDULE,
+        "django.core.management.call_command",
+        ["sync_contests"],
+        {"verbosity": 0},  # the log line on stderr is the record
+        f">> {BASE_DIR / 'var' / 'sync_contests.log'} 2>&1",
+    ),
+]
+CRONTAB_PYTHON_EXECUTABLE = sys.executable
+CRONTAB_DJANGO_MANAGE_PATH = str(BASE_DIR / "manage.py")
+CRONTAB_COMMAND_PREFIX = " ".join(
+    f"{name}={os.environ[name]}"
+    for name in ("DATABASE_URL", "DJANGO_SECRET_KEY", "DJANGO_DEBUG", "CODEFORCES_API_URL")
+    if os.environ.get(name)
+)

@@ -1,0 +1,52 @@
+import argparse
+import sys
+from datetime import datetime
+
+from django.core.management.base import BaseCommand, CommandError
+from django.db import DatabaseError
+from django.utils import timezone
+
+from contests.codeforces import CodeforcesError
+from contests.jobs import preview_sync, run_sync_job
+from locks.api import LockError
+
+
+class Command(BaseCommand):
+    help = (
+        "Sync the Codeforces contest list, at most once per scheduled tick across every host. "
+        "Exit 0 when it synced or skipped; 1 when a sync that held the lock failed."
+    )
+
+    def add_arguments(self, parser) -> None:
+        parser.add_argument("--force", action="store_true", help="Ignore the tick (still needs the lock).")
+        parser.add_argument("--dry-run", action="store_true", help="Fetch and count; write nothing.")
+        parser.add_argument("--tick", type=_tick, help="Claim this ISO 8601 slot instead of the nearest one.")
+
+    def handle(self, *args, force: bool, dry_run: bool, tick: datetime | None, **options) -> None:
+        if force and tick:
+            raise CommandError("--force and --tick exclude each other: a forced run claims no tick.")
+        if dry_run:
+            try:
+                counts = preview_sync()
+            except (CodeforcesError, DatabaseError) as exc:
+                raise CommandError(f"dry run failed: {exc}") from exc
+            self.stdout.write("dry run, nothing written: " + " ".join(f"{k}={v}" for k, v in counts.items()))
+            return
+        try:
+            result = run_sync_job(tick=tick, force=force)
+        except LockError as exc:
+            raise CommandError(str(exc)) from exc
+        if options["verbosity"] >= 1:
+            self.stdout.write(result.describe())
+        if not result.ok:
+            sys.exit(1)
+
+
+def _tick(value: str) -> datetime:
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not an ISO 8601 date-time (e.g. 2026-11-30T14:00:00+00:00)"
+        ) from None
+    return timezone.make_aware(parsed) if timezone.is_naive(parsed) else parsed

@@ -1,0 +1,25 @@
+from django.conf import settings
+from django.core.checks import Error, Tags, register
+
+
+@register(Tags.compatibility)
+def check_lock_settings(app_configs=None, **kwargs) -> list[Error]:
+    errors = []
+    ttl = getattr(settings, "LOCKS_DEFAULT_TTL", 300)
+    if not isinstance(ttl, (int, float)) or isinstance(ttl, bool) or ttl <= 0:
+        errors.append(
+            Error(
+                f"LOCKS_DEFAULT_TTL must be a positive number of seconds, got {ttl!r}.",
+                hint="A lease that expires at once would let every copy of a job run.",
+                id="locks.E001",
+            )
+        )
+    retention = getattr(settings, "LOCKS_RUN_RETENTION_DAYS", 30)
+    if not isinstance(retention, int) or isinstance(retention, bool) or retention <= 0:
+        errors.append(
+            Error(
+                f"LOCKS_RUN_RETENTION_DAYS must be a positive whole number, got {retention!r}.",
+                id="locks.E002",
+            )
+        )
+    return errors
