@@ -81,9 +81,7 @@ TEMPLATES = [
 ]
 
 DATABASES = {
-    "default": database_from_url(
-        os.environ.get("DATABASE_URL") or "sqlite:///db.sqlite3", base_dir=BASE_DIR
-    )
+    "default": database_from_url(os.environ.get("DATABASE_URL") or "sqlite:///db.sqlite3", base_dir=BASE_DIR)
 }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 if is_mongodb(DATABASES["default"]):

@@ -113,8 +113,7 @@ class CodeforcesClient:
                 ) from exc
             except requests.exceptions.Timeout as exc:
                 raise CodeforcesError(
-                    f"Codeforces API at {url} did not answer within {self.timeout[1]:g} s "
-                    f"({budget} attempts)"
+                    f"Codeforces API at {url} did not answer within {self.timeout[1]:g} s ({budget} attempts)"
                 ) from exc
             except requests.exceptions.ConnectionError as exc:
                 raise CodeforcesError(
@@ -137,7 +136,9 @@ class CodeforcesClient:
                 f"Codeforces API answered HTTP {response.status_code} with a body that is not JSON "
                 f"({len(body)} bytes: {exc})"
             ) from exc
-        if response.status_code != 200 and not (isinstance(payload, dict) and payload.get("status") == "FAILED"):
+        if response.status_code != 200 and not (
+            isinstance(payload, dict) and payload.get("status") == "FAILED"
+        ):
             raise CodeforcesError(f"Codeforces API answered HTTP {response.status_code}")
         return payload, used
 
@@ -159,7 +160,9 @@ class CodeforcesClient:
                     )
                 chunks.append(chunk)
         except requests.exceptions.RequestException as exc:
-            raise CodeforcesError(f"reading the Codeforces API response from {url} failed: {_reason(exc)}") from exc
+            raise CodeforcesError(
+                f"reading the Codeforces API response from {url} failed: {_reason(exc)}"
+            ) from exc
         return b"".join(chunks)
 
 

@@ -38,7 +38,14 @@ class SyncStats:
 def fingerprint(record: ContestRecord) -> str:
     start = record.start_time.isoformat() if record.start_time else ""
     text = "\x1f".join(
-        (record.name, record.type, record.phase, str(record.frozen), start, str(record.duration.total_seconds()))
+        (
+            record.name,
+            record.type,
+            record.phase,
+            str(record.frozen),
+            start,
+            str(record.duration.total_seconds()),
+        )
     )
     return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
 

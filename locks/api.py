@@ -179,9 +179,7 @@ def _from_db(value):
     return value
 
 
-def acquire(
-    *, job: str, tick: datetime | None, ttl: timedelta, holder: str | None = None
-) -> Lease | Skip:
+def acquire(*, job: str, tick: datetime | None, ttl: timedelta, holder: str | None = None) -> Lease | Skip:
     """Take the lease on ``job`` for ``tick`` (None: any tick, a forced run).
 
     One compare-and-set: it wins only if the lease is free by the database
@@ -205,9 +203,7 @@ def acquire(
         condition &= Q(tick__isnull=True) | Q(tick__lt=tick)
     candidates = SyncLock.objects.filter(condition, job_name=job)
     for _attempt in range(3):
-        row = _update_returning(
-            candidates, values, ("token", "acquired_at"), Q(job_name=job, holder=holder)
-        )
+        row = _update_returning(candidates, values, ("token", "acquired_at"), Q(job_name=job, holder=holder))
         if row is not None:
             token, acquired_at = row
             _warn_on_skew(job=job, db_now=acquired_at)
@@ -227,9 +223,16 @@ def acquire(
         if state["locked_until"] is not None and state["locked_until"] >= state["db_now"]:
             return Skip(job, tick, "held", state["holder"], state["locked_until"], state["tick"])
         if tick is not None and state["tick"] is not None and state["tick"] >= tick:
-            return Skip(job, tick, "tick_claimed", state["holder"], state["locked_until"], state["tick"])
+            claimant = state["holder"] or _tick_claimant(job=job, tick=state["tick"])
+            return Skip(job, tick, "tick_claimed", claimant, state["locked_until"], state["tick"])
         # The holder released between our UPDATE and our read: try again.
     return Skip(job, tick, "held", state["holder"], state["locked_until"], state["tick"])
+
+
+def _tick_claimant(*, job: str, tick: datetime) -> str:
+    """Who ran ``tick``, once its lease is released (released rows keep no holder)."""
+    holder = JobRun.objects.for_job(job).filter(tick=tick).values_list("holder", flat=True).first()
+    return holder or "an earlier run"
 
 
 def _create(*, job: str, tick: datetime | None, ttl: timedelta, holder: str) -> Lease | None:
@@ -287,9 +290,14 @@ def renew(*, lease: Lease) -> None:
 
 
 def release(*, lease: Lease, status: str, error: str = "") -> bool:
-    """Give the lease back, recording the outcome. Only the holder's token matches."""
+    """Give the lease back, recording the outcome. Only the holder's token matches.
+
+    A released row keeps no holder (a holder always has an expiry); the run's
+    holder stays on its JobRun.
+    """
     return bool(
         SyncLock.objects.filter(job_name=lease.job, token=lease.token).update(
+            holder="",
             locked_until=None,
             last_finished_at=Now(),
             last_status=status,
@@ -310,6 +318,7 @@ def force_release(*, job: str, by: str = "") -> ForcedRelease:
             return ForcedRelease(job, row["holder"], row["token"], False, row["token"])
         # Compare-and-set on the token we read: a new holder in between is not released.
         if SyncLock.objects.filter(job_name=job, token=row["token"]).update(
+            holder="",
             locked_until=None,
             token=F("token") + 1,
             last_finished_at=Now(),

@@ -53,9 +53,7 @@ class SyncLock(models.Model):
     heartbeat_at = models.DateTimeField(
         "last heartbeat", null=True, blank=True, help_text="Last renewal by the holder."
     )
-    tick = models.DateTimeField(
-        null=True, blank=True, help_text="The last scheduled slot that was claimed."
-    )
+    tick = models.DateTimeField(null=True, blank=True, help_text="The last scheduled slot that was claimed.")
     last_started_at = models.DateTimeField(null=True, blank=True)
     last_finished_at = models.DateTimeField(null=True, blank=True)
     last_status = models.CharField(max_length=20, choices=RunStatus.choices, blank=True)

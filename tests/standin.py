@@ -50,7 +50,7 @@ def make_handler(standin: Standin) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
-        def do_GET(self) -> None:  # noqa: N802
+        def do_GET(self) -> None:
             with standin.lock:
                 standin.requests.append(self.path)
                 queued = standin.queue.pop(0) if standin.queue else None
@@ -74,7 +74,7 @@ def make_handler(standin: Standin) -> type[BaseHTTPRequestHandler]:
             except (BrokenPipeError, ConnectionResetError):
                 pass
 
-        def log_message(self, format: str, *args) -> None:  # noqa: A002
+        def log_message(self, format: str, *args) -> None:
             pass
 
     return Handler

@@ -1,0 +1,49 @@
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import project_env, spawn
+
+TICK = datetime(2026, 11, 30, 14, 0, tzinfo=UTC)
+
+
+@pytest.fixture(params=["returning", "portable"])
+def lock_path(request, settings) -> str:
+    """Run a test on the UPDATE … RETURNING fast path and on the portable ORM path."""
+    settings.LOCKS_USE_RETURNING = request.param == "returning"
+    return request.param
+
+
+class Contenders:
+    """Start worker processes that wait at a start line, then release them together."""
+
+    def __init__(self, db_url: str, tmp_path: Path) -> None:
+        self.env = project_env(DATABASE_URL=db_url)
+        self.go = tmp_path / "go"
+        self.procs = []
+
+    def start(self, count: int, *args: str) -> None:
+        for _ in range(count):
+            self.procs.append(spawn(["-m", "tests.locks.worker", "--go", str(self.go), *args], env=self.env))
+
+    def release(self) -> None:
+        self.go.touch()
+
+    def results(self, timeout: float = 90) -> list[dict]:
+        out = []
+        for proc in self.procs:
+            stdout, stderr = proc.communicate(timeout=timeout)
+            assert proc.returncode == 0, stderr
+            out.append(json.loads(stdout.strip().splitlines()[-1]))
+        self.procs = []
+        return out
+
+
+@pytest.fixture
+def contenders(db_url, tmp_path):
+    crowd = Contenders(db_url, tmp_path)
+    yield crowd
+    for proc in crowd.procs:
+        proc.kill()

@@ -1,0 +1,116 @@
+"""`manage.py locks status|release` (semantic 9 for the command side)."""
+
+import json
+import logging
+from datetime import timedelta
+from io import StringIO
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+
+from locks import api
+from locks.models import SyncLock
+from tests.conftest import manage, project_env
+from tests.locks.conftest import TICK
+
+TTL = timedelta(minutes=5)
+pytestmark = pytest.mark.django_db
+
+
+def _call(*args) -> str:
+    out = StringIO()
+    call_command("locks", *args, stdout=out)
+    return out.getvalue()
+
+
+def test_status_without_locks_says_so():
+    assert _call("status") == "No locks yet: a job creates its lock on its first run.\n"
+
+
+def test_status_lists_each_lock_with_its_state():
+    api.acquire(job="held_job", tick=TICK, ttl=TTL, holder="web-1:42:abc")
+    done = api.acquire(job="free_job", tick=TICK, ttl=TTL, holder="web-2:7:def")
+    api.release(lease=done, status="succeeded")
+    api.acquire(job="stuck_job", tick=TICK, ttl=TTL, holder="web-3:9:ghi")
+    SyncLock.objects.filter(job_name="stuck_job").update(
+        locked_until=SyncLock.objects.get(job_name="stuck_job").acquired_at - TTL
+    )
+
+    lines = _call("status").splitlines()
+
+    assert lines[0].split() == [
+        "JOB",
+        "STATE",
+        "HOLDER",
+        "TOKEN",
+        "LOCKED",
+        "UNTIL",
+        "TICK",
+        "LAST",
+        "RUN",
+        "FINISHED",
+    ]
+    rows = {line.split()[0]: line.split() for line in lines[1:]}
+    assert rows["held_job"][1:4] == ["held", "web-1:42:abc", "1"]
+    assert rows["held_job"][-2:] == ["running", "-"]
+    assert rows["free_job"][1:5] == ["free", "-", "1", "-"]
+    assert rows["free_job"][-3] == "succeeded"
+    assert rows["stuck_job"][1] == "expired"
+
+
+def test_status_json():
+    api.acquire(job="held_job", tick=TICK, ttl=TTL, holder="web-1:42:abc")
+
+    [entry] = json.loads(_call("status", "--json"))
+
+    assert entry["job"] == "held_job"
+    assert entry["state"] == "held"
+    assert entry["holder"] == "web-1:42:abc"
+    assert entry["token"] == 1
+    assert entry["tick"] == TICK.isoformat()
+    assert entry["last_status"] == "running"
+    assert entry["locked_until"] > entry["db_now"]
+
+
+def test_release_frees_the_lock_bumps_the_token_and_logs(caplog):
+    lease = api.acquire(job="sync_contests", tick=TICK, ttl=TTL, holder="web-1:42:abc")
+
+    out = _call("release", "sync_contests")
+
+    assert out == "Released sync_contests: holder was web-1:42:abc (token 1); new token 2.\n"
+    lock = SyncLock.objects.get()
+    assert (lock.holder, lock.locked_until, lock.token, lock.last_status) == ("", None, 2, "released")
+    assert "force-released by manage.py locks release" in lock.last_error
+    [record] = [r for r in caplog.records if r.name == "locks.api"]
+    assert record.levelno == logging.WARNING
+    assert record.getMessage() == (
+        "job=sync_contests force-released by manage.py locks release; "
+        "previous holder web-1:42:abc (token 1), new token 2"
+    )
+    # The old holder can no longer renew or release.
+    with pytest.raises(api.LockLost):
+        api.renew(lease=lease)
+    assert api.release(lease=lease, status="succeeded") is False
+
+
+def test_release_of_a_free_lock_changes_nothing():
+    lease = api.acquire(job="sync_contests", tick=TICK, ttl=TTL)
+    api.release(lease=lease, status="succeeded")
+
+    assert _call("release", "sync_contests") == "sync_contests was not held; nothing to release.\n"
+    assert SyncLock.objects.get().token == 1
+
+
+def test_release_of_an_unknown_job_is_a_clear_error():
+    api.acquire(job="sync_contests", tick=TICK, ttl=TTL)
+
+    with pytest.raises(CommandError, match=r"no lock named 'nope' \(known jobs: sync_contests\)"):
+        _call("release", "nope")
+
+
+def test_release_of_an_unknown_job_exits_1(db_url):
+    proc = manage("locks", "release", "nope", env=project_env(DATABASE_URL=db_url))
+
+    assert proc.returncode == 1
+    assert proc.stderr.strip() == "CommandError: no lock named 'nope' (known jobs: none yet)"

@@ -1,0 +1,156 @@
+"""Real OS processes contending for one lock: the race, a SIGKILLed holder, a long job."""
+
+import signal
+import time
+from datetime import timedelta
+
+import pytest
+
+from locks import api
+from locks.models import JobRun, SyncLock
+from tests.conftest import project_env, spawn
+from tests.locks.conftest import TICK
+
+pytestmark = pytest.mark.slow
+
+
+def test_sixteen_processes_one_tick_exactly_one_acquires(contenders):
+    contenders.start(16, "--job", "race", "--tick", TICK.isoformat(), "--run", "1")
+    time.sleep(1.5)  # let every interpreter reach the start line; correctness does not depend on it
+    contenders.release()
+    results = contenders.results()
+
+    winners = [r for r in results if r["outcome"] == "succeeded"]
+    losers = [r for r in results if r["outcome"] == "skipped"]
+    assert len(winners) == 1, results
+    assert len(losers) == 15
+    holder = winners[0]["holder"]
+    # Every loser says why: held by the winner, or (if it lost after the release) the tick is claimed.
+    for loser in losers:
+        assert loser["reason"].startswith(
+            (f"held by {holder} until ", f"tick {TICK.isoformat()} already claimed by {holder}")
+        ), loser
+    lock = SyncLock.objects.get(job_name="race")
+    assert (lock.token, lock.holder, lock.locked_until, lock.last_status) == (1, "", None, "succeeded")
+    assert JobRun.objects.filter(job_name="race").count() == 1
+
+    # A 17th process, after the winner released, same tick: skips.
+    contenders.start(1, "--job", "race", "--tick", TICK.isoformat())
+    [late] = contenders.results()
+    assert (late["outcome"], late["skip"]) == ("skipped", "tick_claimed")
+    assert late["reason"] == f"tick {TICK.isoformat()} already claimed by {holder}"
+    assert JobRun.objects.filter(job_name="race").count() == 1
+
+
+def test_a_sigkilled_holder_blocks_until_its_lease_expires(db_url):
+    env = project_env(DATABASE_URL=db_url)
+    holder = spawn(
+        [
+            "-m",
+            "tests.locks.worker",
+            "--job",
+            "kill",
+            "--tick",
+            TICK.isoformat(),
+            "--ttl",
+            "3",
+            "--run",
+            "600",
+        ],
+        env=env,
+    )
+    line = holder.stdout.readline()
+    assert '"outcome": "acquired"' in line, line
+    holder.send_signal(signal.SIGKILL)
+    holder.wait(timeout=10)
+    assert holder.returncode == -signal.SIGKILL
+
+    next_tick = TICK + timedelta(hours=1)
+    blocked = api.acquire(job="kill", tick=next_tick, ttl=timedelta(seconds=30))
+    assert isinstance(blocked, api.Skip) and blocked.reason == "held"
+
+    # No cleanup: the lease runs out by itself (3 s TTL) and the next tick proceeds.
+    deadline = time.monotonic() + 30
+    got = blocked
+    while isinstance(got, api.Skip) and time.monotonic() < deadline:
+        time.sleep(0.25)
+        got = api.acquire(job="kill", tick=next_tick, ttl=timedelta(seconds=30))
+    assert isinstance(got, api.Lease), got
+    assert got.token == 2
+
+
+def test_a_sigkilled_holder_is_freed_by_force_release(db_url):
+    env = project_env(DATABASE_URL=db_url)
+    holder = spawn(
+        [
+            "-m",
+            "tests.locks.worker",
+            "--job",
+            "kill",
+            "--tick",
+            TICK.isoformat(),
+            "--ttl",
+            "600",
+            "--run",
+            "600",
+        ],
+        env=env,
+    )
+    assert '"outcome": "acquired"' in holder.stdout.readline()
+    holder.send_signal(signal.SIGKILL)
+    holder.wait(timeout=10)
+
+    released = api.force_release(job="kill", by="test")
+    got = api.acquire(job="kill", tick=TICK + timedelta(hours=1), ttl=timedelta(seconds=30))
+
+    assert released.was_held and released.token == 2
+    assert isinstance(got, api.Lease) and got.token == 3
+
+
+def test_a_job_three_times_its_ttl_keeps_its_lease(db_url):
+    env = project_env(DATABASE_URL=db_url)
+    ttl = 1.5
+    job = spawn(
+        [
+            "-m",
+            "tests.locks.worker",
+            "--job",
+            "long",
+            "--tick",
+            TICK.isoformat(),
+            "--ttl",
+            str(ttl),
+            "--run",
+            str(3 * ttl),
+        ],
+        env=env,
+    )
+
+    deadline = time.monotonic() + 60
+    while not JobRun.objects.filter(job_name="long").exists():
+        assert job.poll() is None and time.monotonic() < deadline, job.communicate()
+        time.sleep(0.05)
+    seen_at = time.monotonic()
+    skips, late = [], 0
+    # Contend (forced: any tick) until the job ends; every attempt while it runs must skip.
+    while job.poll() is None and time.monotonic() < deadline:
+        got = api.acquire(job="long", tick=None, ttl=timedelta(seconds=30), holder="contender:0:0")
+        if isinstance(got, api.Lease):
+            # Only legitimate once the job has released at its end.
+            assert JobRun.objects.get(job_name="long").status == "succeeded", got
+            api.release(lease=got, status="succeeded")
+            break
+        skips.append(got.reason)
+        # Past its first TTL the lease lives only because the heartbeat renewed it.
+        late += time.monotonic() - seen_at > 1.2 * ttl
+        time.sleep(0.2)
+    out, err = job.communicate(timeout=30)
+
+    assert '"outcome": "succeeded"' in out.splitlines()[-1], err
+    assert set(skips) == {"held"}
+    assert late >= 3, (late, skips)
+    run = JobRun.objects.get(job_name="long")
+    assert run.status == "succeeded"
+    assert run.finished_at - run.started_at > timedelta(seconds=2 * ttl)
+    lock = SyncLock.objects.get(job_name="long")
+    assert lock.token <= 2  # nobody else held it during the job

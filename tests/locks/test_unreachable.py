@@ -1,0 +1,49 @@
+"""Lock semantic 8: an unreachable database skips the tick with one WARNING line."""
+
+import socket
+import time
+
+import pytest
+
+from tests.conftest import manage, project_env
+
+pytestmark = pytest.mark.slow
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        pytest.param(f"postgres://nobody@127.0.0.1:{_closed_port()}/contests", id="postgres-closed-port"),
+        pytest.param("sqlite:////nonexistent-directory/for/db.sqlite3", id="sqlite-missing-directory"),
+    ],
+)
+def test_database_unreachable_skips_the_tick(url):
+    started = time.monotonic()
+    proc = manage(
+        "sync_contests", env=project_env(DATABASE_URL=url, CODEFORCES_API_URL="http://127.0.0.1:9/api")
+    )
+    elapsed = time.monotonic() - started
+
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr
+    warnings = [line for line in proc.stderr.splitlines() if " WARNING " in line]
+    assert len(warnings) == 1, proc.stderr
+    assert "job=sync_contests" in warnings[0]
+    assert "outcome=skipped reason=database unreachable: OperationalError:" in warnings[0]
+    assert " ERROR " not in proc.stderr
+    assert elapsed < 15  # hang guard: the connect timeout is 5 s
+
+
+def test_a_database_without_tables_is_an_error_that_says_migrate(tmp_path):
+    proc = manage("sync_contests", env=project_env(DATABASE_URL=f"sqlite:///{tmp_path / 'empty.sqlite3'}"))
+
+    assert proc.returncode == 1
+    assert "Traceback" not in proc.stderr
+    assert "the lock table is missing" in proc.stderr
+    assert "run `python manage.py migrate`" in proc.stderr

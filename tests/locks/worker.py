@@ -1,0 +1,62 @@
+"""A contender for a lock, run as its own OS process by the multi-process tests.
+
+    python -m tests.locks.worker --job J [--tick ISO] [--ttl S] [--go FILE] [--run S]
+
+Waits until FILE exists (a start line for every contender), then runs a job of
+--run seconds through ``locks.api.run_locked`` (lease, heartbeat, JobRun). The
+job prints ``{"outcome": "acquired", …}`` as soon as it holds the lease; the
+process then prints one JSON line with the result.
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+from datetime import datetime, timedelta
+from pathlib import Path
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--job", required=True)
+    parser.add_argument("--tick", type=datetime.fromisoformat)
+    parser.add_argument("--ttl", type=float, default=30)
+    parser.add_argument("--go")
+    parser.add_argument("--run", type=float, default=0)
+    args = parser.parse_args()
+
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+    import django
+
+    django.setup()
+    from locks import api
+
+    if args.go:
+        deadline = time.monotonic() + 60
+        while not Path(args.go).exists():
+            if time.monotonic() > deadline:
+                sys.exit("start line never came")
+            time.sleep(0.005)
+
+    def job(lease: api.Lease) -> dict:
+        print(json.dumps({"outcome": "acquired", "token": lease.token, "holder": lease.holder}), flush=True)
+        time.sleep(args.run)
+        return {"slept": args.run}
+
+    result = api.run_locked(job=args.job, tick=args.tick, ttl=timedelta(seconds=args.ttl), fn=job)
+    print(
+        json.dumps(
+            {
+                "outcome": result.outcome,
+                "token": result.token,
+                "holder": result.holder,
+                "skip": result.skip.reason if result.skip else None,
+                "reason": result.reason,
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
