@@ -46,16 +46,12 @@ class LockError(Exception):
     """The lock cannot be used at all (for example, its table is missing)."""
 
 
-class LockLost(RuntimeError):  # noqa: N818  (the name DESIGN and users know)
+class LockLost(RuntimeError):
     """The lease was taken over or could not be renewed; stop before writing."""
 
 
 class UnknownJob(LookupError):
     pass
-
-
-class DatabaseUnavailable(LockError):
-    """The database could not be reached; the tick is skipped."""
 
 
 def make_holder() -> str:

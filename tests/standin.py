@@ -10,6 +10,7 @@ slowness, truncated or oversized bodies.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import threading
 import time
@@ -106,10 +107,8 @@ def main() -> None:
     server = ThreadingHTTPServer((args.host, args.port), make_handler(standin))
     server.daemon_threads = True
     print(f"Codeforces stand-in on http://{args.host}:{server.server_port}/api", flush=True)
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         server.serve_forever()
-    except KeyboardInterrupt:
-        pass
 
 
 if __name__ == "__main__":

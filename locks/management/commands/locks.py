@@ -46,7 +46,9 @@ class Command(BaseCommand):
         ]
         widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
         for row in [header, *rows]:
-            self.stdout.write("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+            self.stdout.write(
+                "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+            )
 
     def release(self, job: str) -> None:
         try:
