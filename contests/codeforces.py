@@ -15,6 +15,7 @@ from datetime import UTC, datetime, timedelta
 import requests
 from django.conf import settings
 from requests.adapters import HTTPAdapter
+from urllib3.exceptions import ConnectTimeoutError, ReadTimeoutError
 from urllib3.util.retry import Retry
 
 logger = logging.getLogger(__name__)
@@ -111,13 +112,13 @@ class CodeforcesClient:
                 raise CodeforcesError(
                     f"Codeforces API at {url} kept failing after {budget} attempts: {_reason(exc)}"
                 ) from exc
-            except requests.exceptions.Timeout as exc:
+            except (requests.exceptions.Timeout, requests.exceptions.ConnectionError) as exc:
+                if not _timed_out(exc):
+                    raise CodeforcesError(
+                        f"cannot connect to the Codeforces API at {url} ({budget} attempts): {_reason(exc)}"
+                    ) from exc
                 raise CodeforcesError(
                     f"Codeforces API at {url} did not answer within {self.timeout[1]:g} s ({budget} attempts)"
-                ) from exc
-            except requests.exceptions.ConnectionError as exc:
-                raise CodeforcesError(
-                    f"cannot connect to the Codeforces API at {url} ({budget} attempts): {_reason(exc)}"
                 ) from exc
             except requests.exceptions.RequestException as exc:
                 raise CodeforcesError(f"request to the Codeforces API at {url} failed: {exc}") from exc
@@ -247,6 +248,15 @@ def _contest(entry: object) -> ContestRecord:
 
 def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _timed_out(exc: BaseException) -> bool:
+    if isinstance(exc, requests.exceptions.Timeout):
+        return True
+    reason: object = exc.args[0] if exc.args else None
+    reason = getattr(reason, "reason", reason)
+    # NewConnectionError subclasses ConnectTimeoutError: a refusal is not a timeout.
+    return isinstance(reason, ReadTimeoutError) or type(reason) is ConnectTimeoutError
 
 
 def _reason(exc: BaseException) -> str:

@@ -37,6 +37,7 @@ class Standin:
         self.queue: list[tuple[int, bytes]] = []
         self.hook: Callable[[], None] | None = None
         self.requests: list[str] = []
+        self.headers: list[dict[str, str]] = []
         self.lock = threading.Lock()
 
     def set_payload(self, payload: dict | bytes) -> None:
@@ -54,6 +55,7 @@ def make_handler(standin: Standin) -> type[BaseHTTPRequestHandler]:
         def do_GET(self) -> None:
             with standin.lock:
                 standin.requests.append(self.path)
+                standin.headers.append(dict(self.headers))
                 queued = standin.queue.pop(0) if standin.queue else None
             if standin.hook:
                 standin.hook()

@@ -1,0 +1,43 @@
+"""django-crontab installs the hourly line with an absolute interpreter path."""
+
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import ROOT, manage, project_env
+
+pytestmark = pytest.mark.skipif(
+    shutil.which("crontab") is None, reason="needs `crontab` from Debian's cron package (.ci/run installs it)"
+)
+
+
+@pytest.fixture
+def saved_crontab():
+    """Keep the user's crontab and put it back afterwards, whatever happens."""
+    before = subprocess.run(["crontab", "-l"], capture_output=True, text=True)
+    yield
+    if before.returncode == 0:
+        subprocess.run(["crontab", "-"], input=before.stdout, text=True, check=True)
+    else:
+        subprocess.run(["crontab", "-r"], capture_output=True)
+
+
+def test_add_show_remove(saved_crontab):
+    env = project_env(SYNC_CONTESTS_SCHEDULE="15 * * * *")
+
+    added = manage("crontab", "add", env=env)
+    installed = subprocess.run(["crontab", "-l"], capture_output=True, text=True).stdout
+    shown = manage("crontab", "show", env=env)
+    removed = manage("crontab", "remove", env=env)
+    after = subprocess.run(["crontab", "-l"], capture_output=True, text=True).stdout
+
+    assert added.returncode == 0, added.stderr
+    [line] = [line for line in installed.splitlines() if "django-cronjobs" in line]
+    assert line.startswith("15 * * * * ")
+    assert f"{sys.executable} {ROOT / 'manage.py'} crontab run " in line
+    assert f">> {ROOT / 'var' / 'sync_contests.log'} 2>&1" in line
+    assert "'sync_contests'" in shown.stdout
+    assert removed.returncode == 0
+    assert "django-cronjobs" not in after

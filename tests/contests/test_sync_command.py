@@ -1,0 +1,199 @@
+"""`manage.py sync_contests` as real processes: once per tick, exit codes, broken answers."""
+
+import json
+import time
+from io import StringIO
+
+import pytest
+from django.core.management import call_command
+
+from contests.jobs import current_tick
+from contests.models import Contest, Reminder
+from locks.models import JobRun, SyncLock
+from tests.conftest import manage, project_env, spawn
+
+TICK = "2026-11-30T14:00:00+00:00"
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def env(db_url, standin):
+    return project_env(DATABASE_URL=db_url, CODEFORCES_API_URL=standin.url, CODEFORCES_READ_TIMEOUT="1")
+
+
+def _errors(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if " ERROR " in line]
+
+
+def test_twelve_processes_one_tick_one_api_call(env, standin, tmp_path):
+    procs = [spawn(["manage.py", "sync_contests", "--tick", TICK], env=env) for _ in range(12)]
+    outputs = [proc.communicate(timeout=120) for proc in procs]
+
+    assert [proc.returncode for proc in procs] == [0] * 12, outputs
+    assert standin.calls == 1
+    outcomes = [out.strip().split(" outcome=")[1].split()[0] for out, _ in outputs]
+    assert sorted(outcomes) == ["skipped"] * 11 + ["succeeded"]
+    assert Contest.objects.count() == 1758
+    run = JobRun.objects.get()
+    assert (run.status, run.stats["created"], run.tick.isoformat()) == ("succeeded", 1758, TICK)
+
+    # Later copies in the same tick make no request at all.
+    late = manage("sync_contests", "--tick", TICK, env=env)
+    assert late.returncode == 0
+    assert "outcome=skipped reason=tick 2026-11-30T14:00:00+00:00 already claimed by " in late.stdout
+    assert standin.calls == 1
+
+
+def test_one_info_line_per_run(env, standin):
+    proc = manage("sync_contests", "--tick", TICK, env=env)
+
+    assert proc.returncode == 0
+    [line] = [line for line in proc.stderr.splitlines() if " locks.api " in line]
+    assert " INFO locks.api job=sync_contests tick=2026-11-30T14:00:00+00:00 holder=" in line
+    for part in (
+        "outcome=succeeded",
+        "fetched=1758",
+        "created=1758",
+        "updated=0",
+        "unchanged=0",
+        "invalid=0",
+    ):
+        assert part in line
+    assert "removed=0 pruned=0 duration=" in line
+
+
+def test_the_default_tick_is_the_nearest_slot(env, standin):
+    before = current_tick()
+    proc = manage("sync_contests", env=env)
+    after = current_tick()
+
+    assert proc.returncode == 0, proc.stderr
+    assert SyncLock.objects.get().tick in {before, after}
+
+
+def test_force_runs_again_in_a_claimed_tick_but_claims_nothing(env, standin):
+    assert manage("sync_contests", "--tick", TICK, env=env).returncode == 0
+    forced = manage("sync_contests", "--force", env=env)
+
+    assert forced.returncode == 0, forced.stderr
+    assert "tick=forced" in forced.stdout and "outcome=succeeded" in forced.stdout
+    assert "unchanged=1758" in forced.stdout
+    assert standin.calls == 2
+    assert SyncLock.objects.get().tick.isoformat() == TICK
+    assert list(JobRun.objects.order_by("started_at").values_list("tick", flat=True))[1] is None
+
+
+def test_dry_run_writes_nothing_and_claims_no_tick(env, standin):
+    proc = manage("sync_contests", "--dry-run", env=env)
+
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == (
+        "dry run, nothing written: fetched=1758 created=1758 updated=0 unchanged=0 invalid=0 removed=0 pruned=0"
+    )
+    assert not Contest.objects.exists()
+    assert not SyncLock.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--tick", "noon"], "argument --tick: 'noon' is not an ISO 8601 date-time"),
+        (["--force", "--tick", TICK], "--force and --tick exclude each other"),
+        (["--bogus"], "unrecognized arguments: --bogus"),
+    ],
+)
+def test_bad_arguments_are_clear_and_change_nothing(env, standin, args, message):
+    proc = manage("sync_contests", *args, env=env)
+
+    assert proc.returncode in {1, 2}
+    assert message in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert standin.calls == 0
+    assert not SyncLock.objects.exists()
+
+
+def _stock(django_user_model):
+    """A database after one good sync, with a reminder on a finished contest."""
+    user = django_user_model.objects.create(username="ann")
+    contest = Contest.objects.filter(phase="FINISHED").first()
+    Reminder.objects.create(user=user, contest=contest, remind_at=contest.start_time)
+
+
+BROKEN = {
+    "http-500": lambda s: (setattr(s, "status", 500), s.set_payload(b"Internal Server Error")),
+    "failed-status": lambda s: s.set_payload({"status": "FAILED", "comment": "contestId: Contest not found"}),
+    "call-limit-every-time": lambda s: (
+        setattr(s, "status", 400),
+        s.set_payload({"status": "FAILED", "comment": "Call limit exceeded"}),
+    ),
+    "truncated-json": lambda s: s.set_payload(s.body[:5000]),
+    "empty-list": lambda s: s.set_payload({"status": "OK", "result": []}),
+    "not-a-list": lambda s: s.set_payload({"status": "OK", "result": {"contests": []}}),
+    "mostly-invalid": lambda s: s.set_payload(
+        {
+            "status": "OK",
+            "result": [{"id": -i} for i in range(1, 50)]
+            + [{"id": 1, "name": "x", "type": "CF", "phase": "BEFORE", "durationSeconds": 1}],
+        }
+    ),
+    "over-size-cap": lambda s: s.set_payload(b'{"status":"OK","result":[' + b" " * 500_000 + b"]}"),
+    "read-timeout": lambda s: setattr(s, "delay", 3),
+}
+MESSAGES = {
+    "http-500": "answered HTTP 500",
+    "failed-status": "answered status 'FAILED': contestId: Contest not found",
+    "call-limit-every-time": "answered status 'FAILED': Call limit exceeded",
+    "truncated-json": "body that is not JSON",
+    "empty-list": "returned no contests while 1758 are stored",
+    "not-a-list": "'result' is a dict, not a list of contests",
+    "mostly-invalid": "mostly invalid: 49 of 50 entries rejected",
+    "over-size-cap": "over the 400,000-byte cap",
+    "read-timeout": "did not answer within 1 s",
+}
+
+
+@pytest.mark.parametrize("breakage", list(BROKEN))
+def test_a_broken_answer_changes_nothing_and_exits_non_zero(env, standin, django_user_model, breakage):
+    assert manage("sync_contests", "--tick", TICK, env=env).returncode == 0
+    _stock(django_user_model)
+    contests_before = list(Contest.objects.order_by("pk").values())
+    reminders_before = list(Reminder.objects.values())
+    BROKEN[breakage](standin)
+
+    started = time.monotonic()
+    proc = manage("sync_contests", "--force", env={**env, "CODEFORCES_MAX_BYTES": "400000"})
+
+    assert proc.returncode == 1, proc.stderr
+    assert "Traceback" not in proc.stderr + proc.stdout
+    [error] = _errors(proc.stderr)
+    assert "job=sync_contests tick=forced" in error and "outcome=failed" in error
+    assert MESSAGES[breakage] in error
+    assert list(Contest.objects.order_by("pk").values()) == contests_before
+    assert list(Reminder.objects.values()) == reminders_before
+    run = JobRun.objects.latest("started_at")
+    assert run.status == "failed" and MESSAGES[breakage] in run.error
+    assert SyncLock.objects.get().locked_until is None  # released, not left to expire
+    assert time.monotonic() - started < 60  # hang guard only
+
+
+def test_call_command_reports_through_stdout(db, standin):
+    out = StringIO()
+    call_command("sync_contests", "--tick", TICK, stdout=out)
+
+    assert out.getvalue().startswith("job=sync_contests tick=2026-11-30T14:00:00+00:00 holder=")
+    assert "outcome=succeeded" in out.getvalue()
+    call_command("sync_contests", "--tick", TICK, stdout=out, verbosity=0)
+    assert out.getvalue().count("\n") == 1
+
+
+def test_locks_status_json_after_a_run(env, standin):
+    manage("sync_contests", "--tick", TICK, env=env)
+    proc = manage("locks", "status", "--json", env=env)
+
+    [lock] = json.loads(proc.stdout)
+    assert (lock["job"], lock["state"], lock["last_status"], lock["tick"]) == (
+        "sync_contests",
+        "free",
+        "succeeded",
+        TICK,
+    )
