@@ -440,6 +440,7 @@ def run_locked(
     heartbeat = _Heartbeat(lease)
     heartbeat.start()
     traceback = False
+    interrupted: BaseException | None = None
     try:
         result.stats = dict(fn(lease) or {})
         lease.check()
@@ -452,12 +453,16 @@ def run_locked(
         result.outcome, result.error = "failed", str(exc)
     except Exception as exc:
         result.outcome, result.error, traceback = "failed", _describe(exc), True
+    except BaseException as exc:  # KeyboardInterrupt, SystemExit (SIGTERM): record, then go on
+        result.outcome, result.error, interrupted = "failed", f"interrupted: {_describe(exc)}", exc
     finally:
         heartbeat.stop()
     result.duration = time.monotonic() - started
     _record_finish(lease, run_id, result)
     level = logging.INFO if result.outcome == "succeeded" else logging.ERROR
     logger.log(level, "%s", result.describe(), exc_info=traceback)
+    if interrupted is not None:
+        raise interrupted
     return result
 
 

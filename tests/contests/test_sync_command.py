@@ -197,3 +197,22 @@ def test_locks_status_json_after_a_run(env, standin):
         "succeeded",
         TICK,
     )
+
+
+def test_sigterm_mid_sync_releases_the_lease_and_writes_nothing(env, standin):
+    import signal
+
+    standin.delay = 30  # the fetch hangs; the run is stopped meanwhile
+    proc = spawn(["manage.py", "sync_contests", "--tick", TICK], env=env)
+    deadline = time.monotonic() + 60
+    while standin.calls == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    _out, err = proc.communicate(timeout=60)
+
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert "Traceback" not in err
+    assert "outcome=failed" in err and "error=interrupted: SystemExit: 143" in err
+    lock = SyncLock.objects.get()
+    assert (lock.locked_until, lock.last_status) == (None, "failed")
+    assert not Contest.objects.exists()

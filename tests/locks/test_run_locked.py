@@ -113,3 +113,16 @@ def test_the_heartbeat_marks_a_taken_over_lease_lost():
     assert result.outcome == "lost_lock"
     assert result.error == "lease on job (token 1) was taken over or released"
     assert JobRun.objects.get().status == "lost_lock"
+
+
+def test_an_interrupted_job_is_recorded_and_releases_before_the_interrupt_goes_on():
+    def interrupted(lease):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        api.run_locked(job="job", tick=TICK, ttl=TTL, fn=interrupted)
+
+    assert JobRun.objects.get().status == "failed"
+    assert JobRun.objects.get().error == "interrupted: KeyboardInterrupt: no details"
+    lock = SyncLock.objects.get()
+    assert (lock.locked_until, lock.last_status) == (None, "failed")

@@ -1,4 +1,5 @@
 import argparse
+import signal
 import sys
 from datetime import datetime
 
@@ -32,6 +33,9 @@ class Command(BaseCommand):
                 raise CommandError(f"dry run failed: {exc}") from exc
             self.stdout.write("dry run, nothing written: " + " ".join(f"{k}={v}" for k, v in counts.items()))
             return
+        # A stopped pod or `kill` ends the run through Python, so the lease is released
+        # and the run recorded instead of left to expire.
+        signal.signal(signal.SIGTERM, _terminate)
         try:
             result = run_sync_job(tick=tick, force=force)
         except LockError as exc:
@@ -40,6 +44,10 @@ class Command(BaseCommand):
             self.stdout.write(result.describe())
         if not result.ok:
             sys.exit(1)
+
+
+def _terminate(signum, frame) -> None:
+    raise SystemExit(128 + signum)
 
 
 def _tick(value: str) -> datetime:
