@@ -42,28 +42,19 @@ def test_sixteen_processes_one_tick_exactly_one_acquires(contenders):
     assert JobRun.objects.filter(job_name="race").count() == 1
 
 
-def test_a_sigkilled_holder_blocks_until_its_lease_expires(db_url):
-    env = project_env(DATABASE_URL=db_url)
-    holder = spawn(
-        [
-            "-m",
-            "tests.locks.worker",
-            "--job",
-            "kill",
-            "--tick",
-            TICK.isoformat(),
-            "--ttl",
-            "3",
-            "--run",
-            "600",
-        ],
-        env=env,
-    )
+def _killed_holder(db_url: str, *, ttl: int) -> None:
+    """A process that took the lease and died without a word (SIGKILL)."""
+    args = ["--job", "kill", "--tick", TICK.isoformat(), "--ttl", str(ttl), "--run", "600"]
+    holder = spawn(["-m", "tests.locks.worker", *args], env=project_env(DATABASE_URL=db_url))
     line = holder.stdout.readline()
     assert '"outcome": "acquired"' in line, line
     holder.send_signal(signal.SIGKILL)
     holder.wait(timeout=10)
     assert holder.returncode == -signal.SIGKILL
+
+
+def test_a_sigkilled_holder_blocks_until_its_lease_expires(db_url):
+    _killed_holder(db_url, ttl=3)
 
     next_tick = TICK + timedelta(hours=1)
     blocked = api.acquire(job="kill", tick=next_tick, ttl=timedelta(seconds=30))
@@ -80,25 +71,7 @@ def test_a_sigkilled_holder_blocks_until_its_lease_expires(db_url):
 
 
 def test_a_sigkilled_holder_is_freed_by_force_release(db_url):
-    env = project_env(DATABASE_URL=db_url)
-    holder = spawn(
-        [
-            "-m",
-            "tests.locks.worker",
-            "--job",
-            "kill",
-            "--tick",
-            TICK.isoformat(),
-            "--ttl",
-            "600",
-            "--run",
-            "600",
-        ],
-        env=env,
-    )
-    assert '"outcome": "acquired"' in holder.stdout.readline()
-    holder.send_signal(signal.SIGKILL)
-    holder.wait(timeout=10)
+    _killed_holder(db_url, ttl=600)
 
     released = api.force_release(job="kill", by="test")
     got = api.acquire(job="kill", tick=TICK + timedelta(hours=1), ttl=timedelta(seconds=30))
