@@ -155,3 +155,9 @@ CRONTAB_COMMAND_PREFIX = " ".join(
     for name in ("DATABASE_URL", "DJANGO_SECRET_KEY", "DJANGO_DEBUG", "CODEFORCES_API_URL")
     if os.environ.get(name)
 )
+
+# --- Admin (locks app) -------------------------------------------------------
+# Cron expression of each scheduled job, by lock name: the locks admin shows
+# the next tick from it. Named here because `locks` never imports the apps
+# whose jobs it runs.
+LOCKS_SCHEDULES = {"sync_contests": SYNC_CONTESTS_SCHEDULE}
