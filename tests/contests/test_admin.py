@@ -1,0 +1,262 @@
+"""The contests and reminders admin through Django's test client."""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.urls import reverse
+from django.utils import timezone
+
+from contests.models import Contest, Platform, Reminder
+from tests.standin import FIXTURE
+
+pytestmark = pytest.mark.django_db
+
+CONTESTS_URL = reverse("admin:contests_contest_changelist")
+REMINDERS_URL = reverse("admin:contests_reminder_changelist")
+
+
+@pytest.fixture(autouse=True)
+def fast_password_hashing(settings):
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+def contest(contest_id: int, *, start: timedelta | None, **fields) -> Contest:
+    """A contest starting ``start`` from now (negative: in the past)."""
+    now = timezone.now()
+    values = {
+        "name": f"Codeforces Round {contest_id} (Div. 2)",
+        "type": "CF",
+        "phase": "BEFORE" if start and start > timedelta(0) else "FINISHED",
+        "start_time": now + start if start is not None else None,
+        "duration": timedelta(hours=2),
+        "fingerprint": "0" * 32,
+        "updated_at": now,
+        **fields,
+    }
+    return Contest.objects.create(contest_id=contest_id, **values)
+
+
+def real_contests(limit: int) -> list[Contest]:
+    """The first ``limit`` contests of the bundled real contest.list response."""
+    now = timezone.now()
+    entries = json.loads(FIXTURE.read_text())["result"][:limit]
+    return Contest.objects.bulk_create(
+        Contest(
+            platform=Platform.CODEFORCES,
+            contest_id=entry["id"],
+            name=entry["name"],
+            type=entry["type"],
+            phase=entry["phase"],
+            frozen=entry["frozen"],
+            start_time=datetime.fromtimestamp(entry["startTimeSeconds"], tz=UTC),
+            duration=timedelta(seconds=entry["durationSeconds"]),
+            fingerprint="0" * 32,
+            updated_at=now,
+        )
+        for entry in entries
+    )
+
+
+def listed(client, url: str, **query) -> list:
+    response = client.get(url, query)
+    assert response.status_code == 200, response.content[:500]
+    return list(response.context["cl"].result_list)
+
+
+def results(response) -> str:
+    match = re.search(r'<table id="result_list">.*?</table>', response.content.decode(), re.S)
+    assert match, "no result table on the page"
+    return re.sub(r"\s+", " ", match.group(0))
+
+
+# --- contests -------------------------------------------------------------------
+
+
+def test_anonymous_is_sent_to_the_login_page(client):
+    for url in (CONTESTS_URL, REMINDERS_URL):
+        response = client.get(url)
+        assert response.status_code == 302
+        assert response["Location"].startswith(reverse("admin:login"))
+
+
+def test_contest_list_columns_and_codeforces_link(admin_client):
+    contest(1843, start=timedelta(days=2), type="ICPC", duration=timedelta(hours=2, minutes=15))
+    contest(1801, start=-timedelta(days=30), removed_at=timezone.now())
+    table = results(admin_client.get(CONTESTS_URL))
+    assert "Codeforces Round 1843 (Div. 2)" in table
+    assert ">BEFORE<" in table
+    assert ">ICPC<" in table
+    assert "2 h 15 min" in table
+    assert 'href="https://codeforces.com/contest/1843"' in table
+    assert 'rel="noopener noreferrer"' in table
+    assert table.count('alt="True"') == 1  # the removed one
+
+
+def test_contest_filters(admin_client):
+    contest(1, start=timedelta(days=1))  # upcoming
+    contest(2, start=timedelta(days=3), removed_at=timezone.now())  # vanished from the API
+    contest(3, start=-timedelta(days=1), type="IOI")
+    contest(4, start=-timedelta(hours=1), phase="CODING", type="ICPC")
+
+    def ids(**query):
+        return sorted(c.contest_id for c in listed(admin_client, CONTESTS_URL, **query))
+
+    assert ids(upcoming="yes") == [1]
+    assert ids(upcoming="no") == [2, 3, 4]
+    assert ids(removed="yes") == [2]
+    assert ids(removed="no") == [1, 3, 4]
+    assert ids(phase="CODING") == [4]
+    assert ids(phase="FINISHED") == [3]
+    assert ids(type="IOI") == [3]
+    assert ids(type="CF", upcoming="yes") == [1]
+
+
+def test_contest_search_by_name_and_id(admin_client):
+    contest(1843, start=None, name="Codeforces Round 884 (Div. 1 + Div. 2)")
+    contest(11843, start=None, name="Educational Round 200")
+    contest(884, start=None, name="Kotlin Heroes")
+
+    def ids(term):
+        return sorted(c.contest_id for c in listed(admin_client, CONTESTS_URL, q=term))
+
+    assert ids("1843") == [1843]  # the id exactly, not 11843
+    assert ids("884") == [884, 1843]  # id 884, and "884" in a name
+    assert ids("educational") == [11843]
+    assert ids("Round Div") == [1843]
+
+
+def test_contest_date_hierarchy(admin_client):
+    real_contests(50)
+    years = {c.start_time.year for c in Contest.objects.all()}
+    year = min(years)
+    page = admin_client.get(CONTESTS_URL).content.decode()
+    assert '<nav class="toplinks">' in page
+    assert f"start_time__year={year}" in page
+    assert {c.start_time.year for c in listed(admin_client, CONTESTS_URL, start_time__year=year)} == {year}
+
+
+def test_contests_are_read_only(admin_client):
+    row = contest(1843, start=timedelta(days=1))
+    url = reverse("admin:contests_contest_change", args=[row.pk])
+    page = admin_client.get(url)
+    assert page.status_code == 200
+    assert 'name="name"' not in page.content.decode()
+    assert 'href="https://codeforces.com/contest/1843"' in page.content.decode()
+    assert admin_client.post(url, {"name": "Renamed", "phase": "FINISHED"}).status_code == 403
+    assert admin_client.get(reverse("admin:contests_contest_add")).status_code == 403
+    assert admin_client.post(reverse("admin:contests_contest_delete", args=[row.pk])).status_code == 403
+    row.refresh_from_db()
+    assert (row.name, row.phase) == ("Codeforces Round 1843 (Div. 2)", "BEFORE")
+
+
+def test_contest_list_runs_a_bounded_number_of_queries(admin_client, django_assert_max_num_queries):
+    real_contests(1000)
+    with django_assert_max_num_queries(9):
+        response = admin_client.get(CONTESTS_URL)
+    assert len(response.context["cl"].result_list) == 100
+    assert response.context["cl"].result_count == 1000
+    with django_assert_max_num_queries(9):
+        assert admin_client.get(CONTESTS_URL, {"upcoming": "no", "q": "Round"}).status_code == 200
+
+
+# --- reminders ------------------------------------------------------------------
+
+
+@pytest.fixture
+def alice(django_user_model):
+    return django_user_model.objects.create_user("alice")
+
+
+def test_reminder_states(admin_client, alice):
+    soon = contest(1, start=timedelta(days=2))
+    started = contest(2, start=-timedelta(minutes=10), phase="CODING")
+    removed = contest(3, start=timedelta(days=5), removed_at=timezone.now())
+    now = timezone.now()
+    Reminder.objects.bulk_create(
+        [
+            Reminder(user=alice, contest=soon, remind_at=now + timedelta(days=1)),  # upcoming
+            Reminder(user=alice, contest=soon, remind_at=now - timedelta(minutes=5)),  # due
+            Reminder(user=alice, contest=started, remind_at=now - timedelta(hours=1)),  # stale
+            Reminder(user=alice, contest=removed, remind_at=now + timedelta(days=4)),  # stale
+        ]
+    )
+    response = admin_client.get(REMINDERS_URL)
+    states = {(r.contest.contest_id, r.remind_at > now): r.state for r in response.context["cl"].result_list}
+    assert states == {(1, True): "upcoming", (1, False): "due", (2, False): "stale", (3, True): "stale"}
+    table = results(response)
+    assert table.count(">upcoming</span>") == 1
+    assert table.count(">due</span>") == 1
+    assert table.count(">stale</span>") == 2
+    # Stale is exactly what the sync prunes.
+    assert {r.pk for r in Reminder.objects.stale()} == {
+        r.pk for r in response.context["cl"].result_list if r.state == "stale"
+    }
+
+    def contest_ids(state):
+        return sorted(r.contest.contest_id for r in listed(admin_client, REMINDERS_URL, state=state))
+
+    assert contest_ids("upcoming") == [1]
+    assert contest_ids("due") == [1]
+    assert contest_ids("stale") == [2, 3]
+
+
+def test_reminder_form_uses_autocomplete_for_user_and_contest(admin_client, alice):
+    contest(1843, start=timedelta(days=2), name="Codeforces Round 999 (Div. 2)")
+    contest(1700, start=-timedelta(days=200), name="Codeforces Round 800 (Div. 2)")
+    page = admin_client.get(reverse("admin:contests_reminder_add")).content.decode()
+    for field in ("user", "contest"):
+        assert re.search(rf'<select name="{field}"[^>]*class="admin-autocomplete', page), field
+
+    def autocomplete(field, term):
+        response = admin_client.get(
+            reverse("admin:autocomplete"),
+            {"app_label": "contests", "model_name": "reminder", "field_name": field, "term": term},
+        )
+        assert response.status_code == 200
+        return [item["text"] for item in response.json()["results"]]
+
+    assert autocomplete("user", "ali") == ["alice"]
+    # Only contests that have not started can still be picked for a reminder.
+    assert autocomplete("contest", "Codeforces Round") == ["Codeforces Round 999 (Div. 2)"]
+    assert autocomplete("contest", "1843") == ["Codeforces Round 999 (Div. 2)"]
+
+
+def test_reminder_can_be_added_through_the_admin(admin_client, alice):
+    target = contest(1843, start=timedelta(days=2))
+    remind_at = timezone.localtime(target.start_time - timedelta(hours=1))
+    response = admin_client.post(
+        reverse("admin:contests_reminder_add"),
+        {
+            "user": alice.pk,
+            "contest": target.pk,
+            "remind_at_0": f"{remind_at:%Y-%m-%d}",
+            "remind_at_1": f"{remind_at:%H:%M:%S}",
+        },
+    )
+    assert response.status_code == 302, response.content.decode()[:2000]
+    reminder = Reminder.objects.get()
+    assert (reminder.user, reminder.contest) == (alice, target)
+
+
+def test_reminder_list_runs_a_bounded_number_of_queries(
+    admin_client, django_user_model, django_assert_max_num_queries
+):
+    users = django_user_model.objects.bulk_create(
+        django_user_model(username=f"user{n}", password="!") for n in range(50)
+    )
+    contests = [contest(n, start=timedelta(days=n - 10)) for n in range(1, 21)]
+    now = timezone.now()
+    Reminder.objects.bulk_create(
+        Reminder(user=user, contest=c, remind_at=now + timedelta(hours=n))
+        for n, (user, c) in enumerate((user, c) for user in users for c in contests)
+    )
+    assert Reminder.objects.count() == 1000
+    with django_assert_max_num_queries(7):
+        response = admin_client.get(REMINDERS_URL)
+    assert len(response.context["cl"].result_list) == 100
+    with django_assert_max_num_queries(7):
+        assert admin_client.get(REMINDERS_URL, {"state": "stale", "q": "user1"}).status_code == 200

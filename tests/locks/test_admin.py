@@ -1,0 +1,633 @@
+"""The locks admin through Django's test client: permissions, state and
+relative-time rendering (database clock), force release, read-only rows,
+bounded queries, and the run history's retention."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+
+import pytest
+from django.contrib.admin.models import CHANGE, LogEntry
+from django.contrib.auth.models import Permission
+from django.db import connection
+from django.db.models import DateTimeField, ExpressionWrapper, Value
+from django.db.models.functions import Now
+from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
+from django.utils import timezone
+
+from locks import api
+from locks.admin import relative, span
+from locks.models import JobRun, RunStatus, SyncLock
+
+pytestmark = pytest.mark.django_db
+
+HOLDER = "web-1:4242:a1b2c3"
+LIST_URL = reverse("admin:locks_synclock_changelist")
+RUNS_URL = reverse("admin:locks_jobrun_changelist")
+
+
+def db_time(delta: timedelta) -> ExpressionWrapper:
+    """The database's now plus ``delta``: rows written into the past or future."""
+    return ExpressionWrapper(Now() + Value(delta), output_field=DateTimeField())
+
+
+def held(job: str = "sync_contests", *, ttl: timedelta = timedelta(minutes=4, seconds=30)) -> api.Lease:
+    lease = api.acquire(job=job, tick=None, ttl=ttl, holder=HOLDER)
+    assert isinstance(lease, api.Lease)
+    return lease
+
+
+def expired(job: str = "sync_contests") -> api.Lease:
+    """A holder that died: its lease ran out 3.5 minutes ago and was never released."""
+    lease = held(job)
+    SyncLock.objects.filter(job_name=job).update(
+        locked_until=db_time(-timedelta(minutes=3, seconds=30)), heartbeat_at=db_time(-timedelta(minutes=9))
+    )
+    return lease
+
+
+def overdue(job: str = "sync_contests") -> api.Lease:
+    """Lease still valid for 90 s, but the last heartbeat was 5 of its 6.5 minutes ago."""
+    lease = held(job)
+    SyncLock.objects.filter(job_name=job).update(
+        locked_until=db_time(timedelta(seconds=90)), heartbeat_at=db_time(-timedelta(minutes=5))
+    )
+    return lease
+
+
+def free(job: str = "sync_contests") -> api.Lease:
+    lease = held(job)
+    assert api.release(lease=lease, status=RunStatus.SUCCEEDED)
+    return lease
+
+
+def results(response) -> str:
+    """The change list's result table only (not the filters or the summary)."""
+    html = response.content.decode()
+    match = re.search(r'<table id="result_list">.*?</table>', html, re.S)
+    assert match, "no result table on the page"
+    return match.group(0)
+
+
+def row(response, job: str) -> str:
+    for tr in re.findall(r"<tr>.*?</tr>", results(response), re.S):
+        if f">{job}</a>" in tr:
+            return re.sub(r"\s+", " ", tr)
+    raise AssertionError(f"no row for {job}")
+
+
+def text(response) -> str:
+    return re.sub(r"\s+", " ", response.content.decode())
+
+
+def plain(html: str) -> str:
+    """What a reader sees: tags stripped, whitespace folded."""
+    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", "", html))
+
+
+@pytest.fixture(autouse=True)
+def fast_password_hashing(settings):
+    # admin_client's superuser is hashed with 1M PBKDF2 rounds otherwise (~1 s a test).
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture
+def viewer(django_user_model):
+    """Staff who may look at locks and runs but not release them."""
+    user = django_user_model.objects.create_user("viewer", password="pw", is_staff=True)
+    user.user_permissions.set(
+        Permission.objects.filter(
+            content_type__app_label="locks", codename__in=["view_synclock", "view_jobrun"]
+        )
+    )
+    return user
+
+
+@pytest.fixture
+def viewer_client(client, viewer):
+    client.force_login(viewer)
+    return client
+
+
+@pytest.fixture
+def releaser_client(client, viewer):
+    """Staff with view permissions plus only the custom force-release one."""
+    viewer.user_permissions.add(Permission.objects.get(codename="force_release_synclock"))
+    client.force_login(viewer)
+    return client
+
+
+def detail_url(job: str = "sync_contests") -> str:
+    return reverse("admin:locks_synclock_change", args=[SyncLock.objects.get(job_name=job).pk])
+
+
+def release_url(job: str = "sync_contests") -> str:
+    return reverse("admin:locks_synclock_force_release", args=[SyncLock.objects.get(job_name=job).pk])
+
+
+# --- permissions ---------------------------------------------------------------
+
+
+def test_anonymous_is_sent_to_the_login_page(client):
+    held()
+    run = JobRun.objects.create(job_name="sync_contests", holder=HOLDER, token=1, started_at=timezone.now())
+    urls = [
+        LIST_URL,
+        detail_url(),
+        release_url(),
+        RUNS_URL,
+        reverse("admin:locks_jobrun_change", args=[run.pk]),
+    ]
+    for url in urls:
+        response = client.get(url)
+        assert response.status_code == 302, url
+        assert response["Location"].startswith(reverse("admin:login")), url
+    response = client.post(release_url())
+    assert response.status_code == 302
+    assert SyncLock.objects.get().locked_until is not None
+
+
+def test_view_only_staff_sees_the_lock_but_cannot_release_it(viewer_client):
+    lease = held()
+    response = viewer_client.get(LIST_URL)
+    assert response.status_code == 200
+    assert HOLDER in row(response, "sync_contests")
+    assert 'value="force_release"' not in response.content.decode()
+    assert 'name="_selected_action"' not in response.content.decode()
+
+    response = viewer_client.get(detail_url())
+    assert response.status_code == 200
+    assert HOLDER in response.content.decode()
+    assert 'id="force-release"' not in response.content.decode()
+
+    assert viewer_client.get(release_url()).status_code == 403
+    assert viewer_client.post(release_url()).status_code == 403
+    # Posting the action by hand does nothing: it is not offered to this user.
+    viewer_client.post(
+        LIST_URL,
+        {"action": "force_release", "_selected_action": [SyncLock.objects.get().pk], "post": "yes"},
+    )
+    lock = SyncLock.objects.get()
+    assert (lock.token, lock.holder) == (lease.token, HOLDER)
+    assert lock.locked_until is not None
+    assert not LogEntry.objects.exists()
+
+
+def test_superuser_is_offered_the_action_and_the_button(admin_client):
+    held()
+    response = admin_client.get(LIST_URL)
+    assert 'value="force_release"' in response.content.decode()
+    response = admin_client.get(detail_url())
+    assert f'href="{release_url()}"' in response.content.decode()
+
+
+def test_the_custom_permission_alone_grants_force_release(releaser_client):
+    lease = held()
+    assert 'value="force_release"' in releaser_client.get(LIST_URL).content.decode()
+    assert 'id="force-release"' in releaser_client.get(detail_url()).content.decode()
+    response = releaser_client.post(release_url())
+    assert response.status_code == 302
+    assert SyncLock.objects.get().token == lease.token + 1
+
+
+def test_no_button_for_a_lock_nobody_holds(admin_client):
+    free()
+    assert 'id="force-release"' not in admin_client.get(detail_url()).content.decode()
+
+
+# --- state and relative time, from the database clock ---------------------------------
+
+
+@pytest.mark.parametrize(
+    ("make", "state", "lease_text"),
+    [
+        (free, "free", "released"),
+        (held, "held", "in 4 min"),
+        (expired, "expired, not released", "expired 3 min ago"),
+        (overdue, "heartbeat overdue", "in 1 min"),
+    ],
+    ids=["free", "held", "expired", "overdue"],
+)
+def test_state_and_relative_time_are_rendered(admin_client, make, state, lease_text):
+    make()
+    tr = row(admin_client.get(LIST_URL), "sync_contests")
+    assert re.search(rf'class="lock-badge"[^>]*>{re.escape(state)}</span>', tr), tr
+    assert lease_text in tr
+    assert HOLDER in tr
+    detail = text(admin_client.get(detail_url()))
+    assert f">{state}</span>" in detail
+    assert lease_text in detail
+
+
+@pytest.mark.parametrize(
+    ("delta", "text"),
+    [
+        (timedelta(seconds=42.9), "42 s"),
+        (timedelta(minutes=4, seconds=59), "4 min"),
+        (timedelta(hours=3), "3 h"),
+        (timedelta(hours=2, minutes=5, seconds=30), "2 h 5 min"),
+        (timedelta(days=3), "3 d"),
+        (timedelta(days=3, hours=4, minutes=59), "3 d 4 h"),
+    ],
+)
+def test_spans_of_time_are_short_and_floored(delta, text):
+    now = timezone.now()
+    assert span(delta) == text
+    assert relative(now + delta, now=now) == f"in {text}"
+    assert relative(now - delta, now=now) == f"{text} ago"
+
+
+def test_relative_times_follow_the_database_clock_not_the_hosts(admin_client, monkeypatch):
+    held()
+    # A web host whose clock is an hour fast must still see the lease as held.
+    fast = timezone.now() + timedelta(hours=1)
+    monkeypatch.setattr(timezone, "now", lambda: fast)
+    tr = row(admin_client.get(LIST_URL), "sync_contests")
+    assert ">held</span>" in tr
+    assert "in 4 min" in tr
+
+
+def test_list_shows_token_tick_last_run_and_duration(admin_client):
+    tick = timezone.now().replace(minute=0, second=0, microsecond=0)
+    lease = api.acquire(job="sync_contests", tick=tick, ttl=timedelta(minutes=5), holder=HOLDER)
+    api.release(lease=lease, status=RunStatus.FAILED, error="boom")
+    SyncLock.objects.update(
+        last_started_at=db_time(-timedelta(minutes=10, seconds=30)),
+        last_finished_at=db_time(-timedelta(minutes=10)),
+    )
+    tr = row(admin_client.get(LIST_URL), "sync_contests")
+    assert f">{lease.token}</td>" in tr
+    assert f"{timezone.localtime(tick):%Y-%m-%d %H:%M:%S}" in tr
+    assert ">failed</span>" in tr
+    assert "10 min ago" in tr
+    assert ">30.0 s<" in tr
+
+
+def test_running_job_shows_how_long_it_has_been_running(admin_client):
+    held()
+    SyncLock.objects.update(last_started_at=db_time(-timedelta(minutes=2, seconds=10)))
+    tr = row(admin_client.get(LIST_URL), "sync_contests")
+    assert ">running</span>" in tr
+    assert "running for 2 min" in tr
+    expired("dead")  # its holder vanished mid-run
+    assert "did not finish" in row(admin_client.get(LIST_URL), "dead")
+
+
+# --- the summary line ---------------------------------------------------------------
+
+
+def test_summary_names_last_success_next_tick_and_stuck_locks(admin_client, settings):
+    settings.LOCKS_SCHEDULES = {"sync_contests": "0 * * * *"}
+    free("sync_contests")
+    JobRun.objects.create(
+        job_name="sync_contests",
+        holder=HOLDER,
+        token=1,
+        status=RunStatus.SUCCEEDED,
+        started_at=db_time(-timedelta(minutes=13)),
+        finished_at=db_time(-timedelta(minutes=12, seconds=30)),
+    )
+    JobRun.objects.create(  # a later failure is not the last success
+        job_name="sync_contests",
+        holder=HOLDER,
+        token=2,
+        status=RunStatus.FAILED,
+        started_at=db_time(-timedelta(minutes=2)),
+        finished_at=db_time(-timedelta(minutes=1)),
+    )
+    expired("cleanup")
+    overdue("report")
+    held("mailer")
+
+    response = admin_client.get(LIST_URL)
+    summary = response.context["lock_summary"]
+    assert summary.stuck == 2
+    (job,) = summary.jobs
+    assert job.job == "sync_contests"
+    assert job.last_success_age == "12 min ago"
+    assert job.next_tick.minute == 0
+    assert timedelta(0) < job.next_tick - summary.db_now <= timedelta(hours=1)
+    line = re.sub(r"\s+", " ", re.search(r'<p id="lock-summary".*?</p>', text(response)).group(0))
+    assert "sync_contests</strong>: last success 12 min ago" in line
+    assert f"next tick {timezone.localtime(job.next_tick):%Y-%m-%d %H:%M}" in line
+    assert "2 stuck locks" in line
+
+    stuck = admin_client.get(LIST_URL, {"state": "stuck"})
+    assert {lock.job_name for lock in stuck.context["cl"].result_list} == {"cleanup", "report"}
+
+
+def test_summary_without_history(admin_client, settings):
+    settings.LOCKS_SCHEDULES = {"sync_contests": "*/15 * * * *"}
+    line = text(admin_client.get(LIST_URL))
+    assert "no successful run on record" in line
+    assert "no stuck locks" in line
+
+
+def test_summary_reports_a_bad_schedule_instead_of_failing(admin_client, settings):
+    settings.LOCKS_SCHEDULES = {"sync_contests": "every hour"}
+    response = admin_client.get(LIST_URL)
+    assert response.status_code == 200
+    assert "is not a valid cron expression" in text(response)
+
+
+@pytest.mark.parametrize(
+    ("state", "jobs"),
+    [("free", {"a"}), ("held", {"b"}), ("expired", {"c"}), ("heartbeat overdue", {"d"})],
+)
+def test_state_filter(admin_client, state, jobs):
+    free("a"), held("b"), expired("c"), overdue("d")
+    response = admin_client.get(LIST_URL, {"state": state})
+    assert {lock.job_name for lock in response.context["cl"].result_list} == jobs
+
+
+# --- force release ----------------------------------------------------------------
+
+
+def test_action_asks_for_confirmation_then_releases_and_logs(admin_client, admin_user):
+    lease = held()
+    held("other")
+    pk = SyncLock.objects.get(job_name="sync_contests").pk
+    data = {"action": "force_release", "_selected_action": [pk]}
+
+    confirm = admin_client.post(LIST_URL, data)
+    assert confirm.status_code == 200
+    assert "Force-release job locks?" in text(confirm)
+    assert HOLDER in text(confirm)
+    assert SyncLock.objects.get(job_name="sync_contests").token == lease.token  # nothing yet
+
+    done = admin_client.post(LIST_URL, {**data, "post": "yes"}, follow=True)
+    lock = SyncLock.objects.get(job_name="sync_contests")
+    assert lock.locked_until is None
+    assert lock.token == lease.token + 1
+    assert lock.last_status == RunStatus.RELEASED
+    assert SyncLock.objects.get(job_name="other").locked_until is not None  # not selected
+    assert (
+        f"Released sync_contests: holder was {HOLDER} (token {lease.token}); new token {lease.token + 1}."
+        in text(done)
+    )
+    assert ">free</span>" in row(done, "sync_contests")
+
+    (entry,) = LogEntry.objects.all()
+    assert (entry.user_id, entry.action_flag, entry.object_id) == (admin_user.pk, CHANGE, str(lock.pk))
+    assert HOLDER in entry.get_change_message()
+    assert f"token {lease.token}" in entry.get_change_message()
+
+
+def test_button_releases_and_fences_out_the_old_holder(admin_client):
+    lease = held()
+    confirm = admin_client.get(release_url())
+    assert confirm.status_code == 200
+    assert HOLDER in text(confirm)
+    assert SyncLock.objects.get().locked_until is not None
+
+    response = admin_client.post(release_url())
+    assert response.status_code == 302
+    assert response["Location"] == LIST_URL
+    lock = SyncLock.objects.get()
+    assert lock.locked_until is None
+    assert lock.token == lease.token + 1
+    assert "admin user admin" in lock.last_error
+    with pytest.raises(api.LockLost):
+        api.renew(lease=lease)
+    assert api.release(lease=lease, status=RunStatus.SUCCEEDED) is False
+    assert SyncLock.objects.get().last_status == RunStatus.RELEASED
+    assert LogEntry.objects.get().object_repr == "sync_contests"
+
+
+def test_releasing_a_free_lock_changes_nothing_and_says_so(admin_client):
+    lease = free()
+    response = admin_client.post(release_url(), follow=True)
+    assert "Nothing to release: sync_contests was not held." in text(response)
+    assert SyncLock.objects.get().token == lease.token
+    assert not LogEntry.objects.exists()
+
+
+def test_release_url_of_an_unknown_lock_redirects_with_a_message(admin_client):
+    response = admin_client.get(reverse("admin:locks_synclock_force_release", args=[987654]), follow=True)
+    assert response.status_code == 200
+    assert "987654" in text(response)
+    assert "Perhaps it was deleted?" in text(response)
+
+
+# --- read-only rows ---------------------------------------------------------------
+
+
+def test_lease_fields_cannot_be_changed_added_or_deleted(admin_client):
+    lease = held()
+    pk = SyncLock.objects.get().pk
+    response = admin_client.post(
+        detail_url(), {"job_name": "sync_contests", "holder": "intruder", "token": 99, "locked_until": ""}
+    )
+    assert response.status_code == 403
+    assert admin_client.get(reverse("admin:locks_synclock_add")).status_code == 403
+    assert admin_client.post(reverse("admin:locks_synclock_delete", args=[pk])).status_code == 403
+    lock = SyncLock.objects.get()
+    assert (lock.holder, lock.token) == (HOLDER, lease.token)
+    assert lock.locked_until is not None
+    # The form is a read-only view: no inputs for lease fields, no save button.
+    page = admin_client.get(detail_url()).content.decode()
+    assert 'name="holder"' not in page
+    assert 'name="_save"' not in page
+
+
+def test_runs_are_read_only(admin_client):
+    run = JobRun.objects.create(job_name="sync_contests", holder=HOLDER, token=3, started_at=timezone.now())
+    url = reverse("admin:locks_jobrun_change", args=[run.pk])
+    assert admin_client.post(url, {"status": "succeeded", "holder": "x"}).status_code == 403
+    assert admin_client.get(reverse("admin:locks_jobrun_add")).status_code == 403
+    assert admin_client.post(reverse("admin:locks_jobrun_delete", args=[run.pk])).status_code == 403
+    run.refresh_from_db()
+    assert (run.status, run.holder) == (RunStatus.RUNNING, HOLDER)
+
+
+# --- detail page and run history --------------------------------------------------------
+
+
+def test_detail_page_shows_the_last_20_runs_of_that_job(admin_client):
+    held()
+    now = timezone.now()
+    JobRun.objects.bulk_create(
+        [
+            JobRun(
+                job_name="sync_contests",
+                holder=HOLDER,
+                token=n,
+                status=RunStatus.SUCCEEDED,
+                started_at=now - timedelta(hours=25 - n),
+                finished_at=now - timedelta(hours=25 - n) + timedelta(seconds=3),
+                stats={"fetched": 1758, "created": n},
+            )
+            for n in range(1, 26)
+        ]
+        + [JobRun(job_name="other", holder="x:1:a", token=1, started_at=now)]
+    )
+    response = admin_client.get(detail_url())
+    runs = [item["run"] for item in response.context["recent_runs"]]
+    assert [run.token for run in runs] == list(range(25, 5, -1))
+    assert {run.job_name for run in runs} == {"sync_contests"}
+    page = text(response)
+    assert "Last 20 runs" in page
+    assert "fetched 1758 · created 25" in plain(page)
+    assert f'href="{RUNS_URL}?job_name=sync_contests"' in page
+
+
+def test_run_history_columns(admin_client):
+    JobRun.objects.create(
+        job_name="sync_contests",
+        tick=timezone.now().replace(minute=0, second=0, microsecond=0),
+        holder=HOLDER,
+        token=7,
+        status=RunStatus.FAILED,
+        started_at=timezone.now() - timedelta(seconds=2, milliseconds=500),
+        finished_at=timezone.now(),
+        stats={"fetched": 1758, "created": 3, "updated": 0},
+        error="CodeforcesError: " + "the API answered FAILED: Call limit exceeded " * 5,
+    )
+    response = admin_client.get(RUNS_URL)
+    table = re.sub(r"\s+", " ", results(response))
+    assert ">failed</span>" in table
+    assert HOLDER in table
+    assert re.search(r"2\.\d s", table)
+    assert re.search(
+        r'class="field-key_counts">[^<]*<span[^>]*>fetched 1758</span> · <span[^>]*>created 3</span></td>',
+        table,
+    )
+    assert "updated 0" not in table  # zero counts are left out of the list
+    assert "CodeforcesError: the API answered FAILED" in table
+    assert "…</span>" in table  # excerpt, full text in the title
+
+
+def test_run_history_filters_and_date_hierarchy(admin_client):
+    now = timezone.now()
+    JobRun.objects.bulk_create(
+        [
+            JobRun(job_name="a", holder="h", token=1, status=RunStatus.SUCCEEDED, started_at=now),
+            JobRun(job_name="a", holder="h", token=2, status=RunStatus.FAILED, started_at=now),
+            JobRun(job_name="b", holder="h", token=1, status=RunStatus.FAILED, started_at=now),
+            JobRun(
+                job_name="b",
+                holder="h",
+                token=2,
+                status=RunStatus.LOST_LOCK,
+                started_at=now - timedelta(days=400),
+            ),
+        ]
+    )
+
+    def tokens(**query):
+        response = admin_client.get(RUNS_URL, query)
+        assert response.status_code == 200
+        return sorted((run.job_name, run.token) for run in response.context["cl"].result_list)
+
+    assert tokens(job_name="a") == [("a", 1), ("a", 2)]
+    assert tokens(status="failed") == [("a", 2), ("b", 1)]
+    assert tokens(job_name="b", status="failed") == [("b", 1)]
+    assert tokens(started_at__year=str(timezone.localtime(now).year)) == [("a", 1), ("a", 2), ("b", 1)]
+    since = timezone.localtime(now - timedelta(days=1)).date()
+    assert len(tokens(started_at__gte=str(since))) == 3  # the date filter's parameters
+    page = admin_client.get(RUNS_URL).content.decode()
+    assert '<nav class="toplinks">' in page  # date_hierarchy: one link per year
+    assert f"started_at__year={timezone.localtime(now).year}" in page
+
+
+# --- bounded queries -------------------------------------------------------------------
+
+
+def test_locks_list_runs_a_bounded_number_of_queries(admin_client, django_assert_max_num_queries, settings):
+    settings.LOCKS_SCHEDULES = {"sync_contests": "0 * * * *"}
+    now = timezone.now()
+    SyncLock.objects.bulk_create(
+        [
+            SyncLock(
+                job_name=f"job-{n:04}",
+                holder=f"host-{n % 7}:{n}:abcdef",
+                token=n,
+                acquired_at=now,
+                locked_until=now + timedelta(minutes=n % 3 - 1) if n % 4 else None,
+                heartbeat_at=now - timedelta(minutes=n % 5),
+                tick=now,
+                last_started_at=now - timedelta(seconds=30),
+                last_finished_at=now,
+                last_status=RunStatus.SUCCEEDED,
+            )
+            for n in range(1000)
+        ]
+    )
+    JobRun.objects.create(
+        job_name="sync_contests",
+        holder=HOLDER,
+        token=1,
+        status=RunStatus.SUCCEEDED,
+        started_at=now,
+        finished_at=now,
+    )
+    with django_assert_max_num_queries(8):
+        response = admin_client.get(LIST_URL)
+    assert len(response.context["cl"].result_list) == 100
+    with django_assert_max_num_queries(8):
+        assert admin_client.get(LIST_URL, {"state": "stuck"}).status_code == 200
+
+
+def test_runs_list_runs_a_bounded_number_of_queries(admin_client, django_assert_max_num_queries):
+    now = timezone.now()
+    JobRun.objects.bulk_create(
+        [
+            JobRun(
+                job_name=f"job-{n % 5}",
+                holder=f"host:{n}:abcdef",
+                token=n,
+                started_at=now - timedelta(minutes=n),
+                finished_at=now - timedelta(minutes=n) + timedelta(seconds=4),
+                status=RunStatus.SUCCEEDED if n % 3 else RunStatus.FAILED,
+                stats={"fetched": 1758, "created": n % 4},
+                error="" if n % 3 else "boom " * 40,
+            )
+            for n in range(1000)
+        ]
+    )
+    with django_assert_max_num_queries(8):
+        response = admin_client.get(RUNS_URL)
+    assert len(response.context["cl"].result_list) == 100
+    detail = reverse("admin:locks_jobrun_change", args=[JobRun.objects.first().pk])
+    assert admin_client.get(detail).status_code == 200
+
+
+# --- run retention --------------------------------------------------------------------
+
+
+def _runs_started(job: str, *ages: timedelta) -> None:
+    JobRun.objects.bulk_create(
+        JobRun(job_name=job, holder=HOLDER, token=n, status=RunStatus.SUCCEEDED, started_at=db_time(-age))
+        for n, age in enumerate(ages, start=1)
+    )
+
+
+def test_prune_runs_deletes_old_runs_of_that_job_in_one_statement(settings):
+    settings.LOCKS_RUN_RETENTION_DAYS = 30
+    _runs_started("sync_contests", timedelta(days=45), timedelta(days=31), timedelta(days=29), timedelta(0))
+    _runs_started("other", timedelta(days=90))
+    with CaptureQueriesContext(connection) as queries:
+        deleted = api.prune_runs(job="sync_contests")
+    assert deleted == 2
+    assert len(queries) == 1, [query["sql"] for query in queries]
+    assert queries[0]["sql"].lstrip().upper().startswith("DELETE")
+    assert sorted(JobRun.objects.filter(job_name="sync_contests").values_list("token", flat=True)) == [3, 4]
+    assert JobRun.objects.filter(job_name="other").count() == 1  # another job's history is its own
+
+
+def test_retention_follows_the_setting(settings):
+    settings.LOCKS_RUN_RETENTION_DAYS = 7
+    _runs_started("sync_contests", timedelta(days=8), timedelta(days=6))
+    assert api.prune_runs(job="sync_contests") == 1
+    assert list(JobRun.objects.values_list("token", flat=True)) == [2]
+
+
+def test_every_run_prunes_expired_history(settings):
+    settings.LOCKS_RUN_RETENTION_DAYS = 30
+    _runs_started("sync_contests", timedelta(days=31), timedelta(days=1))
+    result = api.run_locked(job="sync_contests", tick=None, ttl=timedelta(seconds=30), fn=lambda lease: {})
+    assert result.outcome == "succeeded"
+    assert JobRun.objects.count() == 2  # yesterday's run and this one
+    assert not JobRun.objects.filter(started_at__lt=timezone.now() - timedelta(days=30)).exists()
