@@ -1,0 +1,257 @@
+"""End to end in a real browser: headless Chromium driven by Selenium against
+a live server. An operator logs in, sees a held lock and its holder,
+force-releases it, and sees it free.
+
+Uses Debian's ``chromium`` and ``chromium-driver`` (``.ci/run`` installs
+them); nothing is downloaded. Screenshots of the locks list and the run
+history go to a temporary directory, or to ``ADMIN_SCREENSHOTS_DIR`` when set:
+
+    ADMIN_SCREENSHOTS_DIR=docs .venv/bin/python -m pytest tests/test_browser.py
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import unittest
+from datetime import timedelta
+from pathlib import Path
+
+from django.contrib.admin.models import LogEntry
+from django.contrib.auth import get_user_model
+from django.contrib.staticfiles.testing import StaticLiveServerTestCase
+from django.db.models import DateTimeField, ExpressionWrapper, Value
+from django.db.models.functions import Now
+from django.test import override_settings
+from django.utils import timezone
+
+from locks import api
+from locks.models import JobRun, RunStatus, SyncLock
+
+CHROMIUM = Path(os.environ.get("CHROMIUM", "/usr/bin/chromium"))
+CHROMEDRIVER = Path(os.environ.get("CHROMEDRIVER", "/usr/bin/chromedriver"))
+HOLDER = "web-1:4242:a1b2c3"
+WAIT = 20  # seconds; a hang guard, not a timing assertion
+PNG = b"\x89PNG\r\n\x1a\n"
+
+try:
+    from selenium import webdriver
+    from selenium.webdriver.chrome.options import Options
+    from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+except ImportError:  # pragma: no cover - selenium is pinned in requirements.txt
+    webdriver = None
+
+MISSING = (
+    "selenium is not installed (pip install -r requirements.txt)"
+    if webdriver is None
+    else "needs Debian's chromium and chromium-driver at /usr/bin (apt-get install chromium "
+    "chromium-driver; .ci/run does this as root)"
+)
+
+
+def db_time(delta: timedelta) -> ExpressionWrapper:
+    return ExpressionWrapper(Now() + Value(delta), output_field=DateTimeField())
+
+
+def chromium_options(profile: str) -> Options:
+    options = Options()
+    options.binary_location = str(CHROMIUM)
+    for argument in (
+        "--headless=new",
+        "--no-sandbox",  # CI runs as root in a container
+        "--disable-dev-shm-usage",
+        "--disable-gpu",
+        "--window-size=1920,1080",
+        "--force-device-scale-factor=1",
+        "--lang=en-US",
+        f"--user-data-dir={profile}",
+        # Talk to nobody but the live server.
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-domain-reliability",
+        "--disable-client-side-phishing-detection",
+        "--disable-sync",
+        "--disable-extensions",
+        "--disable-default-apps",
+        "--disable-breakpad",
+        "--no-first-run",
+        "--no-default-browser-check",
+        "--metrics-recording-only",
+        "--password-store=basic",
+        "--disable-features=Translate,OptimizationHints,MediaRouter,PasswordLeakDetection",
+    ):
+        options.add_argument(argument)
+    options.add_experimental_option(
+        "prefs", {"credentials_enable_service": False, "profile.password_manager_enabled": False}
+    )
+    return options
+
+
+@unittest.skipUnless(webdriver is not None and CHROMIUM.exists() and CHROMEDRIVER.exists(), MISSING)
+@override_settings(
+    PASSWORD_HASHERS=["django.contrib.auth.hashers.MD5PasswordHasher"],
+    LOCKS_SCHEDULES={"sync_contests": "0 * * * *"},
+)
+class ForceReleaseInTheBrowser(StaticLiveServerTestCase):
+    host = "127.0.0.1"
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        super().setUpClass()
+        cls.profile = tempfile.mkdtemp(prefix="chromium-profile-")
+        cls.addClassCleanup(shutil.rmtree, cls.profile, ignore_errors=True)
+        cls.driver = webdriver.Chrome(
+            service=Service(executable_path=str(CHROMEDRIVER)), options=chromium_options(cls.profile)
+        )
+        cls.addClassCleanup(cls.driver.quit)
+        cls.driver.set_page_load_timeout(WAIT)
+        shots = os.environ.get("ADMIN_SCREENSHOTS_DIR")
+        cls.screenshots = Path(shots) if shots else Path(tempfile.mkdtemp(prefix="admin-screenshots-"))
+        if not shots:
+            cls.addClassCleanup(shutil.rmtree, cls.screenshots, ignore_errors=True)
+        cls.screenshots.mkdir(parents=True, exist_ok=True)
+
+    def setUp(self) -> None:
+        get_user_model().objects.create_superuser("operator", "ops@example.com", "night-shift")
+        now = timezone.now()
+        hour = now.replace(minute=0, second=0, microsecond=0)
+        # History: hourly syncs, one that hit the API's rate limit, one that lost its lease.
+        runs = []
+        for n in range(1, 9):
+            started = hour - timedelta(hours=n, seconds=-2)
+            created, updated = (1, 0) if n == 5 else (0, n % 3)
+            status, error = RunStatus.SUCCEEDED, ""
+            stats = {
+                "fetched": 1758,
+                "created": created,
+                "updated": updated,
+                "unchanged": 1758 - created - updated,
+                "invalid": 0,
+                "removed": 0,
+                "pruned": n % 2,
+            }
+            if n == 3:
+                status, stats = RunStatus.FAILED, {}
+                error = (
+                    "CodeforcesError: contest.list answered FAILED: Call limit exceeded (after 3 attempts)"
+                )
+            if n == 6:
+                status, stats = RunStatus.LOST_LOCK, {}
+                error = "lease on sync_contests (token 3) was taken over or released"
+            runs.append(
+                JobRun(
+                    job_name="sync_contests",
+                    tick=hour - timedelta(hours=n),
+                    holder=f"web-{n % 3 + 1}:{4000 + n}:{n:06x}",
+                    token=9 - n,
+                    status=status,
+                    started_at=started,
+                    finished_at=started + timedelta(seconds=1.2 + n / 10),
+                    stats=stats,
+                    error=error,
+                )
+            )
+        JobRun.objects.bulk_create(runs)
+        # The current run: sync_contests held by a web worker that may be stuck.
+        self.lease = api.acquire(job="sync_contests", tick=hour, ttl=timedelta(minutes=10), holder=HOLDER)
+        SyncLock.objects.filter(job_name="sync_contests").update(token=9)
+        self.lease.token = 9
+        JobRun.objects.create(
+            job_name="sync_contests", tick=hour, holder=HOLDER, token=9, started_at=self.lease.acquired_at
+        )
+        # A holder that died without releasing, and a job that ran fine.
+        api.acquire(job="send_reminders", tick=None, ttl=timedelta(minutes=5), holder="worker-2:977:9f3e1d")
+        SyncLock.objects.filter(job_name="send_reminders").update(
+            acquired_at=db_time(-timedelta(minutes=12)),
+            last_started_at=db_time(-timedelta(minutes=12)),
+            locked_until=db_time(-timedelta(minutes=7)),
+            heartbeat_at=db_time(-timedelta(minutes=11)),
+        )
+        done = api.acquire(
+            job="weekly_report", tick=None, ttl=timedelta(minutes=5), holder="cron-1:311:0c5a7b"
+        )
+        api.release(lease=done, status=RunStatus.SUCCEEDED)
+        SyncLock.objects.filter(job_name="weekly_report").update(
+            last_started_at=db_time(-timedelta(hours=3, seconds=47)),
+            last_finished_at=db_time(-timedelta(hours=3)),
+        )
+        # Alive on paper (lease valid 90 s more) but silent for 5 minutes.
+        api.acquire(
+            job="rebuild_rankings", tick=None, ttl=timedelta(minutes=6), holder="worker-1:5120:77aa01"
+        )
+        SyncLock.objects.filter(job_name="rebuild_rankings").update(
+            last_started_at=db_time(-timedelta(minutes=5, seconds=20)),
+            locked_until=db_time(timedelta(seconds=90)),
+            heartbeat_at=db_time(-timedelta(minutes=5)),
+        )
+
+    # --- helpers
+
+    def wait_for(self, css: str):
+        return WebDriverWait(self.driver, WAIT).until(ec.presence_of_element_located((By.CSS_SELECTOR, css)))
+
+    def lock_row(self, job: str):
+        return self.driver.find_element(
+            By.XPATH, f"//table[@id='result_list']//tr[.//th//a[normalize-space()='{job}']]"
+        )
+
+    def screenshot(self, name: str) -> None:
+        path = self.screenshots / name
+        self.assertTrue(self.driver.save_screenshot(str(path)), path)
+        self.assertEqual(path.read_bytes()[:8], PNG)
+
+    # --- the test
+
+    def test_operator_force_releases_a_held_lock(self) -> None:
+        driver = self.driver
+        driver.get(f"{self.live_server_url}/admin/locks/synclock/")
+        self.wait_for("#id_username").send_keys("operator")
+        driver.find_element(By.ID, "id_password").send_keys("night-shift")
+        driver.find_element(By.CSS_SELECTOR, "#login-form [type=submit]").click()
+
+        self.wait_for("#result_list")
+        # Fold the navigation sidebar (remembered by the browser) to give the table room.
+        driver.find_element(By.ID, "toggle-nav-sidebar").click()
+        row = self.lock_row("sync_contests")
+        self.assertIn("held", row.find_element(By.CSS_SELECTOR, ".field-state").text)
+        self.assertIn(HOLDER, row.text)
+        self.assertIn("9", row.find_element(By.CSS_SELECTOR, ".field-token").text)
+        self.assertIn("expired, not released", self.lock_row("send_reminders").text)
+        self.assertIn("heartbeat overdue", self.lock_row("rebuild_rankings").text)
+        self.assertIn("2 stuck locks", driver.find_element(By.ID, "lock-summary").text)
+        self.screenshot("admin-locks.png")
+
+        row.find_element(By.LINK_TEXT, "sync_contests").click()
+        self.wait_for("#recent-runs")
+        self.assertIn("Last 9 runs", driver.find_element(By.ID, "recent-runs").text)
+        driver.find_element(By.ID, "force-release").click()
+
+        confirm = self.wait_for("#confirm-force-release")
+        self.assertIn(HOLDER, driver.find_element(By.ID, "force-release-locks").text)
+        confirm.click()
+
+        message = self.wait_for(".messagelist .success").text
+        self.assertIn(f"Released sync_contests: holder was {HOLDER} (token 9); new token 10.", message)
+        row = self.lock_row("sync_contests")
+        self.assertIn("free", row.find_element(By.CSS_SELECTOR, ".field-state").text)
+        self.assertIn("released", row.find_element(By.CSS_SELECTOR, ".field-lease").text)
+        self.assertIn("10", row.find_element(By.CSS_SELECTOR, ".field-token").text)
+
+        lock = SyncLock.objects.get(job_name="sync_contests")
+        self.assertIsNone(lock.locked_until)
+        self.assertEqual(lock.token, 10)
+        with self.assertRaises(api.LockLost):  # the old holder is fenced out
+            api.renew(lease=self.lease)
+        entry = LogEntry.objects.get()
+        self.assertEqual(entry.user.username, "operator")
+        self.assertIn(HOLDER, entry.get_change_message())
+
+        driver.get(f"{self.live_server_url}/admin/locks/jobrun/")
+        self.wait_for("#result_list")
+        self.assertEqual(len(driver.find_elements(By.CSS_SELECTOR, "#result_list tbody tr")), 9)
+        self.assertIn("Call limit exceeded", driver.find_element(By.ID, "result_list").text)
+        self.screenshot("admin-runs.png")
