@@ -240,6 +240,7 @@ class ForceReleaseInTheBrowser(StaticLiveServerTestCase):
         self.assertIn("free", row.find_element(By.CSS_SELECTOR, ".field-state").text)
         self.assertIn("released", row.find_element(By.CSS_SELECTOR, ".field-lease").text)
         self.assertIn("10", row.find_element(By.CSS_SELECTOR, ".field-token").text)
+        self.assertNotIn(HOLDER, row.text)  # a released lease keeps no holder
 
         lock = SyncLock.objects.get(job_name="sync_contests")
         self.assertIsNone(lock.locked_until)
