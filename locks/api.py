@@ -321,6 +321,13 @@ def force_release(*, job: str, by: str = "") -> ForcedRelease:
             last_status=RunStatus.RELEASED,
             last_error=f"force-released by {by or 'unknown'}; holder was {row['holder']}",
         ):
+            # The released holder's run can no longer finish under its lease; if the
+            # holder is alive its own bookkeeping may still overwrite this.
+            JobRun.objects.for_job(job).filter(token=row["token"], status=RunStatus.RUNNING).update(
+                status=RunStatus.LOST_LOCK,
+                finished_at=Now(),
+                error=f"force-released by {by or 'unknown'}",
+            )
             logger.warning(
                 "job=%s force-released by %s; previous holder %s (token %s), new token %s",
                 job,
@@ -494,7 +501,13 @@ def _record_finish(lease: Lease, run_id, result: RunResult) -> None:
         "lost_lock": RunStatus.LOST_LOCK,
     }[result.outcome]
     try:
-        release(lease=lease, status=status, error=result.error)
+        if not release(lease=lease, status=status, error=result.error) and status == RunStatus.SUCCEEDED:
+            # The job finished, but the lease had changed hands meanwhile: its
+            # work may have overlapped another holder's.
+            status, result.outcome = RunStatus.LOST_LOCK, "lost_lock"
+            result.error = (
+                f"lease on {lease.job} (token {lease.token}) was taken over before the run finished"
+            )
         if run_id is not None:
             JobRun.objects.filter(pk=run_id).update(
                 finished_at=Now(), status=status, stats=result.stats, error=result.error

@@ -114,3 +114,34 @@ def test_release_of_an_unknown_job_exits_1(db_url):
 
     assert proc.returncode == 1
     assert proc.stderr.strip() == "CommandError: no lock named 'nope' (known jobs: none yet)"
+
+
+def test_release_closes_the_released_holders_run(transactional_db):
+    # A holder that died mid-run leaves its JobRun "running"; the release closes it.
+    def die_holding(lease):
+        api.force_release(job="sync_contests", by="ops")
+        return {}
+
+    from locks.models import JobRun
+
+    api.run_locked(job="sync_contests", tick=TICK, ttl=TTL, fn=die_holding)
+    run = JobRun.objects.get()
+    # It finished, but its lease had changed hands: recorded as such, not as a success.
+    assert (run.status, run.error) == (
+        "lost_lock",
+        "lease on sync_contests (token 1) was taken over before the run finished",
+    )
+
+    lease = api.acquire(job="sync_contests", tick=None, ttl=TTL)
+    JobRun.objects.create(
+        job_name="sync_contests",
+        tick=None,
+        holder=lease.holder,
+        token=lease.token,
+        started_at=lease.acquired_at,
+    )
+    _call("release", "sync_contests")
+
+    closed = JobRun.objects.get(token=lease.token)
+    assert (closed.status, closed.error) == ("lost_lock", "force-released by manage.py locks release")
+    assert closed.finished_at is not None
