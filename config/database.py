@@ -5,19 +5,25 @@ One code path (the ORM) serves every backend; only connection options differ.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import unquote_plus, urlsplit
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
+from pymongo import uri_parser
+from pymongo.errors import ConfigurationError
 
 # Seconds to wait for a connection before a tick is skipped (lock semantic 8).
 CONNECT_TIMEOUT = 5
 # Seconds an SQLite writer waits for another process's write transaction.
 SQLITE_BUSY_TIMEOUT = 30
+# Seconds a MongoDB operation may wait on a silent peer before it fails.
+MONGODB_SOCKET_TIMEOUT = 30
 
 SQL_SCHEMES = {"sqlite", "postgres", "postgresql", "pgsql", "postgis"}
 MONGO_SCHEMES = {"mongodb", "mongodb+srv"}
+MONGODB_ENGINE = "config.mongodb"
 
 
 def database_from_url(url: str, *, base_dir: Path) -> dict:
@@ -71,23 +77,84 @@ def _postgres(config: dict) -> dict:
 
 
 def _mongodb(url: str) -> dict:
-    name = urlsplit(url).path.lstrip("/")
+    """The connection string goes to the backend unchanged (``HOST``): pymongo
+    parses it when it connects. It is checked here first, offline (no SRV
+    lookup), so a typo stops start-up with a clear message instead of a
+    traceback on the first tick."""
+    try:
+        parsed = _parse_mongodb_url(url)
+    except ConfigurationError as exc:  # pymongo's InvalidURI is one
+        raise ImproperlyConfigured(f"DATABASE_URL is not a valid MongoDB connection string: {exc}") from exc
+    name, options = parsed
     if not name:
         raise ImproperlyConfigured(
             "A MongoDB DATABASE_URL must name the database: mongodb://host:27017/contests"
         )
+    given = {key.lower(): value for key, value in options.items()}
+    write_concern = str(given.get("w", "majority"))
+    if write_concern != "majority":
+        raise ImproperlyConfigured(
+            f"DATABASE_URL sets w={write_concern}: the job lock needs majority write concern "
+            "(a lease acknowledged by one replica-set member can be lost in a failover). "
+            "Remove w= from the URL; majority is the default here."
+        )
     timeout_ms = CONNECT_TIMEOUT * 1000
+    defaults = {
+        # An unreachable cluster is a skipped tick after 5 s, not a hang (lock semantic 8).
+        "serverSelectionTimeoutMS": timeout_ms,
+        "connectTimeoutMS": timeout_ms,
+        # A peer that vanishes mid-operation is noticed, not waited for forever.
+        "socketTimeoutMS": MONGODB_SOCKET_TIMEOUT * 1000,
+        # Lock writes are acknowledged by a majority of a replica set, so a
+        # failover cannot roll back a lease its holder was told it has. A
+        # standalone server treats majority as its own acknowledgement.
+        "w": "majority",
+        # Without a bound, a majority write waits forever for lagging secondaries.
+        "wTimeoutMS": timeout_ms,
+        "appname": "cf-contest-sync",
+    }
     return {
-        "ENGINE": "django_mongodb_backend",
-        # The backend parses the connection string itself.
+        # django_mongodb_backend, reporting an unreachable server the Django way.
+        "ENGINE": MONGODB_ENGINE,
         "HOST": url,
         "NAME": name,
-        "OPTIONS": {
-            "serverSelectionTimeoutMS": timeout_ms,
-            "connectTimeoutMS": timeout_ms,
-        },
+        # Options in the URL win; OPTIONS would override them (pymongo's rule).
+        "OPTIONS": {key: value for key, value in defaults.items() if key.lower() not in given},
     }
 
 
+def _parse_mongodb_url(url: str) -> tuple[str, Mapping]:
+    """(database name, options) of a ``mongodb://`` or ``mongodb+srv://`` URL,
+    validated by pymongo's own parser. An SRV URL is checked without the DNS
+    lookup pymongo's ``parse_uri`` would make for it."""
+    scheme, _, rest = url.partition("://")
+    if scheme.lower() == "mongodb":
+        parsed = uri_parser.parse_uri(url)
+        return parsed["database"] or "", parsed["options"]
+    hosts_and_name, _, query = rest.partition("?")
+    hosts, _, name = hosts_and_name.partition("/")
+    nodes = uri_parser.split_hosts(hosts.rpartition("@")[2], default_port=None)
+    if len(nodes) != 1 or nodes[0][1] is not None:
+        raise ConfigurationError("a mongodb+srv:// URL names exactly one host name and no port")
+    options = uri_parser.split_options(query) if query else {}
+    return unquote_plus(name).split(".", 1)[0], options
+
+
 def is_mongodb(config: dict) -> bool:
-    return config["ENGINE"] == "django_mongodb_backend"
+    return config["ENGINE"] in {MONGODB_ENGINE, "django_mongodb_backend"}
+
+
+# What django-mongodb-backend needs besides the connection ("Configuring a
+# project"), applied by settings only when MongoDB is selected: every model
+# gets an ObjectId primary key, so the apps whose SQL migrations create
+# integer ids (Django's contrib apps and ours) get MongoDB migrations of
+# their own in mongo_migrations/.
+MONGODB_AUTO_FIELD = "django_mongodb_backend.fields.ObjectIdAutoField"
+MONGODB_APP_CONFIGS = {
+    "django.contrib.admin": "config.mongodb.apps.MongoAdminConfig",
+    "django.contrib.auth": "config.mongodb.apps.MongoAuthConfig",
+    "django.contrib.contenttypes": "config.mongodb.apps.MongoContentTypesConfig",
+}
+MONGODB_MIGRATION_MODULES = {
+    label: f"mongo_migrations.{label}" for label in ("admin", "auth", "contenttypes", "locks", "contests")
+}

@@ -6,7 +6,13 @@ from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
 
-from config.database import database_from_url, is_mongodb
+from config.database import (
+    MONGODB_APP_CONFIGS,
+    MONGODB_AUTO_FIELD,
+    MONGODB_MIGRATION_MODULES,
+    database_from_url,
+    is_mongodb,
+)
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -84,8 +90,6 @@ DATABASES = {
     "default": database_from_url(os.environ.get("DATABASE_URL") or "sqlite:///db.sqlite3", base_dir=BASE_DIR)
 }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
-if is_mongodb(DATABASES["default"]):
-    DEFAULT_AUTO_FIELD = "django_mongodb_backend.fields.ObjectIdAutoField"
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
@@ -161,3 +165,12 @@ CRONTAB_COMMAND_PREFIX = " ".join(
 # the next tick from it. Named here because `locks` never imports the apps
 # whose jobs it runs.
 LOCKS_SCHEDULES = {"sync_contests": SYNC_CONTESTS_SCHEDULE}
+
+# --- MongoDB (README "MongoDB") --------------------------------------------
+# Only when DATABASE_URL is mongodb:// or mongodb+srv://: ObjectId primary keys,
+# contrib AppConfigs that do not pin AutoField, and the migrations in
+# mongo_migrations/. SQLite and PostgreSQL keep the apps' own migrations.
+if is_mongodb(DATABASES["default"]):
+    DEFAULT_AUTO_FIELD = MONGODB_AUTO_FIELD
+    INSTALLED_APPS = [MONGODB_APP_CONFIGS.get(app, app) for app in INSTALLED_APPS]
+    MIGRATION_MODULES = MONGODB_MIGRATION_MODULES
