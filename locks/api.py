@@ -211,10 +211,8 @@ def acquire(*, job: str, tick: datetime | None, ttl: timedelta, holder: str | No
             .first()
         )
         if state is None:
-            lease = _create(job=job, tick=tick, ttl=ttl, holder=holder)
-            if lease is not None:
-                return lease
-            continue  # someone else created the row first: compete on it
+            _create(job=job)
+            continue  # the row exists now: compete on it
         _warn_on_skew(job=job, db_now=state["db_now"])
         if state["locked_until"] is not None and state["locked_until"] >= state["db_now"]:
             return Skip(job, tick, "held", state["holder"], state["locked_until"], state["tick"])
@@ -231,26 +229,22 @@ def _tick_claimant(*, job: str, tick: datetime) -> str:
     return holder or "an earlier run"
 
 
-def _create(*, job: str, tick: datetime | None, ttl: timedelta, holder: str) -> Lease | None:
-    """First use of a job: the INSERT is the compare-and-set (unique job_name)."""
+def _create(*, job: str) -> None:
+    """First use of a job: insert its row, free, for the compare-and-set to
+    claim. A unique-key clash means another contender inserted it first,
+    which serves as well. Plain values only: MongoDB cannot insert
+    expressions such as ``Now()``."""
+    using = router.db_for_write(SyncLock)
+    table = SyncLock._meta.db_table
+    if table not in connections[using].introspection.table_names():
+        # MongoDB would create the collection on insert, without the unique
+        # index on job_name that makes this insert, and so the lock, safe.
+        raise LockError(f"the lock table {table} is missing: run `python manage.py migrate`")
     try:
-        with transaction.atomic(using=router.db_for_write(SyncLock)):
-            SyncLock.objects.create(
-                job_name=job,
-                holder=holder,
-                token=1,
-                acquired_at=Now(),
-                locked_until=_expires(ttl),
-                heartbeat_at=Now(),
-                tick=tick,
-                last_started_at=Now(),
-                last_status=RunStatus.RUNNING,
-            )
+        with transaction.atomic(using=using):
+            SyncLock.objects.create(job_name=job)
     except IntegrityError:
-        return None
-    acquired_at = SyncLock.objects.filter(job_name=job, token=1).values_list("acquired_at", flat=True).first()
-    _warn_on_skew(job=job, db_now=acquired_at)
-    return Lease(job=job, holder=holder, token=1, tick=tick, ttl=ttl, acquired_at=acquired_at)
+        pass
 
 
 def _warn_on_skew(*, job: str, db_now: datetime | None) -> None:
