@@ -8,7 +8,8 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from datetime import datetime
 
-from django.db import transaction
+from django.db import NotSupportedError, transaction
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from contests.codeforces import CodeforcesClient, CodeforcesError, ContestRecord
@@ -122,8 +123,26 @@ def sync_codeforces_contests(
 
 
 def prune_stale_reminders(*, now: datetime | None = None) -> int:
-    """One set-based DELETE of reminders that can no longer fire."""
-    deleted, _ = Reminder.objects.stale(now=now or timezone.now()).delete()
+    """One set-based DELETE of reminders that can no longer fire.
+
+    SQL backends delete through the join to the contest in one statement.
+    MongoDB cannot delete across collections (the backend raises
+    ``NotSupportedError`` before sending anything), so there the stale
+    reminders' keys are read first and the delete matches them.
+    """
+    stale = Reminder.objects.stale(now=now or timezone.now())
+    try:
+        deleted, _ = stale.delete()
+    except NotSupportedError:
+        deleted = delete_by_pk(stale)
+    return deleted
+
+
+def delete_by_pk(queryset: QuerySet) -> int:
+    """Delete what ``queryset`` selects by first reading its primary keys:
+    the portable form of a delete whose filter spans a join."""
+    pks = list(queryset.values_list("pk", flat=True))
+    deleted, _ = queryset.model._base_manager.using(queryset.db).filter(pk__in=pks).delete()
     return deleted
 
 
