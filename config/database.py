@@ -83,7 +83,7 @@ def _mongodb(url: str) -> dict:
     traceback on the first tick."""
     try:
         parsed = _parse_mongodb_url(url)
-    except ConfigurationError as exc:  # pymongo's InvalidURI is one
+    except (ConfigurationError, ValueError) as exc:  # pymongo's InvalidURI is the first
         raise ImproperlyConfigured(f"DATABASE_URL is not a valid MongoDB connection string: {exc}") from exc
     name, options = parsed
     if not name:

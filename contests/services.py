@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from datetime import datetime
 
-from django.db import NotSupportedError, transaction
+from django.db import connections, router, transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
@@ -20,6 +20,9 @@ logger = logging.getLogger(__name__)
 
 SYNCED_FIELDS = ("name", "type", "phase", "frozen", "start_time", "duration")
 BATCH_SIZE = 1000
+# Backends whose delete() can filter through a join: Django's SQL backends.
+# Others (MongoDB) take the portable form, delete_by_pk().
+JOIN_DELETE_VENDORS = frozenset({"postgresql", "sqlite", "mysql", "oracle"})
 
 
 @dataclass
@@ -126,23 +129,25 @@ def prune_stale_reminders(*, now: datetime | None = None) -> int:
     """One set-based DELETE of reminders that can no longer fire.
 
     SQL backends delete through the join to the contest in one statement.
-    MongoDB cannot delete across collections (the backend raises
-    ``NotSupportedError`` before sending anything), so there the stale
-    reminders' keys are read first and the delete matches them.
+    MongoDB cannot delete across collections, so there the stale reminders'
+    keys are read first and the delete matches them (``delete_by_pk``).
     """
     stale = Reminder.objects.stale(now=now or timezone.now())
-    try:
+    if connections[router.db_for_write(Reminder)].vendor in JOIN_DELETE_VENDORS:
         deleted, _ = stale.delete()
-    except NotSupportedError:
-        deleted = delete_by_pk(stale)
-    return deleted
+        return deleted
+    return delete_by_pk(stale)
 
 
 def delete_by_pk(queryset: QuerySet) -> int:
-    """Delete what ``queryset`` selects by first reading its primary keys:
-    the portable form of a delete whose filter spans a join."""
-    pks = list(queryset.values_list("pk", flat=True))
-    deleted, _ = queryset.model._base_manager.using(queryset.db).filter(pk__in=pks).delete()
+    """Delete what ``queryset`` selects by reading its primary keys first: the
+    portable form of a delete whose filter spans a join."""
+    using = router.db_for_write(queryset.model)
+    pks = list(queryset.using(using).values_list("pk", flat=True))
+    deleted = 0
+    for batch in _batches(pks):
+        count, _ = queryset.model._base_manager.using(using).filter(pk__in=batch).delete()
+        deleted += count
     return deleted
 
 

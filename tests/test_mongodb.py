@@ -1,0 +1,435 @@
+"""The lock and sync contracts against a real MongoDB server.
+
+Skipped unless ``MONGODB_URI`` names a server. With a local replica set
+(README "MongoDB")::
+
+    mongod --replSet rs0 --dbpath /tmp/rs0 --port 27017 --bind_ip 127.0.0.1 &
+    mongosh --quiet --eval 'rs.initiate()'
+    MONGODB_URI='mongodb://127.0.0.1:27017/?replicaSet=rs0' DJANGO_DEBUG=1 \\
+        .venv/bin/python -m pytest tests/test_mongodb.py
+
+Each run migrates a database of its own (``cfsync_test_<random>``) and drops it
+at the end. Every step runs as its own OS process whose ``DATABASE_URL`` is that
+database, as the project runs in production: ``manage.py sync_contests`` for
+the sync, and this module as a script (``python -m tests.test_mongodb STEP``)
+for single lock operations. The pytest process, on the SQL test settings, only
+starts them, serves the Codeforces stand-in and reads what they print.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import secrets
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from tests.conftest import ROOT, manage, project_env
+from tests.standin import load_fixture
+
+MONGODB_URI = os.environ.get("MONGODB_URI", "")
+HOW_TO_RUN = (
+    "MongoDB contract tests need a server: set MONGODB_URI, e.g. "
+    "MONGODB_URI='mongodb://127.0.0.1:27017/?replicaSet=rs0' after "
+    '`mongod --replSet rs0 …` and `rs.initiate()` (README "MongoDB")'
+)
+
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(not MONGODB_URI, reason=HOW_TO_RUN)]
+
+TICK = "2026-01-01T10:00:00+00:00"
+
+
+def with_database(uri: str, name: str) -> str:
+    """``uri`` naming database ``name``; credentials keep authenticating where they did."""
+    scheme, _, rest = uri.partition("://")
+    hosts_and_path, _, query = rest.partition("?")
+    hosts, _, old_name = hosts_and_path.partition("/")
+    options = [option for option in query.split("&") if option]
+    if "@" in hosts and not any(option.lower().startswith("authsource=") for option in options):
+        options.append(f"authSource={old_name or 'admin'}")
+    return f"{scheme}://{hosts}/{name}" + (f"?{'&'.join(options)}" if options else "")
+
+
+def drop_database(url: str) -> None:
+    from pymongo import MongoClient
+
+    client = MongoClient(url, serverSelectionTimeoutMS=5000)
+    try:
+        client.drop_database(client.get_default_database().name)
+    finally:
+        client.close()
+
+
+@pytest.fixture(scope="module")
+def mongo_url() -> Iterator[str]:
+    """A migrated database of this run's own."""
+    url = with_database(MONGODB_URI, f"cfsync_test_{secrets.token_hex(4)}")
+    try:
+        done = manage("migrate", "--noinput", env=project_env(DATABASE_URL=url), timeout=300)
+        assert done.returncode == 0, f"migrate against {MONGODB_URI} failed:\n{done.stderr}"
+        yield url
+    finally:
+        drop_database(url)
+
+
+@pytest.fixture
+def mongo(mongo_url) -> str:
+    """The database, emptied of locks, runs, contests and reminders."""
+    step(mongo_url, "reset")
+    return mongo_url
+
+
+def step(url: str, name: str, **arguments) -> dict:
+    """Run one driver step (below) in a new process against ``url``; its JSON answer."""
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.test_mongodb", name, json.dumps(arguments)],
+        cwd=ROOT,
+        env=project_env(DATABASE_URL=url),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, f"step {name} failed:\n{done.stderr}"
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def sync(url: str, *args: str, standin) -> subprocess.CompletedProcess:
+    env = project_env(DATABASE_URL=url, CODEFORCES_API_URL=standin.url)
+    return manage("sync_contests", *args, env=env, timeout=120)
+
+
+def outcome(done: subprocess.CompletedProcess) -> str:
+    found = re.search(r"\boutcome=(\w+)", done.stdout)
+    assert found, done.stdout + done.stderr
+    return found.group(1)
+
+
+def stats(done: subprocess.CompletedProcess) -> dict[str, int]:
+    return {key: int(value) for key, value in re.findall(r"\b(\w+)=(\d+)\b", done.stdout)}
+
+
+def expected_contests() -> int:
+    return len(load_fixture()["result"])
+
+
+# --- the sync -------------------------------------------------------------------
+
+
+def test_one_tick_runs_once_across_processes(mongo, standin):
+    """Lock semantics 1 and 3: four copies fire on the same tick, one syncs."""
+    env = project_env(DATABASE_URL=mongo, CODEFORCES_API_URL=standin.url)
+    command = [sys.executable, str(ROOT / "manage.py"), "sync_contests", "--tick", TICK]
+    copies = [
+        subprocess.Popen(
+            command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        for _ in range(4)
+    ]
+    results = [copy.communicate(timeout=120) for copy in copies]
+
+    assert [copy.returncode for copy in copies] == [0, 0, 0, 0], results
+    outcomes = sorted(re.search(r"outcome=(\w+)", out).group(1) for out, _err in results)
+    assert outcomes == ["skipped", "skipped", "skipped", "succeeded"], results
+    assert standin.calls == 1
+    state = step(mongo, "state")
+    assert state["contests"] == expected_contests()
+    assert [(run["tick"], run["status"]) for run in state["runs"]] == [(TICK, "succeeded")]
+    assert len(state["locks"]) == 1
+    assert state["locks"][0]["token"] == 1
+    assert state["locks"][0]["locked_until"] is None
+
+    late = sync(mongo, "--tick", TICK, standin=standin)  # same slot, after the winner finished
+
+    assert late.returncode == 0
+    assert outcome(late) == "skipped"
+    assert "already claimed" in late.stdout
+    assert standin.calls == 1
+
+
+def test_a_second_sync_of_the_same_answer_writes_nothing(mongo, standin):
+    first = sync(mongo, "--force", standin=standin)
+    before = step(mongo, "state")
+
+    second = sync(mongo, "--force", standin=standin)
+    after = step(mongo, "state")
+
+    assert outcome(first) == outcome(second) == "succeeded", first.stderr + second.stderr
+    assert stats(first)["created"] == expected_contests()
+    assert stats(second)["created"] == stats(second)["updated"] == stats(second)["removed"] == 0
+    assert stats(second)["unchanged"] == expected_contests()
+    assert after["contest_digest"] == before["contest_digest"]  # updated_at included
+    assert after["contests"] == before["contests"] == expected_contests()
+
+
+BROKEN_ANSWERS = [
+    pytest.param(500, b'{"status":"FAILED","comment":"internal"}', id="http-500"),
+    pytest.param(200, b"<html>maintenance</html>", id="not-json"),
+    pytest.param(200, b'{"status":"FAILED","comment":"contestId: bad"}', id="failed"),
+    pytest.param(200, b'{"status":"OK","result":[]}', id="empty-while-known"),
+    pytest.param(200, b'{"status":"OK","result":{"id":1}}', id="not-a-list"),
+    pytest.param(
+        200, json.dumps({"status": "OK", "result": [{"id": -1}] * 10}).encode(), id="mostly-invalid"
+    ),
+]
+
+
+@pytest.mark.parametrize(("status", "body"), BROKEN_ANSWERS)
+def test_a_broken_api_answer_changes_nothing(mongo, standin, status, body):
+    good = sync(mongo, "--force", standin=standin)
+    before = step(mongo, "state")
+    standin.status, standin.body = status, body
+
+    broken = sync(mongo, "--force", standin=standin)
+    after = step(mongo, "state")
+
+    assert outcome(good) == "succeeded"
+    assert broken.returncode == 1, broken.stdout + broken.stderr
+    assert outcome(broken) == "failed"
+    assert "Traceback" not in broken.stderr
+    assert after["contest_digest"] == before["contest_digest"]
+    assert after["contests"] == expected_contests()
+    assert [run["status"] for run in after["runs"]] == ["failed", "succeeded"]
+    assert after["locks"][0]["locked_until"] is None  # released, with the failure recorded
+    assert after["locks"][0]["last_status"] == "failed"
+
+
+def test_stale_reminders_are_pruned_without_a_join_delete(mongo):
+    """MongoDB cannot delete across collections: the portable form runs."""
+    result = step(mongo, "prune")
+
+    assert result["deleted"] == 3
+    assert result["kept"] == [4, 5]
+
+
+# --- the lock ---------------------------------------------------------------------
+
+
+def test_an_expired_lease_is_taken_over_by_the_next_holder(mongo):
+    """Lock semantic 4: a holder that died leaves a lease that expires by itself."""
+    dead = step(mongo, "acquire", job="expiry", ttl=3.0)  # the process ends, never releasing
+    during = step(mongo, "acquire", job="expiry", ttl=3.0)
+    time.sleep(3.2)  # dead's lease ran out (by the database clock) before the next start
+    after = step(mongo, "acquire", job="expiry", ttl=3.0)
+
+    assert dead["lease"] and dead["token"] == 1
+    assert during["skip"] == "held" and during["holder"] == dead["holder"]
+    assert after["lease"] and after["token"] == 2
+    assert after["holder"] != dead["holder"]
+
+
+def test_the_heartbeat_keeps_a_long_job_its_lease(mongo):
+    """Lock semantic 5: a job running longer than its TTL keeps the lease."""
+    env = project_env(DATABASE_URL=mongo)
+    arguments = json.dumps({"job": "heartbeat", "ttl": 2.0, "work": 8.0})
+    holder = subprocess.Popen(
+        [sys.executable, "-m", "tests.test_mongodb", "hold", arguments],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        started = json.loads(holder.stdout.readline())
+        time.sleep(4.5)  # over twice the TTL: without renewals the lease would be gone
+        contender = step(mongo, "acquire", job="heartbeat", ttl=2.0)
+        out, err = holder.communicate(timeout=60)
+    finally:
+        holder.kill()
+    finished = json.loads(out.splitlines()[-1])
+
+    assert contender.get("skip") == "held", (contender, err)
+    assert contender["holder"] == started["holder"]
+    assert finished["outcome"] == "succeeded", err
+    state = step(mongo, "state")
+    lock = next(lock for lock in state["locks"] if lock["job_name"] == "heartbeat")
+    assert lock["heartbeat_at"] > lock["acquired_at"]
+    assert lock["last_status"] == "succeeded"
+
+
+def test_a_stale_token_can_neither_renew_nor_release(mongo):
+    """Lock semantic 7, across processes: after a takeover and after a force
+    release, the old holder's token matches nothing."""
+    old = step(mongo, "acquire", job="fencing", ttl=1.0)
+    time.sleep(1.5)
+    new = step(mongo, "acquire", job="fencing", ttl=60.0)
+    stale = step(mongo, "renew_release", job="fencing", holder=old["holder"], token=old["token"], ttl=1.0)
+    still = step(mongo, "state")
+
+    assert new["token"] == old["token"] + 1
+    assert stale == {"renewed": False, "released": False}
+    lock = next(lock for lock in still["locks"] if lock["job_name"] == "fencing")
+    assert lock["holder"] == new["holder"]
+    assert lock["locked_until"] is not None
+
+    forced = step(mongo, "force_release", job="fencing")
+    after_force = step(
+        mongo, "renew_release", job="fencing", holder=new["holder"], token=new["token"], ttl=60.0
+    )
+
+    assert forced == {"was_held": True, "previous_token": new["token"], "token": new["token"] + 1}
+    assert after_force == {"renewed": False, "released": False}
+
+
+def test_the_lock_refuses_a_database_that_was_not_migrated():
+    """MongoDB would create the collection on first insert, without the unique
+    index the lock relies on: the lock stops instead."""
+    bare = with_database(MONGODB_URI, f"cfsync_bare_{secrets.token_hex(4)}")
+    try:
+        result = step(bare, "acquire", job="bare", ttl=1.0)
+    finally:
+        drop_database(bare)
+
+    assert "lock table locks_synclock is missing: run `python manage.py migrate`" in result["error"]
+
+
+def test_writes_use_majority_write_concern(mongo):
+    result = step(mongo, "write_concern")
+
+    assert result["write_concern"]["w"] == "majority"
+    assert 0 < result["write_concern"]["wtimeout"] <= 5000
+
+
+# --- the driver: one step per process, run as ``python -m tests.test_mongodb`` ---
+
+
+def _iso(value):
+    return value.isoformat() if isinstance(value, datetime) else value
+
+
+def step_reset() -> dict:
+    from contests.models import Contest, Reminder
+    from locks.models import JobRun, SyncLock
+
+    for model in (Reminder, Contest, JobRun, SyncLock):
+        model.objects.all().delete()
+    return {"reset": True}
+
+
+def step_state() -> dict:
+    from contests.models import Contest
+    from locks.models import JobRun, SyncLock
+
+    rows = Contest.objects.order_by("contest_id").values_list(
+        "contest_id", "fingerprint", "name", "start_time", "removed_at", "updated_at"
+    )
+    digest = hashlib.sha256(json.dumps([[_iso(v) for v in row] for row in rows]).encode()).hexdigest()
+    locks = [
+        {key: _iso(value) for key, value in row.items() if key != "id"}
+        for row in SyncLock.objects.order_by("job_name").values()
+    ]
+    runs = [
+        {"tick": _iso(tick), "status": status}
+        for tick, status in JobRun.objects.order_by("-started_at").values_list("tick", "status")
+    ]
+    return {"contests": len(rows), "contest_digest": digest, "locks": locks, "runs": runs}
+
+
+def step_acquire(*, job: str, ttl: float) -> dict:
+    from locks import api
+
+    try:
+        got = api.acquire(job=job, tick=None, ttl=timedelta(seconds=ttl))
+    except api.LockError as exc:
+        return {"error": str(exc)}
+    if isinstance(got, api.Skip):
+        return {"skip": got.reason, "holder": got.holder}
+    return {"lease": True, "holder": got.holder, "token": got.token}
+
+
+def step_hold(*, job: str, ttl: float, work: float) -> dict:
+    from locks import api
+
+    def work_while_holding(lease: api.Lease) -> dict:
+        print(json.dumps({"holder": lease.holder, "token": lease.token}), flush=True)
+        time.sleep(work)
+        lease.check()
+        return {}
+
+    result = api.run_locked(job=job, tick=None, ttl=timedelta(seconds=ttl), fn=work_while_holding)
+    return {"outcome": result.outcome, "error": result.error}
+
+
+def step_renew_release(*, job: str, holder: str, token: int, ttl: float) -> dict:
+    from locks import api
+
+    lease = api.Lease(
+        job=job,
+        holder=holder,
+        token=token,
+        tick=None,
+        ttl=timedelta(seconds=ttl),
+        acquired_at=datetime.now(UTC),
+    )
+    try:
+        api.renew(lease=lease)
+        renewed = True
+    except api.LockLost:
+        renewed = False
+    return {"renewed": renewed, "released": api.release(lease=lease, status="succeeded")}
+
+
+def step_force_release(*, job: str) -> dict:
+    from locks import api
+
+    released = api.force_release(job=job, by="tests.test_mongodb")
+    return {"was_held": released.was_held, "previous_token": released.previous_token, "token": released.token}
+
+
+def step_prune() -> dict:
+    from django.contrib.auth import get_user_model
+
+    from contests.models import Contest, Reminder
+    from contests.services import prune_stale_reminders
+
+    now = datetime(2026, 1, 1, 12, tzinfo=UTC)
+    user = get_user_model().objects.create_user(f"reminded-{secrets.token_hex(4)}")
+    for contest_id, start, phase, removed in [
+        (1, now - timedelta(hours=1), "CODING", False),
+        (2, now - timedelta(days=2), "FINISHED", False),
+        (3, now + timedelta(days=1), "BEFORE", True),
+        (4, now + timedelta(days=1), "BEFORE", False),
+        (5, now + timedelta(days=3), "BEFORE", False),
+    ]:
+        contest = Contest.objects.create(
+            contest_id=contest_id,
+            name=f"Round {contest_id}",
+            type="CF",
+            phase=phase,
+            start_time=start,
+            duration=timedelta(hours=2),
+            fingerprint="x",
+            updated_at=now,
+            removed_at=now if removed else None,
+        )
+        Reminder.objects.create(user=user, contest=contest, remind_at=start - timedelta(minutes=30))
+    deleted = prune_stale_reminders(now=now)
+    kept = sorted(Reminder.objects.values_list("contest__contest_id", flat=True))
+    return {"deleted": deleted, "kept": kept}
+
+
+def step_write_concern() -> dict:
+    from django.db import connection
+
+    connection.ensure_connection()
+    return {"write_concern": connection.connection.write_concern.document}
+
+
+def main() -> None:
+    import django
+
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+    django.setup()
+    name, arguments = sys.argv[1], json.loads(sys.argv[2] if len(sys.argv) > 2 else "{}")
+    print(json.dumps(globals()[f"step_{name}"](**arguments)), flush=True)
+
+
+if __name__ == "__main__":
+    main()

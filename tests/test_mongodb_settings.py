@@ -1,0 +1,461 @@
+"""MongoDB support that can be checked without a MongoDB server.
+
+The settings a ``mongodb://`` or ``mongodb+srv://`` URL selects, the MongoDB
+migration modules being complete, what an unreachable cluster does to a tick,
+and that the lock and sync code use only operations the backend has. The
+contract tests against a real server are in ``tests/test_mongodb.py``.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+import socket
+import subprocess
+import sys
+import textwrap
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from config.database import CONNECT_TIMEOUT, database_from_url
+from tests.conftest import ROOT, manage, project_env
+
+MONGODB_ENGINE = "config.mongodb"
+OBJECT_ID = "django_mongodb_backend.fields.ObjectIdAutoField"
+
+
+def closed_port() -> int:
+    """A loopback port nothing listens on: connections to it are refused."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def parse(url: str) -> dict:
+    return database_from_url(url, base_dir=ROOT)
+
+
+def run_python(script: str, *, database_url: str) -> subprocess.CompletedProcess:
+    """``script`` in a new process whose settings come from ``database_url``."""
+    env = project_env(DATABASE_URL=database_url, DJANGO_SETTINGS_MODULE="config.settings")
+    return subprocess.run(
+        [sys.executable, "-c", "import django\ndjango.setup()\n" + script],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+# --- DATABASE_URL → DATABASES["default"] -------------------------------------
+
+URL_FORMS = [
+    pytest.param("mongodb://localhost:27017/contests", id="standalone"),
+    pytest.param(
+        "mongodb://sync:p%40ss@db1.example.net:27017,db2.example.net:27018/contests"
+        "?replicaSet=rs0&authSource=admin",
+        id="replica-set",
+    ),
+    # .invalid never resolves: the settings must not look the SRV record up.
+    pytest.param("mongodb+srv://sync:pass@cluster0.example.invalid/contests?retryWrites=true", id="srv"),
+]
+
+
+@pytest.mark.parametrize("url", URL_FORMS)
+def test_a_mongodb_url_selects_the_backend_with_bounded_timeouts(url):
+    config = parse(url)
+
+    assert config["ENGINE"] == MONGODB_ENGINE
+    assert config["HOST"] == url  # the backend and pymongo parse it themselves
+    assert config["NAME"] == "contests"
+    options = config["OPTIONS"]
+    assert options["serverSelectionTimeoutMS"] == CONNECT_TIMEOUT * 1000 <= 5000
+    assert options["connectTimeoutMS"] == CONNECT_TIMEOUT * 1000 <= 5000
+    assert options["w"] == "majority"
+    assert 0 < options["wTimeoutMS"] <= 5000
+    assert options["socketTimeoutMS"] > 0
+
+
+def test_options_in_the_url_win_over_the_defaults():
+    config = parse("mongodb://localhost/contests?serverselectiontimeoutms=1500&W=majority&appName=mine")
+
+    assert "serverSelectionTimeoutMS" not in config["OPTIONS"]
+    assert "w" not in config["OPTIONS"]
+    assert "appname" not in config["OPTIONS"]
+    assert config["OPTIONS"]["connectTimeoutMS"] == 5000
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("mongodb://localhost:27017/", "must name the database"),
+        ("mongodb://localhost:27017", "must name the database"),
+        ("mongodb+srv://cluster0.example.invalid/?retryWrites=true", "must name the database"),
+        ("mongodb://localhost/contests?w=1", "w=1: the job lock needs majority write concern"),
+        ("mongodb://localhost:port/contests", "not a valid MongoDB connection string"),
+        (
+            "mongodb://localhost/contests?serverSelectionTimeoutMS=soon",
+            "not a valid MongoDB connection string",
+        ),
+        ("mongodb+srv://cluster0.example.invalid:27017/contests", "exactly one host name and no port"),
+        ("mongodb+srv://a.example.invalid,b.example.invalid/contests", "exactly one host name and no port"),
+        ("mongo://localhost/contests", "scheme 'mongo' is not supported"),
+    ],
+)
+def test_a_bad_mongodb_url_is_refused_with_a_clear_message(url, message):
+    with pytest.raises(ImproperlyConfigured) as excinfo:
+        parse(url)
+
+    assert message in str(excinfo.value)
+
+
+# --- the whole settings module, per URL form (real processes) ----------------
+
+SETTINGS_PROBE = textwrap.dedent(
+    """
+    import json
+    from django.apps import apps
+    from django.conf import settings
+    from django.db import connections
+    from locks import api
+
+    connection = connections["default"]
+
+    print(json.dumps({
+        "engine": settings.DATABASES["default"]["ENGINE"],
+        "vendor": connection.vendor,
+        "wrapper_bases": [f"{c.__module__}.{c.__qualname__}" for c in type(connection).__mro__],
+        "default_auto_field": settings.DEFAULT_AUTO_FIELD,
+        "migration_modules": settings.MIGRATION_MODULES,
+        "app_configs": {
+            c.label: f"{type(c).__module__}.{type(c).__qualname__}"
+            for c in apps.get_app_configs()
+        },
+        "pk_fields": {
+            m._meta.label: f"{type(m._meta.pk).__module__}.{type(m._meta.pk).__qualname__}"
+            for m in apps.get_models()
+        },
+        "returning_fast_path": api._can_return(connection),
+    }))
+    """
+)
+
+
+def probe_settings(database_url: str) -> dict:
+    done = run_python(SETTINGS_PROBE, database_url=database_url)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["mongodb://127.0.0.1:27017/contests", "mongodb+srv://cluster0.example.invalid/contests"],
+)
+def test_mongodb_settings_give_every_model_an_objectid_and_mongodb_migrations(url):
+    found = probe_settings(url)
+
+    assert found["engine"] == MONGODB_ENGINE
+    assert found["vendor"] == "mongodb"
+    assert "django_mongodb_backend.base.DatabaseWrapper" in found["wrapper_bases"]
+    assert found["default_auto_field"] == OBJECT_ID
+    assert found["migration_modules"] == {
+        label: f"mongo_migrations.{label}" for label in ("admin", "auth", "contenttypes", "locks", "contests")
+    }
+    assert found["app_configs"]["admin"] == "config.mongodb.apps.MongoAdminConfig"
+    assert found["app_configs"]["auth"] == "config.mongodb.apps.MongoAuthConfig"
+    assert found["app_configs"]["contenttypes"] == "config.mongodb.apps.MongoContentTypesConfig"
+    # Sessions keep their own migrations: their key is a string, not an AutoField.
+    auto_pks = {label: field for label, field in found["pk_fields"].items() if "AutoField" in field}
+    assert {"locks.SyncLock", "locks.JobRun", "contests.Contest", "contests.Reminder", "auth.User"} <= set(
+        auto_pks
+    )
+    assert set(auto_pks.values()) == {"django_mongodb_backend.fields.auto.ObjectIdAutoField"}
+    # The lock's raw UPDATE … RETURNING fast path is SQL: MongoDB takes the portable one.
+    assert found["returning_fast_path"] is False
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["sqlite:///var/settings-probe.sqlite3", "postgres://sync@127.0.0.1:5432/contests"],
+)
+def test_sql_settings_keep_the_apps_own_migrations(url):
+    found = probe_settings(url)
+
+    assert found["engine"] in {"django.db.backends.sqlite3", "django.db.backends.postgresql"}
+    assert found["default_auto_field"] == "django.db.models.BigAutoField"
+    assert found["migration_modules"] == {}
+    assert found["app_configs"]["admin"] == "django.contrib.admin.apps.AdminConfig"
+    assert found["pk_fields"]["locks.SyncLock"] == "django.db.models.fields.BigAutoField"
+    assert found["pk_fields"]["auth.User"] == "django.db.models.fields.AutoField"
+    assert not any("ObjectId" in field for field in found["pk_fields"].values())
+
+
+# --- migrations ---------------------------------------------------------------
+
+
+def test_mongodb_migration_modules_are_complete():
+    """``makemigrations --check`` with MongoDB settings finds nothing to add: every
+    app with models has migrations whose fields (ObjectId keys) match them.
+    No server is needed: the history check that wants one only warns."""
+    url = f"mongodb://127.0.0.1:{closed_port()}/contests?serverSelectionTimeoutMS=300"
+
+    done = manage("makemigrations", "--check", "--dry-run", env=project_env(DATABASE_URL=url))
+
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "No changes detected" in done.stdout
+    assert "Traceback" not in done.stderr
+
+
+def test_mongodb_migrations_exist_only_under_mongo_migrations():
+    files = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "mongo_migrations").glob("*/0*.py"))
+
+    assert files == [
+        "mongo_migrations/admin/0001_initial.py",
+        "mongo_migrations/auth/0001_initial.py",
+        "mongo_migrations/contenttypes/0001_initial.py",
+        "mongo_migrations/contests/0001_initial.py",
+        "mongo_migrations/locks/0001_initial.py",
+    ]
+    for path in files:
+        assert "ObjectIdAutoField" in (ROOT / path).read_text(), path
+    for app in ("locks", "contests"):
+        for migration in (ROOT / app / "migrations").glob("0*.py"):
+            assert "django_mongodb_backend" not in migration.read_text(), migration
+
+
+# --- an unreachable cluster ------------------------------------------------------
+
+
+def test_an_unreachable_cluster_is_a_skipped_tick_with_one_warning(standin):
+    """Lock semantic 8 on MongoDB, with the default 5 s timeouts: exit 0,
+    one WARNING line naming the job and the cause, no traceback, no API call."""
+    url = f"mongodb://127.0.0.1:{closed_port()}/contests"
+    env = project_env(DATABASE_URL=url, CODEFORCES_API_URL=standin.url)
+
+    done = manage("sync_contests", "--tick", "2026-01-01T10:00:00+00:00", env=env, timeout=60)
+
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr
+    warnings = [line for line in done.stderr.splitlines() if " WARNING " in line]
+    assert len(warnings) == 1, done.stderr
+    assert "job=sync_contests" in warnings[0]
+    assert "outcome=skipped" in warnings[0]
+    assert "database unreachable: OperationalError: cannot reach MongoDB" in warnings[0]
+    assert "Connection refused" in warnings[0]
+    assert standin.calls == 0
+
+
+# --- portable operations -----------------------------------------------------------
+
+CHECKED_MODULES = sorted(
+    path
+    for app in ("locks", "contests")
+    for path in (ROOT / app).rglob("*.py")
+    if "migrations" not in path.parts
+)
+
+# Operations django-mongodb-backend does not have (its "Known issues and
+# limitations"), or that are SQL by nature.
+UNSUPPORTED_METHODS = {
+    "raw": "raw SQL",
+    "extra": "raw SQL",
+    "select_for_update": "a no-op on MongoDB",
+    "prefetch_related": "not supported on MongoDB",
+    "cursor": "raw SQL",
+    "execute": "raw SQL",
+    "executemany": "raw SQL",
+}
+UNSUPPORTED_NAMES = {"RawSQL": "raw SQL", "FilteredRelation": "not supported on MongoDB"}
+UNSUPPORTED_KEYWORDS = {
+    "update_conflicts": "INSERT … ON CONFLICT",
+    "ignore_conflicts": "INSERT … ON CONFLICT",
+    "unique_fields": "INSERT … ON CONFLICT",
+}
+# Query expressions: MongoDB cannot insert them (only update with them).
+EXPRESSIONS = {"Now", "F", "Value", "ExpressionWrapper", "Case", "When", "Coalesce", "Func", "_expires"}
+INSERTS = {"create", "get_or_create", "update_or_create", "bulk_create"}
+SQL_TEXT = re.compile(r"\b(RETURNING|SELECT\s.*\sFROM|UPDATE\s+\S+\s+SET|INSERT\s+INTO|DELETE\s+FROM)\b")
+# Backend-specific fast paths, each with its portable twin kept and tested:
+# UPDATE … RETURNING for SQL backends (locks.api._can_return excludes MongoDB).
+FAST_PATHS = {("locks/api.py", "_update_returning")}
+
+
+def _violations(source: str, relative: str) -> list[str]:
+    tree = ast.parse(source, filename=relative)
+    found = []
+
+    def visit(node: ast.AST, function: str) -> None:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            function = node.name
+        allowed = (relative, function) in FAST_PATHS
+        where = f"{relative}:{getattr(node, 'lineno', '?')} in {function or 'module'}()"
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            method = node.func.attr
+            if method in UNSUPPORTED_METHODS and not allowed:
+                found.append(f"{where}: .{method}() ({UNSUPPORTED_METHODS[method]})")
+        if isinstance(node, ast.Name) and node.id in UNSUPPORTED_NAMES:
+            found.append(f"{where}: {node.id} ({UNSUPPORTED_NAMES[node.id]})")
+        if isinstance(node, ast.keyword) and node.arg in UNSUPPORTED_KEYWORDS:
+            found.append(f"{where}: {node.arg}= ({UNSUPPORTED_KEYWORDS[node.arg]})")
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in INSERTS:
+            for keyword in node.keywords:
+                for inner in ast.walk(keyword.value):
+                    if isinstance(inner, ast.Call) and getattr(inner.func, "id", None) in EXPRESSIONS:
+                        call = f".{node.func.attr}({keyword.arg}={inner.func.id}(…))"
+                        found.append(f"{where}: {call} inserts an expression")
+        is_text = isinstance(node, ast.Constant) and isinstance(node.value, str)
+        if is_text and not allowed and SQL_TEXT.search(node.value):
+            found.append(f"{where}: SQL text {node.value!r}")
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.Expr) and isinstance(child.value, ast.Constant):
+                continue  # a docstring: prose may name SQL
+            visit(child, function)
+
+    visit(tree, "")
+    return found
+
+
+def test_the_checked_modules_include_the_lock_and_the_sync():
+    names = {path.relative_to(ROOT).as_posix() for path in CHECKED_MODULES}
+
+    assert {"locks/api.py", "locks/selectors.py", "locks/models.py", "contests/services.py"} <= names
+    assert {"contests/models.py", "contests/jobs.py"} <= names
+
+
+def test_lock_and_sync_code_use_only_operations_mongodb_has():
+    violations = [
+        line
+        for path in CHECKED_MODULES
+        for line in _violations(path.read_text(), path.relative_to(ROOT).as_posix())
+    ]
+
+    assert violations == []
+
+
+def test_the_static_check_catches_what_it_looks_for():
+    """The scanner itself can fail: each forbidden form in a sample is reported,
+    and the fast-path exemption covers only the named function."""
+    sample = textwrap.dedent(
+        """
+        def f(qs, connection, Model):
+            qs.select_for_update()
+            qs.raw("SELECT 1")
+            connection.cursor()
+            Model.objects.bulk_create([], update_conflicts=True)
+            Model.objects.create(at=Now(), n=F("n") + 1)
+            return "UPDATE t SET a = 1 RETURNING a"
+
+        def _update_returning(connection):
+            connection.cursor().execute("UPDATE t SET a = 1 RETURNING a")
+        """
+    )
+
+    found = _violations(sample, "locks/api.py")
+    elsewhere = _violations(sample, "locks/selectors.py")
+
+    assert len(found) == 7, found
+    assert any("select_for_update" in line for line in found)
+    assert any(".raw" in line for line in found)
+    assert any(".cursor" in line for line in found)
+    assert any("update_conflicts=" in line for line in found)
+    assert sum("inserts an expression" in line for line in found) == 2
+    assert any("RETURNING" in line for line in found)
+    assert len(elsewhere) == 10, elsewhere
+
+
+def test_a_delete_through_a_join_is_refused_by_mongodb_and_the_prune_avoids_it():
+    """On the real backend (no server needed: it refuses before sending
+    anything), a delete through the join raises NotSupportedError, and
+    prune_stale_reminders() takes its portable path instead: that one fails
+    only because no server answers its read."""
+    script = textwrap.dedent(
+        """
+        from django.db import DatabaseError, NotSupportedError, OperationalError, connection
+        from contests.models import Reminder
+        from contests.services import prune_stale_reminders
+        try:  # the first connection attempt: its failure is not the point here
+            connection.ensure_connection()
+        except OperationalError as exc:
+            print("connect:", exc)
+        for label, call in [
+            ("join delete", lambda: Reminder.objects.stale().delete()),
+            ("prune", prune_stale_reminders),
+            ("tables", connection.introspection.table_names),
+        ]:
+            try:
+                call()
+            except NotSupportedError as exc:
+                print(f"{label}: NotSupportedError {exc}")
+            except DatabaseError as exc:
+                print(f"{label}: {type(exc).__name__} {exc.__cause__!r}")
+        """
+    )
+    url = f"mongodb://127.0.0.1:{closed_port()}/contests?serverSelectionTimeoutMS=300"
+
+    done = run_python(script, database_url=url)
+
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("connect: cannot reach MongoDB"), lines
+    assert lines[1].startswith("join delete: NotSupportedError Cannot use QuerySet.delete()"), lines
+    assert lines[2].startswith("prune: DatabaseError ServerSelectionTimeoutError"), lines
+    # The lock's first-use check (does its collection exist?) fails the Django way too.
+    assert lines[3].startswith("tables: OperationalError ServerSelectionTimeoutError"), lines
+
+
+@pytest.mark.django_db
+def test_the_portable_prune_deletes_what_the_sql_delete_deletes(django_user_model):
+    """The MongoDB form (read keys, delete by key) on SQL: same rows as the one
+    DELETE through the join, which stays one statement on SQL."""
+    from contests.models import Contest, Reminder
+    from contests.services import delete_by_pk, prune_stale_reminders
+
+    now = datetime(2026, 1, 1, 12, tzinfo=UTC)
+
+    def contest(contest_id: int, *, start: datetime, phase: str = "BEFORE", removed: bool = False) -> Contest:
+        return Contest.objects.create(
+            contest_id=contest_id,
+            name=f"Round {contest_id}",
+            type="CF",
+            phase=phase,
+            start_time=start,
+            duration=timedelta(hours=2),
+            fingerprint="x",
+            updated_at=now,
+            removed_at=now if removed else None,
+        )
+
+    user = django_user_model.objects.create_user("reminded")
+    contests = {
+        "started": contest(1, start=now - timedelta(hours=1), phase="CODING"),
+        "finished": contest(2, start=now - timedelta(days=2), phase="FINISHED"),
+        "removed": contest(3, start=now + timedelta(days=1), removed=True),
+        "upcoming": contest(4, start=now + timedelta(days=1)),
+        "later": contest(5, start=now + timedelta(days=3)),
+    }
+
+    def remind_all() -> None:
+        Reminder.objects.all().delete()
+        for name, c in contests.items():
+            Reminder.objects.create(user=user, contest=c, remind_at=now + timedelta(minutes=len(name)))
+
+    remind_all()
+    deleted_portably = delete_by_pk(Reminder.objects.stale(now=now))
+    kept_portably = set(Reminder.objects.values_list("contest__contest_id", flat=True))
+
+    remind_all()
+    with CaptureQueriesContext(connection) as queries:
+        deleted_by_sql = prune_stale_reminders(now=now)
+    kept_by_sql = set(Reminder.objects.values_list("contest__contest_id", flat=True))
+
+    assert deleted_portably == deleted_by_sql == 3
+    assert kept_portably == kept_by_sql == {4, 5}
+    statements = [q["sql"] for q in queries if not q["sql"].startswith(("BEGIN", "SAVEPOINT", "RELEASE"))]
+    assert len(statements) == 1, statements
+    assert statements[0].startswith("DELETE FROM")
