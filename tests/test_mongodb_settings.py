@@ -180,6 +180,41 @@ def test_mongodb_settings_give_every_model_an_objectid_and_mongodb_migrations(ur
     assert found["returning_fast_path"] is False
 
 
+def test_the_client_the_backend_builds_has_the_bounds_and_majority_writes():
+    """The real MongoClient, as the backend makes it from the settings (it
+    connects lazily, so no server is needed to read its options)."""
+    script = textwrap.dedent(
+        """
+        import json
+        from django.db import connections
+
+        wrapper = connections["default"]
+        client = wrapper.get_new_connection(wrapper.get_connection_params())
+        options = client.options
+        print(json.dumps({
+            "write_concern": client.write_concern.document,
+            "server_selection_timeout": options.server_selection_timeout,
+            "connect_timeout": options.pool_options.connect_timeout,
+            "replica_set": options.replica_set_name,
+            "read_preference": options.read_preference.mongos_mode,
+            "database": wrapper.settings_dict["NAME"],
+        }))
+        client.close()
+        """
+    )
+    url = f"mongodb://127.0.0.1:{closed_port()}/contests?replicaSet=rs0"
+
+    done = run_python(script, database_url=url)
+
+    assert done.returncode == 0, done.stderr
+    client = json.loads(done.stdout)
+    assert client["write_concern"] == {"w": "majority", "wtimeout": 5000}
+    assert client["server_selection_timeout"] == client["connect_timeout"] == 5.0
+    assert client["replica_set"] == "rs0"  # the URL still reaches pymongo whole
+    assert client["read_preference"] == "primary"
+    assert client["database"] == "contests"
+
+
 @pytest.mark.parametrize(
     "url",
     ["sqlite:///var/settings-probe.sqlite3", "postgres://sync@127.0.0.1:5432/contests"],
@@ -199,11 +234,16 @@ def test_sql_settings_keep_the_apps_own_migrations(url):
 # --- migrations ---------------------------------------------------------------
 
 
-def test_mongodb_migration_modules_are_complete():
-    """``makemigrations --check`` with MongoDB settings finds nothing to add: every
-    app with models has migrations whose fields (ObjectId keys) match them.
-    No server is needed: the history check that wants one only warns."""
-    url = f"mongodb://127.0.0.1:{closed_port()}/contests?serverSelectionTimeoutMS=300"
+@pytest.mark.parametrize("backend", ["mongodb", "sqlite"])
+def test_migrations_are_complete(backend, tmp_path):
+    """``makemigrations --check`` finds nothing to add, with MongoDB settings
+    (mongo_migrations/: ObjectId keys) and with SQL ones (the apps' own
+    migrations, untouched). MongoDB needs no server here: the history check
+    that wants one only warns."""
+    url = {
+        "mongodb": f"mongodb://127.0.0.1:{closed_port()}/contests?serverSelectionTimeoutMS=300",
+        "sqlite": f"sqlite:///{tmp_path / 'check.sqlite3'}",
+    }[backend]
 
     done = manage("makemigrations", "--check", "--dry-run", env=project_env(DATABASE_URL=url))
 
