@@ -1,6 +1,7 @@
 """Settings, all driven by the environment (see README "Configuration")."""
 
 import os
+import shlex
 import sys
 from pathlib import Path
 
@@ -154,8 +155,9 @@ CRONJOBS = [
 ]
 CRONTAB_PYTHON_EXECUTABLE = sys.executable
 CRONTAB_DJANGO_MANAGE_PATH = str(BASE_DIR / "manage.py")
+# Values are shell-quoted, and % escaped because cron turns a bare % into a newline.
 CRONTAB_COMMAND_PREFIX = " ".join(
-    f"{name}={os.environ[name]}"
+    f"{name}={shlex.quote(os.environ[name])}".replace("%", "\\%")
     for name in ("DATABASE_URL", "DJANGO_SECRET_KEY", "DJANGO_DEBUG", "CODEFORCES_API_URL")
     if os.environ.get(name)
 )

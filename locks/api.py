@@ -220,6 +220,8 @@ def acquire(*, job: str, tick: datetime | None, ttl: timedelta, holder: str | No
             claimant = state["holder"] or _tick_claimant(job=job, tick=state["tick"])
             return Skip(job, tick, "tick_claimed", claimant, state["locked_until"], state["tick"])
         # The holder released between our UPDATE and our read: try again.
+    if state is None:
+        raise LockError(f"the lock row for {job!r} keeps disappearing; is something deleting it?")
     return Skip(job, tick, "held", state["holder"], state["locked_until"], state["tick"])
 
 

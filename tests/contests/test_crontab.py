@@ -41,3 +41,22 @@ def test_add_show_remove(saved_crontab):
     assert "'sync_contests'" in shown.stdout
     assert removed.returncode == 0
     assert "django-cronjobs" not in after
+
+
+def test_environment_values_survive_the_shell_and_cron(saved_crontab):
+    url = "postgres://sync:p%40ss@db.internal:5432/app?sslmode=require&application_name=cron job"
+    env = project_env(DATABASE_URL=url)
+
+    assert manage("crontab", "add", env=env).returncode == 0
+    [line] = [
+        line
+        for line in subprocess.run(["crontab", "-l"], capture_output=True, text=True).stdout.splitlines()
+        if "django-cronjobs" in line
+    ]
+    manage("crontab", "remove", env=env)
+
+    command = line.split(" ", 5)[5].split(" # django-cronjobs")[0]
+    assert "%" not in command.replace("\\%", "")  # cron would cut the line at a bare %
+    prefix = command.split(f" {sys.executable} ")[0].replace("\\%", "%")  # what cron hands to sh
+    echoed = subprocess.run(["sh", "-c", f"{prefix} printenv DATABASE_URL"], capture_output=True, text=True)
+    assert echoed.stdout.rstrip("\n") == url

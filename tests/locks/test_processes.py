@@ -82,7 +82,7 @@ def test_a_sigkilled_holder_is_freed_by_force_release(db_url):
 
 def test_a_job_three_times_its_ttl_keeps_its_lease(db_url):
     env = project_env(DATABASE_URL=db_url)
-    ttl = 1.5
+    ttl = 2.0  # renewed every 2/3 s; three missed beats in a row would lose it
     job = spawn(
         [
             "-m",

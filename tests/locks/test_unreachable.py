@@ -47,3 +47,13 @@ def test_a_database_without_tables_is_an_error_that_says_migrate(tmp_path):
     assert "Traceback" not in proc.stderr
     assert "the lock table is missing" in proc.stderr
     assert "run `python manage.py migrate`" in proc.stderr
+
+
+@pytest.mark.parametrize("args", [["status"], ["release", "sync_contests"]])
+def test_locks_command_on_an_unreachable_database_is_a_clear_error(args):
+    url = f"postgres://nobody@127.0.0.1:{_closed_port()}/contests"
+    proc = manage("locks", *args, env=project_env(DATABASE_URL=url))
+
+    assert proc.returncode == 1
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.startswith("CommandError: cannot read the locks: connection failed:")

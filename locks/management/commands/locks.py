@@ -1,6 +1,7 @@
 import json
 
 from django.core.management.base import BaseCommand, CommandError
+from django.db import DatabaseError
 
 from locks import api
 from locks.selectors import lock_states
@@ -17,10 +18,13 @@ class Command(BaseCommand):
         release.add_argument("job", help="Job name, e.g. sync_contests.")
 
     def handle(self, *args, action: str, **options) -> None:
-        if action == "release":
-            self.release(options["job"])
-        else:
-            self.status(as_json=options["json"])
+        try:
+            if action == "release":
+                self.release(options["job"])
+            else:
+                self.status(as_json=options["json"])
+        except DatabaseError as exc:
+            raise CommandError(f"cannot read the locks: {' '.join(str(exc).split())}") from exc
 
     def status(self, *, as_json: bool) -> None:
         states = lock_states()
