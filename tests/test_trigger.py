@@ -92,7 +92,8 @@ def test_a_missing_or_wrong_token_is_401_with_no_hint(client, trigger, header):
     assert not Throttle.objects.exists()
 
 
-def test_the_right_token_runs_the_sync_for_the_tick_of_now(client, trigger):
+def test_the_right_token_runs_the_sync_for_the_tick_of_now(client, trigger, caplog):
+    caplog.set_level("INFO", logger="contests.ops")
     response = post(client, HTTP_AUTHORIZATION=f"bearer  {TOKEN} ")  # scheme is case-insensitive
     assert response.status_code == 200, response.content
     body = response.json()
@@ -108,6 +109,7 @@ def test_the_right_token_runs_the_sync_for_the_tick_of_now(client, trigger):
     run = JobRun.objects.get()
     assert (run.status, run.holder, run.token) == (RunStatus.SUCCEEDED, body["holder"], body["token"])
     assert response["Content-Type"] == "application/json"
+    assert f"job={JOB_NAME} triggered over HTTP by 192.0.2.1" in caplog.messages
     assert "no-store" in response["Cache-Control"]
 
 

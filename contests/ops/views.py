@@ -67,6 +67,7 @@ def trigger_sync(request: HttpRequest) -> JsonResponse:
         response["Retry-After"] = str(claim.retry_after)
         return response
 
+    logger.info("job=%s triggered over HTTP by %s%s", JOB_NAME, address, " (forced)" if force else "")
     try:
         result = run_sync_job(force=force)
     except LockError as exc:  # the lock table is missing: a deployment without `migrate`
