@@ -56,6 +56,7 @@ INSTALLED_APPS = [
     "django_crontab",
     "locks",
     "contests",
+    "contests.ops",
 ]
 
 MIDDLEWARE = [
@@ -167,6 +168,37 @@ CRONTAB_COMMAND_PREFIX = " ".join(
 # the next tick from it. Named here because `locks` never imports the apps
 # whose jobs it runs.
 LOCKS_SCHEDULES = {"sync_contests": SYNC_CONTESTS_SCHEDULE}
+
+# --- Production security (README "Deployment") ------------------------------
+# Strict by default whenever DEBUG is off: `manage.py check --deploy` is clean with
+# DJANGO_DEBUG=0, DJANGO_SECRET_KEY and DJANGO_ALLOWED_HOSTS set. Each switch can be
+# turned off for a deployment that handles it elsewhere.
+SECURE_SSL_REDIRECT = env_bool("DJANGO_SECURE_SSL_REDIRECT", not DEBUG)
+# Monitors and platform probes often speak plain HTTP to the app itself.
+SECURE_REDIRECT_EXEMPT = [r"^healthz$"]
+# Opt-in: only behind a proxy that sets X-Forwarded-Proto itself and strips it from
+# clients; otherwise any client could claim its plain-HTTP request is HTTPS.
+SECURE_PROXY_SSL_HEADER = (
+    ("HTTP_X_FORWARDED_PROTO", "https") if env_bool("DJANGO_SECURE_PROXY_SSL_HEADER") else None
+)
+SECURE_HSTS_SECONDS = int(os.environ.get("DJANGO_SECURE_HSTS_SECONDS") or (0 if DEBUG else 31_536_000))
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS", not DEBUG)
+SECURE_HSTS_PRELOAD = env_bool("DJANGO_SECURE_HSTS_PRELOAD", not DEBUG)
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = env_bool("DJANGO_SECURE_COOKIES", not DEBUG)
+CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS")
+SILENCED_SYSTEM_CHECKS = env_list("DJANGO_SILENCED_SYSTEM_CHECKS")
+if os.environ.get("DJANGO_STATIC_ROOT"):
+    STATIC_ROOT = Path(os.environ["DJANGO_STATIC_ROOT"])
+# How many proxies in front of the app append to X-Forwarded-For. 0 (the default):
+# the header is ignored and the client address is the TCP peer, so it cannot be
+# spoofed. Used for the trigger's per-client rate limit.
+TRUSTED_PROXY_COUNT = int(os.environ.get("DJANGO_TRUSTED_PROXY_COUNT", "0"))
+
+# --- HTTP trigger and health endpoint (contests.ops) --------------------------
+# POST /api/jobs/sync_contests/run answers 404 until this is set (32+ characters).
+SYNC_TRIGGER_TOKEN = os.environ.get("SYNC_TRIGGER_TOKEN", "")
+# At most one trigger request per client address per this many seconds.
+SYNC_TRIGGER_RATE_WINDOW = int(os.environ.get("SYNC_TRIGGER_RATE_WINDOW", "10"))
 
 # --- MongoDB (README "MongoDB") --------------------------------------------
 # Only when DATABASE_URL is mongodb:// or mongodb+srv://: ObjectId primary keys,

@@ -378,6 +378,9 @@ class RunResult:
     stats: dict = field(default_factory=dict)
     error: str = ""
     duration: float = 0.0
+    # What made the run fail or be skipped for an unreachable database, so callers
+    # can tell causes apart (an HTTP trigger maps them to status codes).
+    exception: BaseException | None = field(default=None, repr=False, compare=False)
 
     @property
     def ok(self) -> bool:
@@ -450,12 +453,16 @@ def run_locked(
         result.outcome = "succeeded"
     except LockLost as exc:
         result.outcome, result.error = "lost_lock", str(exc) or lease.lost_reason
+        result.exception = exc
     except DatabaseError as exc:
         result.outcome, result.error = "failed", f"database error: {_describe(exc)}"
+        result.exception = exc
     except expected_errors as exc:
         result.outcome, result.error = "failed", str(exc)
+        result.exception = exc
     except Exception as exc:
         result.outcome, result.error, traceback = "failed", _describe(exc), True
+        result.exception = exc
     except BaseException as exc:  # KeyboardInterrupt, SystemExit (SIGTERM): record, then go on
         result.outcome, result.error, interrupted = "failed", f"interrupted: {_describe(exc)}", exc
     finally:
@@ -471,6 +478,7 @@ def run_locked(
 
 def _unreachable(result: RunResult, exc: Exception, started: float) -> RunResult:
     result.reason = f"database unreachable: {_describe(exc)}"
+    result.exception = exc
     result.duration = time.monotonic() - started
     logger.warning("%s", result.describe())
     return result

@@ -4,9 +4,11 @@ that run the project against the test database, and database URLs."""
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import quote
 
@@ -82,3 +84,38 @@ def spawn(module_args: list[str], *, env: dict[str, str]) -> subprocess.Popen:
         stderr=subprocess.PIPE,
         text=True,
     )
+
+
+@contextmanager
+def gunicorn(*, env: dict[str, str], log: Path, workers: int = 1) -> Iterator[str]:
+    """Serve the project with gunicorn, the documented production server; yields its base URL.
+
+    The test binds the listening socket and hands it over (``--bind fd://N``), so
+    requests queue in its backlog until the worker is up: no polling, no port race.
+    """
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(64)
+    port = listener.getsockname()[1]
+    with log.open("w") as out:
+        process = subprocess.Popen(
+            [
+                *(sys.executable, "-m", "gunicorn", "config.wsgi", "--bind", f"fd://{listener.fileno()}"),
+                *("--workers", str(workers), "--timeout", "120", "--access-logfile", "-"),
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            pass_fds=(listener.fileno(),),
+        )
+    listener.close()  # gunicorn holds it now; if it dies, connections are refused at once
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()

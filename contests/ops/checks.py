@@ -1,0 +1,42 @@
+from django.conf import settings
+from django.core.checks import Error, Tags, Warning, register
+
+MIN_TOKEN_LENGTH = 32
+
+
+@register(Tags.compatibility)
+def check_ops_settings(app_configs=None, **kwargs) -> list[Error]:
+    errors = []
+    window = getattr(settings, "SYNC_TRIGGER_RATE_WINDOW", 10)
+    if not isinstance(window, int) or isinstance(window, bool) or window <= 0:
+        errors.append(
+            Error(
+                f"SYNC_TRIGGER_RATE_WINDOW must be a positive whole number of seconds, got {window!r}.",
+                hint="Without it the trigger endpoint could be used to hammer the Codeforces API.",
+                id="ops.E001",
+            )
+        )
+    proxies = getattr(settings, "TRUSTED_PROXY_COUNT", 0)
+    if not isinstance(proxies, int) or isinstance(proxies, bool) or proxies < 0:
+        errors.append(
+            Error(
+                f"TRUSTED_PROXY_COUNT must be a whole number, 0 or more, got {proxies!r}.",
+                hint="The number of proxies in front of the app that append to X-Forwarded-For.",
+                id="ops.E002",
+            )
+        )
+    return errors
+
+
+@register(Tags.security, deploy=True)
+def check_trigger_token(app_configs=None, **kwargs) -> list[Warning]:
+    token = getattr(settings, "SYNC_TRIGGER_TOKEN", "")
+    if token and len(token) < MIN_TOKEN_LENGTH:
+        return [
+            Warning(
+                f"SYNC_TRIGGER_TOKEN is {len(token)} characters long; use at least {MIN_TOKEN_LENGTH}.",
+                hint='Generate one with: python -c "import secrets; print(secrets.token_urlsafe(32))"',
+                id="ops.W001",
+            )
+        ]
+    return []

@@ -1,0 +1,169 @@
+"""``POST /api/jobs/sync_contests/run`` for external schedulers, and ``GET /healthz``."""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import DatabaseError
+from django.http import Http404, HttpRequest, JsonResponse
+from django.views.decorators.cache import never_cache
+from django.views.decorators.csrf import csrf_exempt
+
+from contests.codeforces import CodeforcesError
+from contests.jobs import JOB_NAME, run_sync_job
+from contests.ops.auth import bearer_token_matches, client_address
+from contests.ops.health import sync_health
+from contests.ops.throttle import throttle_claim
+from locks.api import LockError, RunResult
+
+logger = logging.getLogger(__name__)
+
+FLAG_VALUES = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False, "": False}
+
+
+@csrf_exempt  # a machine endpoint authenticated by its bearer token, not by a session cookie
+@never_cache
+def trigger_sync(request: HttpRequest) -> JsonResponse:
+    """Run the guarded sync for the tick of now (or ``?force=1``), as ``sync_contests`` does."""
+    token = settings.SYNC_TRIGGER_TOKEN
+    if not token:
+        raise Http404("The sync trigger is disabled: SYNC_TRIGGER_TOKEN is not set.")
+    if request.method != "POST":
+        response = JsonResponse({"error": f"method {request.method} not allowed; use POST"}, status=405)
+        response["Allow"] = "POST"
+        return response
+    if not bearer_token_matches(request, token):
+        # The same answer for a missing and a wrong token: no hint either way.
+        response = JsonResponse({"error": "authentication required"}, status=401)
+        response["WWW-Authenticate"] = 'Bearer realm="sync trigger"'
+        return response
+    force = FLAG_VALUES.get(request.GET.get("force", "").strip().lower())
+    if force is None:
+        return JsonResponse(
+            {"error": f"force={request.GET['force']!r} is not a flag; use force=1 or leave it out"},
+            status=400,
+        )
+
+    address = client_address(request)
+    window = timedelta(seconds=settings.SYNC_TRIGGER_RATE_WINDOW)
+    try:
+        claim = throttle_claim(key=f"{JOB_NAME}:{address}", window=window)
+    except DatabaseError as exc:
+        reason = f"database unreachable: {_describe(exc)}"
+        logger.warning("job=%s trigger from %s skipped: %s", JOB_NAME, address, reason)
+        return JsonResponse({"job": JOB_NAME, "outcome": "skipped", "reason": reason}, status=503)
+    if not claim.allowed:
+        response = JsonResponse(
+            {
+                "error": (
+                    f"rate limited: one request per {window.total_seconds():g} s per client; "
+                    f"retry in {claim.retry_after} s"
+                )
+            },
+            status=429,
+        )
+        response["Retry-After"] = str(claim.retry_after)
+        return response
+
+    logger.info("job=%s triggered over HTTP by %s%s", JOB_NAME, address, " (forced)" if force else "")
+    try:
+        result = run_sync_job(force=force)
+    except LockError as exc:  # the lock table is missing: a deployment without `migrate`
+        return JsonResponse({"job": JOB_NAME, "outcome": "failed", "error": str(exc)}, status=503)
+    return JsonResponse(_run_payload(result), status=_run_status(result))
+
+
+def _run_status(result: RunResult) -> int:
+    if result.outcome == "succeeded":
+        return 200
+    if result.outcome == "skipped":
+        return 409 if result.skip is not None else 503  # no Skip: the database was unreachable
+    if isinstance(result.exception, CodeforcesError):
+        return 502
+    if isinstance(result.exception, DatabaseError):
+        return 503
+    return 500  # the lease was lost mid-run, or a bug (logged with its traceback)
+
+
+def _run_payload(result: RunResult) -> dict:
+    payload = {
+        "job": result.job,
+        # lost_lock is a failure to the caller; the JobRun row keeps the detail.
+        "outcome": "failed" if result.outcome == "lost_lock" else result.outcome,
+        "tick": _iso(result.tick),
+        "forced": result.tick is None,
+        "holder": result.holder,
+        "token": result.token,
+        "counts": result.stats,
+        "duration": round(result.duration, 3),
+    }
+    if result.reason:
+        payload["reason"] = result.reason
+    if result.skip is not None:
+        payload["skip"] = {
+            "kind": result.skip.reason,
+            "holder": result.skip.holder,
+            "locked_until": _iso(result.skip.locked_until),
+            "claimed_tick": _iso(result.skip.claimed_tick),
+        }
+    if result.error:
+        payload["error"] = result.error
+    return payload
+
+
+@never_cache
+def healthz(request: HttpRequest) -> JsonResponse:
+    """200 while the last successful sync is younger than two schedule periods, else 503.
+
+    Holder host names and error texts only for a request that carries the trigger token.
+    """
+    if request.method not in {"GET", "HEAD"}:
+        response = JsonResponse({"error": f"method {request.method} not allowed; use GET"}, status=405)
+        response["Allow"] = "GET, HEAD"
+        return response
+    trusted = bearer_token_matches(request, settings.SYNC_TRIGGER_TOKEN)
+    try:
+        health = sync_health()
+    except DatabaseError as exc:
+        body = {"status": "database unreachable", "database": False, "job": JOB_NAME}
+        if trusted:
+            body["error"] = _describe(exc)
+        return JsonResponse(body, status=503)
+
+    job, lock = health.job, health.job.lock
+    age = job.last_success_age
+    body = {
+        "status": "ok" if health.fresh else "stale",
+        "database": True,
+        "job": job.job,
+        "schedule": health.schedule,
+        "max_age_seconds": health.max_age.total_seconds(),
+        "last_success_at": _iso(job.last_success_at),
+        "last_success_age_seconds": round(age.total_seconds(), 3) if age is not None else None,
+        "lock": None,
+    }
+    if lock is not None:
+        body["lock"] = {
+            "state": lock.state,
+            "token": lock.token,
+            "locked_until": _iso(lock.locked_until),
+            "heartbeat_at": _iso(lock.heartbeat_at),
+            "tick": _iso(lock.tick),
+            "last_status": lock.last_status,
+            "last_started_at": _iso(lock.last_started_at),
+            "last_finished_at": _iso(lock.last_finished_at),
+        }
+        if trusted:
+            body["lock"]["holder"] = lock.holder
+            body["lock"]["last_error"] = lock.last_error
+    return JsonResponse(body, status=200 if health.fresh else 503)
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {' '.join(str(exc).split()) or 'no details'}"

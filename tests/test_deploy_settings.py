@@ -1,0 +1,214 @@
+"""Production settings: `check --deploy` clean, a missing secret refused, gunicorn serving it all."""
+
+from __future__ import annotations
+
+import os
+import runpy
+import secrets
+
+import pytest
+import requests
+from django.core.checks import run_checks
+from django.core.exceptions import ImproperlyConfigured
+
+from contests.models import Contest
+from tests.conftest import ROOT, gunicorn, manage, project_env
+
+SETTINGS = str(ROOT / "config" / "settings.py")
+TOKEN = secrets.token_urlsafe(32)
+OURS = ("DJANGO_", "SYNC_TRIGGER_")  # the variables this file controls, whatever the caller's shell has
+
+
+def production_env(**extra: str) -> dict[str, str]:
+    """The minimal production environment the README documents."""
+    env = {name: value for name, value in project_env().items() if not name.startswith(OURS)}
+    env.update(
+        DJANGO_DEBUG="0",
+        DJANGO_SECRET_KEY=secrets.token_urlsafe(50),
+        DJANGO_ALLOWED_HOSTS="contests.example.com",
+        SYNC_TRIGGER_TOKEN=TOKEN,
+    )
+    env.update(extra)
+    return env
+
+
+def load_settings(monkeypatch, **env: str) -> dict:
+    """Evaluate config/settings.py afresh under ``env`` (in this process, no Django reload)."""
+    for name in [name for name in os.environ if name.startswith(OURS)]:
+        monkeypatch.delenv(name)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    return runpy.run_path(SETTINGS)
+
+
+# --- the settings themselves ---------------------------------------------------
+
+
+def test_strict_by_default_when_debug_is_off(monkeypatch):
+    ns = load_settings(monkeypatch, DJANGO_DEBUG="0", DJANGO_SECRET_KEY="x" * 60)
+    assert ns["DEBUG"] is False
+    assert ns["SECURE_SSL_REDIRECT"] is True
+    assert ns["SECURE_HSTS_SECONDS"] == 31_536_000
+    assert ns["SECURE_HSTS_INCLUDE_SUBDOMAINS"] is True
+    assert ns["SECURE_HSTS_PRELOAD"] is True
+    assert ns["SESSION_COOKIE_SECURE"] is True
+    assert ns["CSRF_COOKIE_SECURE"] is True
+    assert ns["SECURE_PROXY_SSL_HEADER"] is None  # opt-in only
+    assert ns["ALLOWED_HOSTS"] == []
+    assert ns["TRUSTED_PROXY_COUNT"] == 0
+    assert ns["SYNC_TRIGGER_TOKEN"] == ""
+    assert "whitenoise.middleware.WhiteNoiseMiddleware" in ns["MIDDLEWARE"]
+
+
+def test_relaxed_for_local_development(monkeypatch):
+    ns = load_settings(monkeypatch, DJANGO_DEBUG="1")
+    assert ns["DEBUG"] is True
+    assert ns["SECURE_SSL_REDIRECT"] is False
+    assert ns["SECURE_HSTS_SECONDS"] == 0
+    assert ns["SESSION_COOKIE_SECURE"] is False
+
+
+def test_every_switch_follows_the_environment(monkeypatch, tmp_path):
+    ns = load_settings(
+        monkeypatch,
+        DJANGO_DEBUG="0",
+        DJANGO_SECRET_KEY="x" * 60,
+        DJANGO_SECURE_SSL_REDIRECT="0",
+        DJANGO_SECURE_PROXY_SSL_HEADER="1",
+        DJANGO_SECURE_HSTS_SECONDS="60",
+        DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS="no",
+        DJANGO_SECURE_HSTS_PRELOAD="false",
+        DJANGO_SECURE_COOKIES="off",
+        DJANGO_CSRF_TRUSTED_ORIGINS="https://contests.example.com, https://admin.example.com",
+        DJANGO_SILENCED_SYSTEM_CHECKS="security.W008",
+        DJANGO_STATIC_ROOT=str(tmp_path),
+        DJANGO_TRUSTED_PROXY_COUNT="2",
+        SYNC_TRIGGER_TOKEN=TOKEN,
+        SYNC_TRIGGER_RATE_WINDOW="30",
+    )
+    assert ns["SECURE_SSL_REDIRECT"] is False
+    assert ns["SECURE_PROXY_SSL_HEADER"] == ("HTTP_X_FORWARDED_PROTO", "https")
+    assert ns["SECURE_HSTS_SECONDS"] == 60
+    assert ns["SECURE_HSTS_INCLUDE_SUBDOMAINS"] is False
+    assert ns["SECURE_HSTS_PRELOAD"] is False
+    assert (ns["SESSION_COOKIE_SECURE"], ns["CSRF_COOKIE_SECURE"]) == (False, False)
+    assert ns["CSRF_TRUSTED_ORIGINS"] == ["https://contests.example.com", "https://admin.example.com"]
+    assert ns["SILENCED_SYSTEM_CHECKS"] == ["security.W008"]
+    assert ns["STATIC_ROOT"] == tmp_path
+    assert ns["TRUSTED_PROXY_COUNT"] == 2
+    assert ns["SYNC_TRIGGER_TOKEN"] == TOKEN
+    assert ns["SYNC_TRIGGER_RATE_WINDOW"] == 30
+
+
+def test_a_bad_switch_value_is_named(monkeypatch):
+    with pytest.raises(ImproperlyConfigured, match=r"DJANGO_SECURE_SSL_REDIRECT='sometimes': use 1/0"):
+        load_settings(
+            monkeypatch, DJANGO_DEBUG="0", DJANGO_SECRET_KEY="x" * 60, DJANGO_SECURE_SSL_REDIRECT="sometimes"
+        )
+
+
+# --- system checks ---------------------------------------------------------------
+
+
+def test_check_deploy_is_clean_under_production_settings():
+    result = manage("check", "--deploy", "--fail-level", "WARNING", env=production_env())
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "System check identified no issues (0 silenced)." in result.stdout
+
+
+def test_check_deploy_names_each_protection_that_is_switched_off():
+    env = production_env(
+        DJANGO_SECURE_SSL_REDIRECT="0",
+        DJANGO_SECURE_HSTS_SECONDS="0",
+        DJANGO_SECURE_COOKIES="0",
+        SYNC_TRIGGER_TOKEN="short",
+    )
+    result = manage("check", "--deploy", "--fail-level", "WARNING", env=env)
+    assert result.returncode == 1
+    found = {code for code in ("W004", "W008", "W012", "W016", "ops.W001") if code in result.stderr}
+    assert found == {"W004", "W008", "W012", "W016", "ops.W001"}, result.stderr
+
+
+def test_ops_settings_are_checked(settings):
+    settings.SYNC_TRIGGER_RATE_WINDOW = 0
+    settings.TRUSTED_PROXY_COUNT = -1
+    settings.SYNC_TRIGGER_TOKEN = "too-short"
+    ids = {message.id for message in run_checks(include_deployment_checks=True)}
+    assert {"ops.E001", "ops.E002", "ops.W001"} <= ids
+    settings.SYNC_TRIGGER_RATE_WINDOW = 10
+    settings.TRUSTED_PROXY_COUNT = 1
+    settings.SYNC_TRIGGER_TOKEN = TOKEN
+    ids = {message.id for message in run_checks(include_deployment_checks=True)}
+    assert not {"ops.E001", "ops.E002", "ops.W001"} & ids
+
+
+# --- refusing to start -------------------------------------------------------------
+
+
+def test_refuses_to_start_without_a_secret_key(tmp_path):
+    env = production_env()
+    del env["DJANGO_SECRET_KEY"]
+    result = manage("check", env=env)
+    assert result.returncode == 1
+    assert "DJANGO_SECRET_KEY is not set" in result.stderr
+
+    log = tmp_path / "gunicorn.log"
+    with gunicorn(env=env, log=log) as base, pytest.raises(requests.ConnectionError):
+        requests.get(base + "/healthz", timeout=60)  # the worker never boots; gunicorn exits
+    assert "DJANGO_SECRET_KEY is not set" in log.read_text()
+
+
+# --- the documented server, end to end ---------------------------------------------
+
+
+@pytest.mark.slow
+def test_gunicorn_serves_admin_static_files_and_the_endpoints_in_production(db_url, standin, tmp_path):
+    static = tmp_path / "static"
+    env = production_env(
+        DATABASE_URL=db_url,
+        DJANGO_ALLOWED_HOSTS="127.0.0.1",
+        DJANGO_SECURE_PROXY_SSL_HEADER="1",
+        DJANGO_STATIC_ROOT=str(static),
+        CODEFORCES_API_URL=standin.url,
+        CODEFORCES_MAX_ATTEMPTS="1",
+        # Only Django decides what is HTTPS here: gunicorn trusts no proxy header.
+        FORWARDED_ALLOW_IPS="",
+    )
+    collected = manage("collectstatic", "--noinput", "-v", "0", env=env, timeout=120)
+    assert collected.returncode == 0, collected.stderr
+    assert (static / "admin" / "css" / "base.css").is_file()
+
+    https = {"X-Forwarded-Proto": "https"}
+    log = tmp_path / "gunicorn.log"
+    with gunicorn(env=env, log=log, workers=2) as base:
+        never = requests.get(base + "/healthz", timeout=60, allow_redirects=False)
+        plain = requests.get(base + "/static/admin/css/base.css", timeout=30, allow_redirects=False)
+        css = requests.get(base + "/static/admin/css/base.css", headers=https, timeout=30)
+        login = requests.get(base + "/admin/login/", headers=https, timeout=30)
+        run = requests.post(
+            base + "/api/jobs/sync_contests/run",
+            headers={**https, "Authorization": f"Bearer {TOKEN}"},
+            timeout=120,
+        )
+        healthy = requests.get(base + "/healthz", timeout=30, allow_redirects=False)
+    output = log.read_text()
+
+    # /healthz answers plain HTTP (probes), everything else is redirected to HTTPS.
+    assert never.status_code == 503, output
+    assert plain.status_code == 301
+    assert plain.headers["Location"] == base.replace("http://", "https://") + "/static/admin/css/base.css"
+    # Static files for the admin come from whitenoise, with HSTS on HTTPS answers.
+    assert css.status_code == 200, output
+    assert css.headers["Content-Type"].startswith("text/css")
+    assert css.headers["Strict-Transport-Security"] == "max-age=31536000; includeSubDomains; preload"
+    assert login.status_code == 200
+    assert "/static/admin/css/base.css" in login.text
+    assert "Secure" in login.headers["Set-Cookie"]
+    # The trigger runs the real sync; afterwards the health check is green.
+    assert run.status_code == 200, run.text
+    assert run.json()["counts"]["created"] == 1758
+    assert standin.calls == 1
+    assert Contest.objects.count() == 1758
+    assert healthy.status_code == 200, healthy.text
+    assert healthy.json()["status"] == "ok"
+    assert "Traceback" not in output

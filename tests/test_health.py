@@ -1,0 +1,158 @@
+"""GET /healthz: is the sync keeping up, is the database there, what is the lock doing."""
+
+from __future__ import annotations
+
+import secrets
+import socket
+from datetime import timedelta
+
+import pytest
+import requests
+from django.db.models import DateTimeField, ExpressionWrapper, Value
+from django.db.models.functions import Now
+
+from contests.jobs import JOB_NAME, run_sync_job
+from locks.api import acquire
+from locks.models import JobRun, RunStatus
+from tests.conftest import gunicorn, project_env
+
+URL = "/healthz"
+TOKEN = secrets.token_urlsafe(32)
+HOUR = 3600
+
+
+@pytest.fixture
+def synced(settings, standin, transactional_db):
+    """One real, successful sync against the Codeforces stand-in."""
+    settings.SYNC_TRIGGER_TOKEN = TOKEN
+    result = run_sync_job(force=True)
+    assert result.outcome == "succeeded", result.describe()
+    return result
+
+
+def finished_ago(seconds: float) -> int:
+    """Move every successful run's end ``seconds`` into the past, on the database clock."""
+    return JobRun.objects.filter(status=RunStatus.SUCCEEDED).update(
+        finished_at=ExpressionWrapper(Now() - Value(timedelta(seconds=seconds)), output_field=DateTimeField())
+    )
+
+
+def test_fresh_after_a_sync(client, synced, django_assert_num_queries):
+    with django_assert_num_queries(2):  # the lock row and the newest successful run
+        response = client.get(URL)
+    assert response.status_code == 200
+    body = response.json()
+    assert body["status"] == "ok"
+    assert body["database"] is True
+    assert body["job"] == JOB_NAME
+    assert body["schedule"] == "0 * * * *"
+    assert body["max_age_seconds"] == 2 * HOUR
+    assert body["last_success_at"] == JobRun.objects.get().finished_at.isoformat()
+    assert 0 <= body["last_success_age_seconds"] < 60
+    assert body["lock"]["state"] == "free"
+    assert body["lock"]["last_status"] == "succeeded"
+    assert body["lock"]["token"] == synced.token
+    assert "no-store" in response["Cache-Control"]
+
+
+@pytest.fixture
+def running(synced):
+    """A sync in progress on this host: the lock row names its holder."""
+    return acquire(
+        job=JOB_NAME, tick=None, ttl=timedelta(minutes=10), holder=f"{socket.gethostname()}:4242:abcdef"
+    )
+
+
+def test_no_holder_host_names_without_the_trigger_token(client, running):
+    for headers in ({}, {"HTTP_AUTHORIZATION": "Bearer wrong"}):
+        response = client.get(URL, **headers)
+        assert response.status_code == 200  # a wrong token does not fail the check
+        lock = response.json()["lock"]
+        assert lock["state"] == "held"
+        assert "holder" not in lock
+        assert "last_error" not in lock
+        assert running.holder not in response.content.decode()
+        assert f'"{socket.gethostname()}:' not in response.content.decode()  # no "host:pid:…" value
+
+
+def test_the_trigger_token_reveals_the_holder(client, running):
+    response = client.get(URL, HTTP_AUTHORIZATION=f"Bearer {TOKEN}")
+    lock = response.json()["lock"]
+    assert lock["state"] == "held"
+    assert lock["holder"] == running.holder
+    assert lock["token"] == running.token
+    assert lock["locked_until"] is not None
+    assert lock["last_error"] == ""
+
+
+def test_still_fresh_just_under_two_schedule_periods(client, synced):
+    assert finished_ago(2 * HOUR - 60) == 1
+    response = client.get(URL)
+    assert response.status_code == 200
+    assert 2 * HOUR - 61 < response.json()["last_success_age_seconds"] < 2 * HOUR
+
+
+def test_stale_after_two_schedule_periods(client, synced):
+    assert finished_ago(2 * HOUR + 1) == 1
+    response = client.get(URL)
+    assert response.status_code == 503
+    body = response.json()
+    assert (body["status"], body["database"]) == ("stale", True)
+    assert body["last_success_age_seconds"] > 2 * HOUR
+
+
+def test_the_limit_follows_the_schedule(client, synced, settings):
+    settings.SYNC_CONTESTS_SCHEDULE = "*/5 * * * *"
+    finished_ago(11 * 60)
+    response = client.get(URL)
+    assert response.status_code == 503
+    assert response.json()["max_age_seconds"] == 10 * 60
+
+
+def test_a_failed_run_after_a_success_does_not_hide_the_success(client, synced, standin, settings):
+    settings.CODEFORCES_MAX_ATTEMPTS = 1
+    standin.status = 500
+    assert run_sync_job(force=True).outcome == "failed"
+    response = client.get(URL)
+    assert response.status_code == 200
+    body = response.json()
+    assert body["lock"]["last_status"] == "failed"
+    assert body["last_success_at"] == JobRun.objects.get(status=RunStatus.SUCCEEDED).finished_at.isoformat()
+    assert "HTTP 500" in client.get(URL, HTTP_AUTHORIZATION=f"Bearer {TOKEN}").json()["lock"]["last_error"]
+    assert "HTTP 500" not in response.content.decode()
+
+
+def test_never_synced_is_unhealthy(client, transactional_db):
+    response = client.get(URL)
+    assert response.status_code == 503
+    body = response.json()
+    assert (body["status"], body["database"]) == ("stale", True)
+    assert body["last_success_at"] is None
+    assert body["last_success_age_seconds"] is None
+    assert body["lock"] is None
+
+
+def test_only_get_and_head(client, transactional_db):
+    assert client.head(URL).status_code == 503  # never synced, but answered
+    response = client.post(URL)
+    assert response.status_code == 405
+    assert response["Allow"] == "GET, HEAD"
+
+
+def test_503_when_the_database_is_down(tmp_path):
+    """A real PostgreSQL URL whose port refuses connections, served by gunicorn."""
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))  # held, never listened on
+        url = f"postgres://nobody@127.0.0.1:{closed.getsockname()[1]}/contests"
+        env = project_env(DATABASE_URL=url, SYNC_TRIGGER_TOKEN=TOKEN)
+        log = tmp_path / "gunicorn.log"
+        with gunicorn(env=env, log=log) as base:
+            anonymous = requests.get(base + URL, timeout=60)
+            trusted = requests.get(base + URL, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=60)
+    output = log.read_text()
+    assert anonymous.status_code == 503, output
+    assert anonymous.json() == {"status": "database unreachable", "database": False, "job": JOB_NAME}
+    assert trusted.status_code == 503
+    assert trusted.json()["database"] is False
+    assert trusted.json()["error"].startswith("OperationalError: ")
+    assert "Traceback" not in output
