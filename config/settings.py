@@ -156,11 +156,14 @@ CRONJOBS = [
 ]
 CRONTAB_PYTHON_EXECUTABLE = sys.executable
 CRONTAB_DJANGO_MANAGE_PATH = str(BASE_DIR / "manage.py")
+# The cron line carries this project's settings from the environment `crontab add`
+# ran in (a different SYNC_CONTESTS_SCHEDULE would otherwise not even find its job).
 # Values are shell-quoted, and % escaped because cron turns a bare % into a newline.
+CRONTAB_ENV_PREFIXES = ("DATABASE_URL", "DJANGO_", "CODEFORCES_", "SYNC_", "LOCKS_", "MONGODB_")
 CRONTAB_COMMAND_PREFIX = " ".join(
-    f"{name}={shlex.quote(os.environ[name])}".replace("%", "\\%")
-    for name in ("DATABASE_URL", "DJANGO_SECRET_KEY", "DJANGO_DEBUG", "CODEFORCES_API_URL")
-    if os.environ.get(name)
+    f"{name}={shlex.quote(value)}".replace("%", "\\%")
+    for name, value in sorted(os.environ.items())
+    if name.startswith(CRONTAB_ENV_PREFIXES) and value
 )
 
 # --- Admin (locks app) -------------------------------------------------------
