@@ -70,6 +70,10 @@ def sync_codeforces_contests(
     """
     now = now or timezone.now()
     fetched = client.contest_list()
+    if lease is not None:
+        # The fetch can outlast a heartbeat that failed (network cut, database
+        # down): stop here, before touching the database at all.
+        lease.check()
     platform = Platform.CODEFORCES
     stats = SyncStats(fetched=fetched.fetched, invalid=fetched.invalid)
 
