@@ -504,28 +504,39 @@ def _record_finish(lease: Lease, run_id, result: RunResult) -> None:
         "failed": RunStatus.FAILED,
         "lost_lock": RunStatus.LOST_LOCK,
     }[result.outcome]
-    try:
-        if not release(lease=lease, status=status, error=result.error) and status == RunStatus.SUCCEEDED:
-            # The job finished, but the lease had changed hands meanwhile: its
-            # work may have overlapped another holder's.
-            status, result.outcome = RunStatus.LOST_LOCK, "lost_lock"
-            result.error = (
-                f"lease on {lease.job} (token {lease.token}) was taken over before the run finished"
+    released: bool | None = None
+    for attempt in range(2):
+        try:
+            if released is None:
+                released = release(lease=lease, status=status, error=result.error)
+                if not released and status == RunStatus.SUCCEEDED:
+                    # The job finished, but the lease had changed hands meanwhile: its
+                    # work may have overlapped another holder's.
+                    status, result.outcome = RunStatus.LOST_LOCK, "lost_lock"
+                    result.error = (
+                        f"lease on {lease.job} (token {lease.token}) was taken over before the run finished"
+                    )
+            if run_id is not None:
+                JobRun.objects.filter(pk=run_id).update(
+                    finished_at=Now(), status=status, stats=result.stats, error=result.error
+                )
+            prune_runs(job=lease.job)
+            return
+        except DatabaseError as exc:
+            if attempt == 0:
+                # A fault (network cut, server restart) can leave this connection dead
+                # while the database is reachable again: try once more on a new one.
+                # The statements match on the token or the run's key, so repeating is harmless.
+                connections[router.db_for_write(SyncLock)].close()
+                continue
+            # The lease expires on its own after its TTL (lock semantic 4).
+            logger.warning(
+                "job=%s token=%s could not record outcome %s: %s; the lease expires by itself",
+                lease.job,
+                lease.token,
+                status,
+                _describe(exc),
             )
-        if run_id is not None:
-            JobRun.objects.filter(pk=run_id).update(
-                finished_at=Now(), status=status, stats=result.stats, error=result.error
-            )
-        prune_runs(job=lease.job)
-    except DatabaseError as exc:
-        # The lease expires on its own after its TTL (lock semantic 4).
-        logger.warning(
-            "job=%s token=%s could not record outcome %s: %s; the lease expires by itself",
-            lease.job,
-            lease.token,
-            status,
-            _describe(exc),
-        )
 
 
 def prune_runs(*, job: str) -> int:
