@@ -1,0 +1,168 @@
+"""The fault scenarios, what each must show, and the README table of what the runs saw.
+
+Each fault test carries ``@pytest.mark.scenario(KEY)`` and reports what it
+observed (counts, exit codes, log lines) through the ``observe`` fixture; the
+test session stores that per backend under ``var/faults/``. This module renders
+those records as the README's results table:
+
+    python -m tests.faults.results            # print the table
+    python -m tests.faults.results --write    # and put it into README.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS_DIR = ROOT / "var" / "faults"
+README = ROOT / "README.md"
+BEGIN = "<!-- faults-table:begin (python -m tests.faults.results --write) -->"
+END = "<!-- faults-table:end -->"
+BACKENDS = {"sqlite": "SQLite", "postgresql": "PostgreSQL"}
+
+
+@dataclass(frozen=True)
+class Scenario:
+    key: str
+    title: str
+    expected: str
+
+
+SCENARIOS = [
+    Scenario(
+        "clock-skew-16",
+        "16 processes whose clocks are 7 min fast, 7 min slow or right (faketime) contend for one tick",
+        "exactly 1 sync, 15 skips; all name the same tick; each skewed process warns about its clock, "
+        "no right one does",
+    ),
+    Scenario(
+        "clock-skew-40",
+        "a host whose clock is 40 min slow runs the job",
+        "WARNING that host and database clocks disagree by more than 120 s; exit 0",
+    ),
+    Scenario(
+        "three-hosts",
+        "3 hosts (network namespaces, veth links) run `sync_contests` for 2 ticks",
+        "1 sync per tick across the 3 hosts, the others skip",
+    ),
+    Scenario(
+        "partition",
+        "the holder's link is cut in the middle of a slow sync",
+        "its heartbeat fails; it aborts without writing and records or logs `lost_lock`, no traceback; "
+        "after the lease expires another host syncs the next tick",
+    ),
+    Scenario(
+        "sigkill-mid-write",
+        "SIGKILL of the holder in the middle of its write transaction",
+        "no partial rows; the lease expires after its TTL; the next tick syncs every contest",
+    ),
+    Scenario(
+        "db-stop-during-sync",
+        "PostgreSQL stopped while a sync runs",
+        "no traceback; the run fails with a WARNING and an ERROR line, writes nothing, exit 1; "
+        "after a restart the next tick syncs",
+    ),
+    Scenario(
+        "db-stop-during-acquire",
+        "PostgreSQL stopped while a copy waits to acquire the lock",
+        "no traceback; one WARNING naming the job and the cause; exit 0; after a restart the next tick syncs",
+    ),
+    Scenario(
+        "db-silent",
+        "a PostgreSQL address that accepts TCP and never answers",
+        "gives up after its connect timeout (5 s): one WARNING, exit 0, no traceback",
+    ),
+    Scenario(
+        "long-job",
+        "a sync slowed to 3x the lease TTL by a slow stand-in; copies for the same tick start one after "
+        "another throughout",
+        "the heartbeat keeps the lease: every copy skips, with `held` while the job runs "
+        "(also after 2x TTL); one run, token 1",
+    ),
+]
+BY_KEY = {scenario.key: scenario for scenario in SCENARIOS}
+
+
+def record(*, backend: str, key: str, outcome: str, observed: str, results_dir: Path = RESULTS_DIR) -> None:
+    """Store what one scenario did on one backend (merged with earlier records)."""
+    if key not in BY_KEY:
+        raise KeyError(f"unknown fault scenario {key!r}; add it to tests/faults/results.py SCENARIOS")
+    results_dir.mkdir(parents=True, exist_ok=True)
+    path = results_dir / f"{backend}.json"
+    data = json.loads(path.read_text()) if path.exists() else {}
+    data[key] = {"outcome": outcome, "observed": observed}
+    path.write_text(json.dumps(data, indent=1, sort_keys=True, ensure_ascii=False) + "\n")
+
+
+def load(results_dir: Path = RESULTS_DIR) -> dict[str, dict]:
+    loaded = {}
+    for backend in BACKENDS:
+        path = results_dir / f"{backend}.json"
+        loaded[backend] = json.loads(path.read_text()) if path.exists() else {}
+    return loaded
+
+
+def _cell(entry: dict | None) -> str:
+    if entry is None:
+        return "not run"
+    text = entry["observed"] or ""
+    if entry["outcome"] == "passed":
+        cell = f"✅ {text}"
+    elif entry["outcome"] == "skipped":
+        cell = f"skipped: {text}"
+    else:
+        cell = f"❌ FAILED: {text}"
+    return cell.replace("|", "\\|").replace("\n", " ")
+
+
+def table(results: dict[str, dict]) -> str:
+    lines = [
+        "| Scenario | Expected | Observed on SQLite | Observed on PostgreSQL |",
+        "|---|---|---|---|",
+    ]
+    for scenario in SCENARIOS:
+        cells = [scenario.title, scenario.expected]
+        cells += [_cell(results[backend].get(scenario.key)) for backend in BACKENDS]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def readme_rows(text: str) -> list[tuple[str, str]]:
+    """(scenario, expected) of each row of the README's results table."""
+    try:
+        section = text.split(BEGIN, 1)[1].split(END, 1)[0]
+    except IndexError:
+        return []
+    rows = []
+    for line in section.strip().splitlines()[2:]:
+        cells = [cell.strip() for cell in line.strip().strip("|").split(" | ")]
+        rows.append((cells[0], cells[1]))
+    return rows
+
+
+def write_readme(rendered: str, readme: Path = README) -> None:
+    text = readme.read_text()
+    if BEGIN not in text or END not in text:
+        raise SystemExit(f"{readme}: the markers {BEGIN!r} … {END!r} are missing")
+    head, rest = text.split(BEGIN, 1)
+    tail = rest.split(END, 1)[1]
+    readme.write_text(f"{head}{BEGIN}\n{rendered}\n{END}{tail}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Render the fault-test results table.")
+    parser.add_argument("--write", action="store_true", help="Replace the table in README.md.")
+    args = parser.parse_args(argv)
+    rendered = table(load())
+    sys.stdout.write(rendered + "\n")
+    if args.write:
+        write_readme(rendered)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
