@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 export DJANGO_DEBUG ?= 1
 
-.PHONY: setup run test lint demo clean
+.PHONY: setup run test test-sqlite test-postgres faults-table lint demo clean
 
 $(BIN)/.installed: requirements.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -21,8 +21,18 @@ lint: $(BIN)/.installed
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-test: lint
-	$(BIN)/python -m pytest
+# The whole suite twice: on the SQLite default, then on a throwaway PostgreSQL cluster.
+test: lint test-sqlite test-postgres
+
+test-sqlite: $(BIN)/.installed
+	env -u DATABASE_URL $(BIN)/python -m pytest
+
+test-postgres: $(BIN)/.installed
+	scripts/with-postgres.sh $(BIN)/python -m pytest
+
+# The README's fault-test table, from the last runs' records in var/faults/.
+faults-table:
+	$(BIN)/python -m tests.faults.results --write
 
 demo: setup
 	$(BIN)/python scripts/demo.py

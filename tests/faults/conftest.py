@@ -25,10 +25,7 @@ from tests.faults.pg import PgServer
 from tests.faults.support import Gate, Procs
 
 OBSERVED = pytest.StashKey[str]()
-POSTGRES_ONLY = (
-    "PostgreSQL-only scenario (a database server on the network); the SQLite pass skips it and "
-    "`make test` runs it in its PostgreSQL pass (scripts/with-postgres.sh)"
-)
+POSTGRES_ONLY = "PostgreSQL-only scenario: runs in the PostgreSQL pass of `make test`"
 
 
 def pytest_configure(config: pytest.Config) -> None:

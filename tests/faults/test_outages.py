@@ -146,6 +146,6 @@ def test_database_that_accepts_and_never_answers(procs, observe):
     assert "database unreachable" in lines[0]
     assert "timeout" in lines[0].lower()
     observe(
-        f"gave up after {elapsed:.1f} s ({accepted} TCP connection(s) accepted, never answered): "
+        f"exited {elapsed:.1f} s after start ({accepted} TCP connection(s) accepted, never answered): "
         "exit 0, one WARNING `database unreachable … timeout expired`, no traceback"
     )

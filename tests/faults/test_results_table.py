@@ -28,9 +28,15 @@ def test_every_scenario_has_exactly_one_test():
 
 def test_table_shows_each_backend_and_outcome(tmp_path):
     results.record(
-        backend="postgresql", key="db-silent", outcome="passed", observed="gave up after 5 s", results_dir=tmp_path
+        backend="postgresql",
+        key="db-silent",
+        outcome="passed",
+        observed="gave up after 5 s",
+        results_dir=tmp_path,
     )
-    results.record(backend="sqlite", key="db-silent", outcome="failed", observed="exit 1", results_dir=tmp_path)
+    results.record(
+        backend="sqlite", key="db-silent", outcome="failed", observed="exit 1", results_dir=tmp_path
+    )
     results.record(
         backend="sqlite", key="partition", outcome="skipped", observed="PostgreSQL only", results_dir=tmp_path
     )
