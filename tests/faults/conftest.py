@@ -50,7 +50,7 @@ def procs() -> Iterator[Procs]:
 
 @pytest.fixture
 def gate() -> Iterator[Gate]:
-    """Hang it on a stand-in (``standin.hook = gate``) to hold fetches until ``gate.open()``."""
+    """Hang it on a stand-in (``standin.hook = gate``) to hold the first fetch until ``gate.open()``."""
     held = Gate()
     try:
         yield held

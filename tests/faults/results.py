@@ -52,8 +52,9 @@ SCENARIOS = [
     Scenario(
         "partition",
         "the holder's link is cut in the middle of a slow sync",
-        "its heartbeat fails; it aborts without writing and records or logs `lost_lock`, no traceback; "
-        "after the lease expires another host syncs the next tick",
+        "after the lease expires another host syncs the next tick, while the old holder is still cut off; "
+        "the old holder's heartbeat fails, it aborts without writing and records or logs `lost_lock`, "
+        "no traceback",
     ),
     Scenario(
         "sigkill-mid-write",

@@ -175,20 +175,24 @@ def free_port() -> int:
 
 
 class Gate:
-    """A stand-in hook that holds every request until the test opens the gate.
+    """A stand-in hook that holds the first request until the test opens the gate.
 
-    The fetch then lasts exactly as long as the fault needs, never a guessed delay;
-    ``limit`` bounds the hold in case the test never opens it.
+    That fetch then lasts exactly as long as the fault needs, never a guessed delay;
+    later requests pass. ``limit`` bounds the hold in case the test never opens it.
     """
 
     def __init__(self, *, limit: float = 90) -> None:
         self.arrived: list[float] = []
         self.limit = limit
         self._open = threading.Event()
+        self._lock = threading.Lock()
 
     def __call__(self) -> None:
-        self.arrived.append(time.monotonic())
-        self._open.wait(self.limit)
+        with self._lock:
+            self.arrived.append(time.monotonic())
+            first = len(self.arrived) == 1
+        if first:
+            self._open.wait(self.limit)
 
     def open(self) -> None:
         self._open.set()

@@ -20,7 +20,7 @@ from locks.models import JobRun, SyncLock
 from tests.conftest import project_env
 from tests.faults.pg import with_host
 from tests.faults.support import wait_until
-from tests.standin import Standin, serve
+from tests.standin import Standin, load_fixture, serve
 
 TICK_1 = "2026-03-04T10:00:00+00:00"
 TICK_2 = "2026-03-04T11:00:00+00:00"
@@ -103,15 +103,15 @@ def test_partitioned_holder_aborts_and_another_host_takes_the_next_tick(
     ttl = 3  # heartbeat every second; the lease is gone 3 s after the last one
     box = sandbox(3)
     fake = network_standin(box.gateway)
-    # The holder's fetch is held until its heartbeat has failed and the link is back:
-    # a slow sync whose answer arrives after the lease is gone.
+    # The holder's fetch is held until the test lets it go: a slow sync whose answer
+    # arrives after its lease is gone. Later fetches pass.
     fake.hook = gate
     env = host_env(
         postgres,
         box,
         fake,
         SYNC_CONTESTS_LOCK_TTL=str(ttl),
-        CODEFORCES_READ_TIMEOUT="60",
+        CODEFORCES_READ_TIMEOUT="90",
         CODEFORCES_MAX_ATTEMPTS="1",
     )
     copies = {
@@ -138,8 +138,27 @@ def test_partitioned_holder_aborts_and_another_host_takes_the_next_tick(
     )
     holder_host.cut()
     cut_at = time.monotonic()
+
+    # While the holder is cut off and still running, its lease runs out by the database
+    # clock and one of the other hosts takes the next tick.
+    wait_until(
+        lambda: SyncLock.objects.expired().exists(), timeout=ttl * 5, what="the cut holder's lease to expire"
+    )
+    next_copies = run_tick(procs, others, TICK_2, env)
+    assert holder.popen.poll() is None  # the old holder is still alive, still fetching
+    assert Counter(copy.result()["outcome"] for copy in next_copies) == {"succeeded": 1, "skipped": 1}
+    winner = next(copy for copy in next_copies if copy.result()["outcome"] == "succeeded")
+    assert winner.field("token") == "2"
+    assert winner.field("created") == "1758"
+
+    # The old holder's heartbeat fails; the link comes back and its (now stale) answer
+    # arrives, different from what is stored: had it written, the names would show it.
     holder.wait_for(r"WARNING .*heartbeat", timeout=60)  # hang guard, far above TTL/3 + 10 s
     noticed_after = time.monotonic() - cut_at
+    payload = load_fixture()
+    for contest in payload["result"]:
+        contest["name"] = "STALE " + contest["name"]
+    fake.set_payload(payload)
     holder_host.heal()
     gate.open()
     code = holder.wait(timeout=90)
@@ -147,25 +166,22 @@ def test_partitioned_holder_aborts_and_another_host_takes_the_next_tick(
     assert "Traceback" not in holder.stderr, holder.transcript()
     assert code == 1, holder.transcript()
     assert holder.result()["outcome"] == "lost_lock"
-    assert fake.calls == 1
-    assert Contest.objects.count() == 0  # it aborted without writing
-    # The link was back by the time it finished, so it recorded the loss (on a new
-    # connection if its old one died in the cut).
-    assert JobRun.objects.get(token=1).status == "lost_lock"
-    lock = SyncLock.objects.get(job_name="sync_contests")
-    assert (lock.token, lock.last_status, lock.locked_until) == (1, "lost_lock", None)
-
-    # The lease ran out by the database clock; one of the other hosts takes the next tick.
-    next_copies = run_tick(procs, others, TICK_2, env)
-    assert Counter(copy.result()["outcome"] for copy in next_copies) == {"succeeded": 1, "skipped": 1}
-    winner = next(copy for copy in next_copies if copy.result()["outcome"] == "succeeded")
-    assert winner.field("token") == "2"
-    assert winner.field("created") == "1758"
+    assert fake.calls == 2
     assert Contest.objects.count() == 1758
+    assert not Contest.objects.filter(name__startswith="STALE ").exists()  # it wrote nothing
+    # It recorded its run as lost (on a new connection if its old one died in the cut),
+    # and its release, matching its old token, left the new holder's record alone.
+    assert list(JobRun.objects.order_by("token").values_list("token", "status")) == [
+        (1, "lost_lock"),
+        (2, "succeeded"),
+    ]
+    lock = SyncLock.objects.get(job_name="sync_contests")
+    assert (lock.token, lock.last_status, lock.locked_until) == (2, "succeeded", None)
     cause = re.search(r"could not renew the lease: (\w+: [^.\n]*)", holder.stderr).group(1)
     observe(
-        f"host {holder_host.number} held the lease; link cut: heartbeat failed {noticed_after:.0f} s later "
-        f"({cause}); "
-        f"exit {code}, outcome=lost_lock logged and recorded (JobRun, lock), "
-        f"0 rows written, no traceback; next tick: {winner.name} synced 1758 (token 2), the other skipped"
+        f"link of host {holder_host.number} (the holder) cut; its lease expired and "
+        f"{winner.name} synced the next tick (token 2, 1758 created) while it was still cut off; "
+        f"its heartbeat failed {noticed_after:.0f} s after the cut ({cause}); link back, stale answer "
+        f"delivered: exit {code}, outcome=lost_lock logged and recorded, 0 rows written, new holder's "
+        "lock row untouched, no traceback"
     )
