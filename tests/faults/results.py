@@ -64,8 +64,8 @@ SCENARIOS = [
     Scenario(
         "db-stop-during-sync",
         "PostgreSQL stopped while a sync runs",
-        "no traceback; the run fails with a WARNING and an ERROR line, writes nothing, exit 1; "
-        "after a restart the next tick syncs",
+        "no traceback; its heartbeat finds the database gone and the run ends `lost_lock` (WARNING lines, "
+        "one ERROR line), writes nothing, exit 1; after a restart the next tick syncs",
     ),
     Scenario(
         "db-stop-during-acquire",
