@@ -20,9 +20,8 @@ from typing import Literal
 
 from django.conf import settings
 from django.db import (
-    DatabaseError,
+    Error,
     IntegrityError,
-    InterfaceError,
     OperationalError,
     ProgrammingError,
     connections,
@@ -354,7 +353,7 @@ class _Heartbeat(threading.Thread):
                 except LockLost:
                     logger.warning("job=%s heartbeat: %s", self.lease.job, self.lease.lost_reason)
                     return
-                except DatabaseError as exc:
+                except Error as exc:
                     self.lease.mark_lost(f"heartbeat could not renew the lease: {_describe(exc)}")
                     logger.warning("job=%s heartbeat: %s", self.lease.job, self.lease.lost_reason)
                     return
@@ -431,7 +430,7 @@ def run_locked(
                 f"the lock table is missing ({_describe(exc)}): run `python manage.py migrate`"
             ) from exc
         return _unreachable(result, exc, started)
-    except (InterfaceError, DatabaseError) as exc:
+    except Error as exc:
         return _unreachable(result, exc, started)
 
     if isinstance(got, Skip):
@@ -454,7 +453,7 @@ def run_locked(
     except LockLost as exc:
         result.outcome, result.error = "lost_lock", str(exc) or lease.lost_reason
         result.exception = exc
-    except DatabaseError as exc:
+    except Error as exc:
         result.outcome, result.error = "failed", f"database error: {_describe(exc)}"
         result.exception = exc
     except expected_errors as exc:
@@ -493,7 +492,7 @@ def _record_start(lease: Lease) -> int | None:
             token=lease.token,
             started_at=lease.acquired_at,
         ).pk
-    except DatabaseError as exc:
+    except Error as exc:
         logger.warning("job=%s could not record the run start: %s", lease.job, _describe(exc))
         return None
 
@@ -522,7 +521,7 @@ def _record_finish(lease: Lease, run_id, result: RunResult) -> None:
                 )
             prune_runs(job=lease.job)
             return
-        except DatabaseError as exc:
+        except Error as exc:
             if attempt == 0:
                 # A fault (network cut, server restart) can leave this connection dead
                 # while the database is reachable again: try once more on a new one.

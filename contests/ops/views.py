@@ -6,7 +6,7 @@ import logging
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db import DatabaseError
+from django.db import Error as DBError  # DatabaseError and InterfaceError
 from django.http import Http404, HttpRequest, JsonResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.csrf import csrf_exempt
@@ -50,7 +50,7 @@ def trigger_sync(request: HttpRequest) -> JsonResponse:
     window = timedelta(seconds=settings.SYNC_TRIGGER_RATE_WINDOW)
     try:
         claim = throttle_claim(key=f"{JOB_NAME}:{address}", window=window)
-    except DatabaseError as exc:
+    except DBError as exc:
         reason = f"database unreachable: {_describe(exc)}"
         logger.warning("job=%s trigger from %s skipped: %s", JOB_NAME, address, reason)
         return JsonResponse({"job": JOB_NAME, "outcome": "skipped", "reason": reason}, status=503)
@@ -82,7 +82,7 @@ def _run_status(result: RunResult) -> int:
         return 409 if result.skip is not None else 503  # no Skip: the database was unreachable
     if isinstance(result.exception, CodeforcesError):
         return 502
-    if isinstance(result.exception, DatabaseError):
+    if isinstance(result.exception, DBError):
         return 503
     return 500  # the lease was lost mid-run, or a bug (logged with its traceback)
 
@@ -126,7 +126,7 @@ def healthz(request: HttpRequest) -> JsonResponse:
     trusted = bearer_token_matches(request, settings.SYNC_TRIGGER_TOKEN)
     try:
         health = sync_health()
-    except DatabaseError as exc:
+    except DBError as exc:
         body = {"status": "database unreachable", "database": False, "job": JOB_NAME}
         if trusted:
             body["error"] = _describe(exc)

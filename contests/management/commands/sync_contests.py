@@ -4,7 +4,7 @@ import sys
 from datetime import datetime
 
 from django.core.management.base import BaseCommand, CommandError
-from django.db import DatabaseError
+from django.db import Error as DBError  # DatabaseError and InterfaceError
 from django.utils import timezone
 
 from contests.codeforces import CodeforcesError
@@ -29,7 +29,7 @@ class Command(BaseCommand):
         if dry_run:
             try:
                 counts = preview_sync()
-            except (CodeforcesError, DatabaseError) as exc:
+            except (CodeforcesError, DBError) as exc:
                 raise CommandError(f"dry run failed: {exc}") from exc
             self.stdout.write("dry run, nothing written: " + " ".join(f"{k}={v}" for k, v in counts.items()))
             return

@@ -1,7 +1,7 @@
 import json
 
 from django.core.management.base import BaseCommand, CommandError
-from django.db import DatabaseError
+from django.db import Error as DBError  # DatabaseError and InterfaceError
 
 from locks import api
 from locks.selectors import lock_states
@@ -23,7 +23,7 @@ class Command(BaseCommand):
                 self.release(options["job"])
             else:
                 self.status(as_json=options["json"])
-        except DatabaseError as exc:
+        except DBError as exc:
             raise CommandError(f"cannot read the locks: {' '.join(str(exc).split())}") from exc
 
     def status(self, *, as_json: bool) -> None:
