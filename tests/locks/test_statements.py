@@ -90,3 +90,40 @@ def test_a_loser_learns_why_in_two_statements(settings):
     assert isinstance(skip, api.Skip) and skip.reason == "held"
     # The compare-and-set that matched nothing, then one read of who holds it.
     assert verbs(losing) == ["UPDATE", "SELECT"]
+
+
+@pytest.mark.parametrize("tick", [TICK, None], ids=["scheduled", "forced"])
+def test_the_reused_acquire_statement_is_the_one_django_compiles(tick):
+    """acquire() compiles its UPDATE once per shape and reuses it with the real
+    holder and tick put back: the result must equal a fresh compilation."""
+    db = "default"
+    api._acquire_templates.clear()
+    first = api._acquire_sql(db=db, job=JOB, tick=tick, ttl=TTL, holder="host:1:aaaaaa")
+    for holder, when in [
+        ("host:2:bbbbbb", TICK + timedelta(hours=5)),
+        ("other:3:cccccc", TICK + timedelta(days=9)),
+    ]:
+        when = None if tick is None else when
+        reused = api._acquire_sql(db=db, job=JOB, tick=when, ttl=TTL, holder=holder)
+        fresh = api._compile_update(*api._acquire_update(db=db, job=JOB, tick=when, ttl=TTL, holder=holder))
+        assert reused == fresh
+    assert first[0] == reused[0]
+    assert api._acquire_templates[(db, JOB, tick is None, TTL, True)] is not None
+
+
+@pytest.mark.usefixtures("free_row")
+def test_reused_statements_still_compare_and_set_on_the_tick(settings):
+    settings.LOCKS_USE_RETURNING = True
+    later = TICK + timedelta(hours=2)
+    won = api.acquire(job=JOB, tick=later, ttl=TTL, holder="a:1:aaaaaa")
+    assert isinstance(won, api.Lease) and api.release(lease=won, status="succeeded")
+
+    earlier = api.acquire(job=JOB, tick=TICK, ttl=TTL, holder="b:2:bbbbbb")
+    again = api.acquire(job=JOB, tick=later, ttl=TTL, holder="c:3:cccccc")
+    latest = api.acquire(job=JOB, tick=later + timedelta(hours=1), ttl=TTL, holder="d:4:dddddd")
+
+    assert isinstance(earlier, api.Skip) and earlier.reason == "tick_claimed"
+    assert isinstance(again, api.Skip) and again.reason == "tick_claimed"
+    assert isinstance(latest, api.Lease) and latest.token == won.token + 1
+    row = api.SyncLock.objects.get(job_name=JOB)
+    assert (row.holder, row.tick, row.token) == ("d:4:dddddd", later + timedelta(hours=1), latest.token)
