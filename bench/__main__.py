@@ -13,6 +13,7 @@ import contextlib
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -50,21 +51,31 @@ def main(argv: list[str] | None = None) -> int:
         "--docs", type=Path, default=ROOT / "docs" / "benchmarks.md", help="Markdown to update."
     )
     parser.add_argument("--no-docs", action="store_true", help="Print only; leave docs/ alone.")
+    parser.add_argument(
+        "--merge",
+        action="store_true",
+        help="Keep the other parts' results from the last run (var/bench/results.json): rerun one "
+        "part when the machine is quieter without redoing the rest.",
+    )
     args = parser.parse_args(argv)
     parts = {part.strip() for part in args.parts.split(",") if part.strip()}
     unknown = parts - {"sync", "lock", "prune"}
     if unknown:
         parser.error(f"unknown part(s): {', '.join(sorted(unknown))}")
 
-    results: dict = {
-        "environment": report.environment(),
-        "settings": (
-            f"sizes {', '.join(f'{1758 * s:,}' for s in args.scales)}; {args.repeat} runs per timing "
-            f"(naive 1); {args.cycles} lock cycles; contenders {args.contenders} x {args.rounds} rounds; "
-            f"{args.reminders:,} reminders"
-        ),
-        "backends": {},
+    settings = {
+        "sync": f"{', '.join(f'{1758 * s:,}' for s in args.scales)} contests; median of {args.repeat} runs "
+        "(the naive loop runs once)",
+        "lock": f"{args.cycles} cycles; {', '.join(map(str, args.contenders))} contenders, "
+        f"{args.rounds} rounds each",
+        "prune": f"{args.reminders:,} reminders; median of {args.repeat} runs",
     }
+    results: dict = {"environment": report.environment(), "backends": {}}
+    previous = WORK / "results.json"
+    if args.merge and previous.exists():
+        kept = json.loads(previous.read_text())
+        results["backends"] = kept.get("backends", {})
+        results["environment"]["load_before"] = kept["environment"]["load_before"]
     with contextlib.ExitStack() as stack:
         backends = [] if args.no_sqlite else [SQLite()]
         if args.postgres:
@@ -76,18 +87,29 @@ def main(argv: list[str] | None = None) -> int:
         for backend in backends:
             runner.log(f"preparing {backend.name}")
             backend.prepare()
-            found: dict = {"version": backend.version}
-            results["backends"][backend.name] = found
-            if "sync" in parts:
-                found["sync"] = runner.sync(
+            found: dict = results["backends"].setdefault(backend.name, {})
+            found["version"] = backend.version
+            jobs = {
+                "sync": lambda backend=backend: runner.sync(
                     backend, scales=args.scales, repeat=args.repeat, naive_max_scale=args.naive_max_scale
-                )
-            if "lock" in parts:
-                found["lock"] = runner.lock(
+                ),
+                "lock": lambda backend=backend: runner.lock(
                     backend, cycles=args.cycles, contenders=args.contenders, rounds=args.rounds
-                )
-            if "prune" in parts:
-                found["prune"] = runner.prune(backend, reminders=args.reminders, repeat=args.repeat)
+                ),
+                "prune": lambda backend=backend: runner.prune(
+                    backend, reminders=args.reminders, repeat=args.repeat
+                ),
+            }
+            for part, job in jobs.items():
+                if part not in parts:
+                    continue
+                load, started = os.getloadavg(), time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+                found[part] = job()
+                found.setdefault("when", {})[part] = {
+                    "at": started,
+                    "load": [round(value, 1) for value in (*load, *os.getloadavg())],
+                    "settings": settings[part],
+                }
             backend.reset()
     results["environment"]["load_after"] = os.getloadavg()
 

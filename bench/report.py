@@ -9,6 +9,7 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
+TRANSACTION_CONTROL = {"BEGIN", "COMMIT", "SAVEPOINT", "RELEASE", "ROLLBACK"}
 BEGIN = "<!-- bench:begin -->"
 END = "<!-- bench:end -->"
 APPROACH_NAMES = {
@@ -80,7 +81,7 @@ def targets(results: dict) -> list[tuple[str, str, bool | None]]:
         rows.append(
             (
                 "First load at 17,580: at least 20x faster than the naive loop",
-                f"{ratio:.1f}x ({service['seconds']:.3f} s vs {naive['seconds']:.2f} s)",
+                f"{ratio:.1f}x ({service['seconds']:.3f} s vs {naive['seconds']:.2f} s){_cpu(naive, service)}",
                 ratio >= 20,
             )
         )
@@ -89,7 +90,7 @@ def targets(results: dict) -> list[tuple[str, str, bool | None]]:
         rows.append(
             (
                 "First load at 17,580: within 3x of the floor",
-                f"{ratio:.2f}x ({service['seconds']:.3f} s vs {floor['seconds']:.3f} s)",
+                f"{ratio:.2f}x ({service['seconds']:.3f} s vs {floor['seconds']:.3f} s){_cpu(service, floor)}",
                 ratio <= 3,
             )
         )
@@ -99,7 +100,7 @@ def targets(results: dict) -> list[tuple[str, str, bool | None]]:
         rows.append(
             (
                 "Resync at 175,800: within 2x of its floor",
-                f"{ratio:.2f}x ({big['seconds']:.3f} s vs {big_floor['seconds']:.3f} s)",
+                f"{ratio:.2f}x ({big['seconds']:.3f} s vs {big_floor['seconds']:.3f} s){_cpu(big, big_floor)}",
                 ratio <= 2,
             )
         )
@@ -153,15 +154,23 @@ def targets(results: dict) -> list[tuple[str, str, bool | None]]:
         )
     prune = backend.get("prune")
     if prune:
-        one_delete = prune["queries"] == 1 and prune["kinds"] == {"DELETE": 1}
+        data = {kind: count for kind, count in prune["kinds"].items() if kind not in TRANSACTION_CONTROL}
+        one_delete = data == {"DELETE": 1}
         rows.append(
             (
                 f"Pruning {prune['deleted']:,} stale of {prune['before']:,} reminders: one DELETE, under 5 s",
-                f"{prune['queries']} statement(s) {prune['kinds']}, {prune['seconds']:.2f} s",
+                f"{data} plus {prune['queries'] - sum(data.values())} transaction statement(s) "
+                f"(BEGIN, COMMIT), {prune['seconds']:.2f} s",
                 one_delete and prune["seconds"] < 5 and prune["deleted"] * 2 == prune["before"],
             )
         )
     return rows
+
+
+def _cpu(slow: dict, fast: dict) -> str:
+    if not slow.get("cpu") or not fast.get("cpu"):
+        return ""
+    return f"; by CPU time {slow['cpu'] / fast['cpu']:.2f}x"
 
 
 # --- the printed table ----------------------------------------------------------------------
@@ -260,7 +269,7 @@ def markdown(results: dict, *, plot_name: str) -> str:
         + "/".join(f"{value:.1f}" for value in env["load_before"])
         + ", after: "
         + "/".join(f"{value:.1f}" for value in env.get("load_after", ()))
-        + f". Settings: {results['settings']}."
+        + "."
     )
     out += ["", "### Targets (SQLite default)", "", "| target | measured | verdict |", "|---|---|---|"]
     for target, measured, met in targets(results):
@@ -273,11 +282,15 @@ def markdown(results: dict, *, plot_name: str) -> str:
                 "",
                 f"### Sync on {backend['version']}",
                 "",
-                "Time is the median of the runs; peak is the process's peak RSS (MB), Django included.",
+                _when(backend, "sync"),
                 "",
-                "| contests | approach | first load s | queries | rows written | peak MB "
-                "| resync s | queries | rows written | peak MB |",
-                "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+                "*s* is wall time, *CPU s* the measuring process's own CPU time (the database "
+                "server's is not in it on PostgreSQL); *queries* as `assertNumQueries` counts them "
+                "(BEGIN and COMMIT included); *peak MB* is the process's peak RSS, Django included.",
+                "",
+                "| contests | approach | first load s | CPU s | queries | rows written | peak MB "
+                "| resync s | CPU s | queries | rows written | peak MB |",
+                "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
             ]
             for contests, approaches in sync.items():
                 for approach in ("service", "command", "naive", "floor"):
@@ -298,7 +311,11 @@ def markdown(results: dict, *, plot_name: str) -> str:
                 "",
                 f"### Lock on {backend['version']}",
                 "",
-                f"{latency['cycles']} cycles of acquire + release on a free lease, each on a new tick.",
+                _when(backend, "lock"),
+                "",
+                f"{latency['cycles']} cycles of acquire + release on a free lease, each on a new tick; "
+                f"the measuring process used {latency.get('cpu_ms_per_cycle', float('nan')):.3f} ms of CPU "
+                "per cycle.",
                 "",
                 "| step | statements | p50 ms | p99 ms | max ms |",
                 "|---|---:|---:|---:|---:|",
@@ -338,19 +355,34 @@ def markdown(results: dict, *, plot_name: str) -> str:
                 "",
                 f"### Reminder pruning on {backend['version']}",
                 "",
-                "| reminders | stale | deleted | statements | seconds (median of runs) | runs | peak MB |",
-                "|---:|---:|---:|---|---:|---|---:|",
+                _when(backend, "prune"),
+                "",
+                "| reminders | stale | deleted | statements | seconds (median) | CPU s | runs | peak MB |",
+                "|---:|---:|---:|---|---:|---:|---|---:|",
                 f"| {prune['before']:,} | {prune['before'] // 2:,} | {prune['deleted']:,} | "
                 f"{prune['queries']} ({', '.join(f'{k} {v}' for k, v in prune['kinds'].items())}) | "
-                f"{prune['seconds']:.3f} | {prune['runs']} | {prune['peak_mb']:.0f} |",
+                f"{prune['seconds']:.3f} | {prune.get('cpu', float('nan')):.3f} | {prune['runs']} | "
+                f"{prune['peak_mb']:.0f} |",
             ]
     out += ["", f"![Sync time against number of contests]({plot_name})", "", END]
     return "\n".join(out)
 
 
+def _when(backend: dict, part: str) -> str:
+    when = backend.get("when", {}).get(part)
+    if not when:
+        return ""
+    load = when["load"]
+    return (
+        f"Measured {when['at']} ({when['settings']}); load average (1/5/15 min) "
+        f"{load[0]}/{load[1]}/{load[2]} before, {load[3]}/{load[4]}/{load[5]} after."
+    )
+
+
 def _cells(result: dict) -> list[str]:
     return [
         f"{result['seconds']:.3f}",
+        f"{result['cpu']:.3f}" if "cpu" in result else "-",
         str(result.get("queries", "-")),
         f"{result['rows']:,}" if "rows" in result else "-",
         f"{result['peak_mb']:.0f}",

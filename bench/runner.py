@@ -55,7 +55,12 @@ def command(backend: Backend, api: str) -> dict:
     out, err = process.stdout.read(), process.stderr.read()
     if process.returncode:
         raise RuntimeError(f"sync_contests exited {process.returncode}:\n{out}\n{err[-3000:]}")
-    return {"seconds": seconds, "peak_mb": round(usage.ru_maxrss / 1024, 1), "output": out.strip()[-300:]}
+    return {
+        "seconds": seconds,
+        "cpu": usage.ru_utime + usage.ru_stime,
+        "peak_mb": round(usage.ru_maxrss / 1024, 1),
+        "output": out.strip()[-300:],
+    }
 
 
 def _median(runs: list[dict]) -> dict:

@@ -45,6 +45,11 @@ def peak_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 def rss_mb() -> float:
     for line in Path("/proc/self/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -79,16 +84,48 @@ class Meter:
         self._mark = 0
 
     def __enter__(self) -> Meter:
-        self.connection.ensure_connection()
+        connection = self.connection
+        connection.ensure_connection()
         if self._sqlite:
-            self._mark = self.connection.connection.total_changes
-        self._wrapper = self.connection.execute_wrapper(self)
+            self._mark = connection.connection.total_changes
+        self._wrapper = connection.execute_wrapper(self)
         self._wrapper.__enter__()
+        # COMMIT, ROLLBACK and (outside SQLite) BEGIN are driver calls, not
+        # cursor statements; CaptureQueriesContext lists them, so count them too.
+        commit, rollback, set_autocommit = (
+            connection._commit,
+            connection._rollback,
+            connection._set_autocommit,
+        )
+
+        def counted(kind, call):
+            def wrapper(*args):
+                self._flush()
+                self._count(kind)
+                self._last_table = None
+                return call(*args)
+
+            return wrapper
+
+        def autocommit(value):
+            if not value:
+                self._count("BEGIN")
+            return set_autocommit(value)
+
+        connection._commit = counted("COMMIT", commit)
+        connection._rollback = counted("ROLLBACK", rollback)
+        connection._set_autocommit = autocommit
         return self
 
     def __exit__(self, *exc) -> None:
         self._wrapper.__exit__(*exc)
+        for name in ("_commit", "_rollback", "_set_autocommit"):
+            self.connection.__dict__.pop(name, None)
         self._flush()
+
+    def _count(self, kind: str) -> None:
+        self.statements += 1
+        self.kinds[kind] = self.kinds.get(kind, 0) + 1
 
     def _flush(self) -> None:
         if not self._sqlite or self.connection.connection is None:
@@ -100,9 +137,7 @@ class Meter:
 
     def __call__(self, execute, sql, params, many, context):
         self._flush()
-        self.statements += 1
-        kind = sql.lstrip().split(None, 1)[0].upper()
-        self.kinds[kind] = self.kinds.get(kind, 0) + 1
+        self._count(sql.lstrip().split(None, 1)[0].upper())
         match = _WRITE.match(sql)
         self._last_table = match.group(1) if match else None
         result = execute(sql, params, many, context)
@@ -135,9 +170,9 @@ def sync_service(api_url: str) -> dict:
     client = CodeforcesClient(base_url=api_url)
     start_rss = rss_mb()
     with Meter(connection) as meter:
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), cpu_seconds()
         stats = sync_codeforces_contests(client=client, lease=lease)
-        seconds = time.perf_counter() - started
+        seconds, cpu = time.perf_counter() - started, cpu_seconds() - cpu
     release(lease=lease, status="succeeded")
     return {
         "seconds": seconds,
@@ -145,6 +180,7 @@ def sync_service(api_url: str) -> dict:
         "kinds": meter.kinds,
         "rows": meter.rows.get(CONTEST_TABLE, 0),
         "stats": stats.as_dict(),
+        "cpu": cpu,
         "start_mb": round(start_rss, 1),
     }
 
@@ -160,7 +196,7 @@ def naive_sync(api_url: str) -> dict:
 
     start_rss = rss_mb()
     with Meter(connection) as meter:
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), cpu_seconds()
         response = requests.get(f"{api_url}/contest.list", params={"gym": "false"}, timeout=60)
         response.raise_for_status()
         now = timezone.now()
@@ -179,9 +215,10 @@ def naive_sync(api_url: str) -> dict:
                     "updated_at": now,
                 },
             )
-        seconds = time.perf_counter() - started
+        seconds, cpu = time.perf_counter() - started, cpu_seconds() - cpu
     return {
         "seconds": seconds,
+        "cpu": cpu,
         "queries": meter.statements,
         "kinds": meter.kinds,
         "rows": meter.rows.get(CONTEST_TABLE, 0),
@@ -212,7 +249,7 @@ def floor_sync(api_url: str, *, sqlite: str | None, pg: str | None, resync: bool
 
         db = psycopg.connect(pg)
         marker = "%s"
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), cpu_seconds()
     entries = _fetch(requests, api_url)
     if resync:
         stored = {
@@ -223,7 +260,7 @@ def floor_sync(api_url: str, *, sqlite: str | None, pg: str | None, resync: bool
         }
         new = [entry for entry in entries if entry["id"] not in stored]
         rows_written = 0
-        extra = {"new": len(new)}
+        extra = {"new": len(new), "queries": 1}
     else:
         rows = _floor_rows(entries, sqlite=bool(sqlite))
         sql = (
@@ -239,10 +276,10 @@ def floor_sync(api_url: str, *, sqlite: str | None, pg: str | None, resync: bool
                 cursor.executemany(sql, rows)
                 rows_written = cursor.rowcount
             db.commit()
-        extra = {}
-    seconds = time.perf_counter() - started
+        extra = {"queries": 3}  # BEGIN, the executemany, COMMIT
+    seconds, cpu = time.perf_counter() - started, cpu_seconds() - cpu
     db.close()
-    return {"seconds": seconds, "queries": 1, "rows": rows_written, "start_mb": round(start_rss, 1), **extra}
+    return {"seconds": seconds, "cpu": cpu, "rows": rows_written, "start_mb": round(start_rss, 1), **extra}
 
 
 def _floor_rows(entries: list[dict], *, sqlite: bool) -> list[tuple]:
@@ -296,7 +333,10 @@ def _floor_rows(entries: list[dict], *, sqlite: bool) -> list[tuple]:
 
 
 def lock_latency(*, cycles: int, warmup: int) -> dict:
-    """acquire + release of a free lease on a scheduled tick, ``cycles`` times."""
+    """acquire + release of a free lease on a scheduled tick, ``cycles`` times.
+
+    The warm-up cycles count statements; the timed ones run bare.
+    """
     setup_django()
     from django.db import connection
 
@@ -306,30 +346,33 @@ def lock_latency(*, cycles: int, warmup: int) -> dict:
     base = datetime(2030, 1, 1, tzinfo=UTC)
     first = acquire(job=job, tick=base, ttl=ttl)  # creates the row: not the happy path
     release(lease=first, status="succeeded")
+    statements: dict[str, set[int]] = {"acquire": set(), "release": set()}
+    for index in range(1, warmup + 1):
+        with Meter(connection) as meter:
+            lease = acquire(job=job, tick=base + timedelta(hours=index), ttl=ttl)
+        statements["acquire"].add(meter.statements)
+        with Meter(connection) as meter:
+            release(lease=lease, status="succeeded")
+        statements["release"].add(meter.statements)
     acquire_ns, release_ns, cycle_ns = [], [], []
-    statements = {"acquire": set(), "release": set()}
-    for index in range(1, warmup + cycles + 1):
+    clock = time.perf_counter_ns
+    cpu = cpu_seconds()
+    for index in range(warmup + 1, warmup + cycles + 1):
         tick = base + timedelta(hours=index)
-        with Meter(connection) as meter_a:
-            t0 = time.perf_counter_ns()
-            lease = acquire(job=job, tick=tick, ttl=ttl)
-            t1 = time.perf_counter_ns()
-        if not isinstance(lease, Lease):
-            raise SystemExit(f"cycle {index}: expected the free lease, got {lease}")
-        with Meter(connection) as meter_r:
-            t2 = time.perf_counter_ns()
-            released = release(lease=lease, status="succeeded")
-            t3 = time.perf_counter_ns()
-        if not released:
-            raise SystemExit(f"cycle {index}: release matched no row")
-        statements["acquire"].add(meter_a.statements)
-        statements["release"].add(meter_r.statements)
-        if index > warmup:
-            acquire_ns.append(t1 - t0)
-            release_ns.append(t3 - t2)
-            cycle_ns.append(t3 - t0)
+        t0 = clock()
+        lease = acquire(job=job, tick=tick, ttl=ttl)
+        t1 = clock()
+        released = release(lease=lease, status="succeeded")
+        t2 = clock()
+        if not isinstance(lease, Lease) or not released:
+            raise SystemExit(f"cycle {index}: expected to take and give back the free lease, got {lease}")
+        acquire_ns.append(t1 - t0)
+        release_ns.append(t2 - t1)
+        cycle_ns.append(t2 - t0)
+    cpu = cpu_seconds() - cpu
     return {
         "cycles": cycles,
+        "cpu_ms_per_cycle": cpu * 1000 / cycles,
         "cycle": _percentiles(cycle_ns),
         "acquire": _percentiles(acquire_ns),
         "release": _percentiles(release_ns),
@@ -399,11 +442,12 @@ def prune(*, now: str) -> dict:
 
     before = Reminder.objects.count()
     with Meter(connection) as meter:
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), cpu_seconds()
         deleted = prune_stale_reminders(now=datetime.fromisoformat(now))
-        seconds = time.perf_counter() - started
+        seconds, cpu = time.perf_counter() - started, cpu_seconds() - cpu
     return {
         "seconds": seconds,
+        "cpu": cpu,
         "queries": meter.statements,
         "kinds": meter.kinds,
         "deleted": deleted,
