@@ -184,8 +184,10 @@ def _create_contests(new: list[tuple[ContestRecord, str]], *, platform: str, now
     same = {
         field.name: field.get_db_prep_save(field.pre_save(template, True), connection) for field in fields
     }
+    # The records hold bools, aware datetimes and timedeltas, which the fields'
+    # get_prep_value() would return unchanged: only the backend adaptation remains.
     frozen, start, duration = (
-        partial(meta.get_field(name).get_db_prep_save, connection=connection)
+        partial(meta.get_field(name).get_db_prep_value, connection=connection, prepared=True)
         for name in ("frozen", "start_time", "duration")
     )
     head = "INSERT INTO {} ({}) ".format(
