@@ -415,7 +415,7 @@ def plot(results: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    figure, axes = plt.subplots(1, 2, figsize=(12, 5), sharey=True)
+    figure, axes = plt.subplots(1, 2, figsize=(12, 6), sharey=True)
     for axis, phase, title in zip(
         axes, ("first", "resync"), ("First load", "Resync (nothing changed)"), strict=True
     ):
@@ -439,8 +439,9 @@ def plot(results: dict, path: Path) -> None:
         axis.set_title(title)
         axis.grid(True, which="both", alpha=0.3)
     axes[0].set_ylabel("seconds (log scale)")
-    axes[1].legend(fontsize=8, loc="upper left")
+    handles, labels = axes[0].get_legend_handles_labels()
+    figure.legend(handles, labels, loc="lower center", ncol=4, fontsize=8, frameon=False)
     figure.suptitle("Contest sync: time against the number of contests (solid SQLite, dashed PostgreSQL)")
-    figure.tight_layout()
+    figure.tight_layout(rect=(0, 0.1, 1, 1))
     figure.savefig(path, dpi=100)
     plt.close(figure)
