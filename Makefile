@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 export DJANGO_DEBUG ?= 1
 
-.PHONY: setup run test test-sqlite test-postgres faults-table lint demo clean
+.PHONY: setup run test test-sqlite test-postgres faults-table lint demo clean bench
 
 $(BIN)/.installed: requirements.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -36,6 +36,12 @@ faults-table:
 
 demo: setup
 	$(BIN)/python scripts/demo.py
+
+# Benchmarks (docs/benchmarks.md): SQLite always; PostgreSQL too with
+# PG=postgres://user@host:port/db (its tables are emptied) or PG=throwaway
+# (a temporary initdb cluster). BENCH_ARGS passes options: python -m bench --help.
+bench: $(BIN)/.installed
+	$(BIN)/python -m bench $(if $(PG),--postgres $(PG)) $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) db.sqlite3 db.sqlite3-* test_db.sqlite3*

@@ -132,29 +132,45 @@ class ForcedRelease:
 # --- the statements ----------------------------------------------------------
 
 
-def _update_returning(qs, values: Mapping, returning: tuple[str, ...], reread: Q) -> tuple | None:
-    """``qs.update(**values)`` that also returns columns of the updated row.
+def _update_returning(
+    *,
+    db: str,
+    model,
+    build: Callable[[], tuple],
+    returning: tuple[str, ...],
+    reread: Q,
+    compiled: Callable[[], tuple[str, list]] | None = None,
+) -> tuple | None:
+    """``qs.update(**values)``, with ``(qs, values) = build()``, that also
+    returns columns of the updated row.
 
     A fast path of one statement (UPDATE … RETURNING, compiled by Django so the
-    expressions are exactly those of the portable path) on backends that have
-    RETURNING; elsewhere ``update()`` followed by a read of the row ``reread``
-    names. Returns None when no row matched.
+    expressions are exactly those of the portable path; ``compiled()`` may
+    supply that compilation) on backends that have RETURNING; elsewhere
+    ``update()`` followed by a read of the row ``reread`` names. Returns None
+    when no row matched.
     """
-    connection = connections[qs.db]
+    connection = connections[db]
     if _can_return(connection):
-        query = qs.query.chain(UpdateQuery)
-        query.add_update_values(values)
-        sql, params = query.get_compiler(qs.db).as_sql()
+        sql, params = compiled() if compiled is not None else _compile_update(*build())
         columns = ", ".join(
-            connection.ops.quote_name(qs.model._meta.get_field(name).column) for name in returning
+            connection.ops.quote_name(model._meta.get_field(name).column) for name in returning
         )
-        with transaction.mark_for_rollback_on_error(qs.db), connection.cursor() as cursor:
+        with transaction.mark_for_rollback_on_error(db), connection.cursor() as cursor:
             cursor.execute(f"{sql} RETURNING {columns}", params)
             row = cursor.fetchone()
         return None if row is None else tuple(_from_db(value) for value in row)
+    qs, values = build()
     if not qs.update(**values):
         return None
-    return qs.model.objects.using(qs.db).filter(reread).values_list(*returning).first()
+    return model.objects.using(db).filter(reread).values_list(*returning).first()
+
+
+def _compile_update(qs, values: Mapping) -> tuple[str, list]:
+    query = qs.query.chain(UpdateQuery)
+    query.add_update_values(values)
+    sql, params = query.get_compiler(qs.db).as_sql()
+    return sql, list(params)
 
 
 def _can_return(connection) -> bool:
@@ -182,29 +198,23 @@ def acquire(*, job: str, tick: datetime | None, ttl: timedelta, holder: str | No
     """
     _validate_ttl(ttl)
     holder = holder or make_holder()
-    values = {
-        "holder": holder,
-        "token": F("token") + 1,
-        "acquired_at": Now(),
-        "locked_until": _expires(ttl),
-        "heartbeat_at": Now(),
-        "last_started_at": Now(),
-        "last_status": RunStatus.RUNNING,
-        "last_error": "",
-    }
-    condition = Q(locked_until__isnull=True) | Q(locked_until__lt=Now())
-    if tick is not None:
-        values["tick"] = tick
-        condition &= Q(tick__isnull=True) | Q(tick__lt=tick)
-    candidates = SyncLock.objects.filter(condition, job_name=job)
+    db = router.db_for_write(SyncLock)
     for _attempt in range(3):
-        row = _update_returning(candidates, values, ("token", "acquired_at"), Q(job_name=job, holder=holder))
+        row = _update_returning(
+            db=db,
+            model=SyncLock,
+            build=lambda: _acquire_update(db=db, job=job, tick=tick, ttl=ttl, holder=holder),
+            returning=("token", "acquired_at"),
+            reread=Q(job_name=job, holder=holder),
+            compiled=lambda: _acquire_sql(db=db, job=job, tick=tick, ttl=ttl, holder=holder),
+        )
         if row is not None:
             token, acquired_at = row
             _warn_on_skew(job=job, db_now=acquired_at)
             return Lease(job=job, holder=holder, token=token, tick=tick, ttl=ttl, acquired_at=acquired_at)
         state = (
-            SyncLock.objects.filter(job_name=job)
+            SyncLock.objects.using(db)
+            .filter(job_name=job)
             .annotate(db_now=Now())
             .values("holder", "locked_until", "tick", "db_now")
             .first()
@@ -222,6 +232,95 @@ def acquire(*, job: str, tick: datetime | None, ttl: timedelta, holder: str | No
     if state is None:
         raise LockError(f"the lock row for {job!r} keeps disappearing; is something deleting it?")
     return Skip(job, tick, "held", state["holder"], state["locked_until"], state["tick"])
+
+
+def _acquire_update(*, db: str, job: str, tick: datetime | None, ttl: timedelta, holder: str):
+    """The compare-and-set of ``acquire``: the rows it may take, and what it sets."""
+    values = {
+        "holder": holder,
+        "token": F("token") + 1,
+        "acquired_at": Now(),
+        "locked_until": _expires(ttl),
+        "heartbeat_at": Now(),
+        "last_started_at": Now(),
+        "last_status": RunStatus.RUNNING,
+        "last_error": "",
+    }
+    condition = Q(locked_until__isnull=True) | Q(locked_until__lt=Now())
+    if tick is not None:
+        values["tick"] = tick
+        condition &= Q(tick__isnull=True) | Q(tick__lt=tick)
+    return SyncLock.objects.using(db).filter(condition, job_name=job), values
+
+
+# Compiling the acquire UPDATE costs several times more than running it
+# (docs/benchmarks.md). On the RETURNING path its SQL is compiled once per
+# shape (database, job, TTL, scheduled or forced) with stand-in values for the
+# holder and the tick; the stand-ins' places in the parameters are checked
+# against a real compilation, then reused with the real values put back.
+_STAND_IN_HOLDER = "\x00stand-in holder\x00"
+_STAND_IN_TICK = datetime(1901, 2, 3, 4, 5, 6, 789012, tzinfo=UTC)
+_acquire_templates: dict[tuple, _Template | None] = {}
+
+
+@dataclass(frozen=True)
+class _Template:
+    sql: str
+    params: tuple
+    holder_at: tuple[int, ...]
+    tick_at: tuple[int, ...]
+
+    def fill(self, *, holder: str, tick_value) -> list:
+        params = list(self.params)
+        for index in self.holder_at:
+            params[index] = holder
+        for index in self.tick_at:
+            params[index] = tick_value
+        return params
+
+
+def _acquire_sql(
+    *, db: str, job: str, tick: datetime | None, ttl: timedelta, holder: str
+) -> tuple[str, list]:
+    key = (db, job, tick is None, ttl, settings.USE_TZ)
+    template = _acquire_templates.get(key, False)
+    if template is False or template is None:
+        sql, params = _compile_update(*_acquire_update(db=db, job=job, tick=tick, ttl=ttl, holder=holder))
+        if template is False:
+            _acquire_templates[key] = _learn(
+                db=db, job=job, tick=tick, ttl=ttl, holder=holder, real=(sql, params)
+            )
+        return sql, params
+    return template.sql, template.fill(holder=holder, tick_value=_tick_value(tick, db))
+
+
+def _learn(
+    *, db: str, job: str, tick: datetime | None, ttl: timedelta, holder: str, real: tuple[str, list]
+) -> _Template | None:
+    """The template for this shape, or None (compile every time) if the stand-ins
+    cannot be told apart or the template does not reproduce ``real`` exactly."""
+    stand_in_tick = None if tick is None else _STAND_IN_TICK
+    sql, params = _compile_update(
+        *_acquire_update(db=db, job=job, tick=stand_in_tick, ttl=ttl, holder=_STAND_IN_HOLDER)
+    )
+    holder_at = tuple(index for index, value in enumerate(params) if value == _STAND_IN_HOLDER)
+    tick_at = ()
+    if tick is not None:
+        stand_in = _tick_value(_STAND_IN_TICK, db)
+        tick_at = tuple(index for index, value in enumerate(params) if value == stand_in)
+    template = _Template(sql, tuple(params), holder_at, tick_at)
+    expected = (1, 0 if tick is None else 2)  # holder in SET; tick in SET and WHERE
+    if (len(holder_at), len(tick_at)) != expected or (
+        template.sql,
+        template.fill(holder=holder, tick_value=_tick_value(tick, db)),
+    ) != real:
+        logger.debug("job=%s acquire: statement not reusable, compiling each time", job)
+        return None
+    return template
+
+
+def _tick_value(tick: datetime | None, db: str):
+    return SyncLock._meta.get_field("tick").get_db_prep_value(tick, connections[db])
 
 
 def _tick_claimant(*, job: str, tick: datetime) -> str:

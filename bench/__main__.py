@@ -1,0 +1,129 @@
+"""python -m bench [--postgres URL | --postgres throwaway] [options]
+
+Runs the sync, lock and pruning benchmarks on SQLite (a file under var/bench/)
+and, when given, on PostgreSQL; prints one table; writes docs/benchmarks.md
+(between its bench markers) and docs/benchmarks.png. The PostgreSQL database
+named by URL has its tables emptied: give it a throwaway one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench import report, runner  # noqa: E402
+from bench.backends import WORK, PostgreSQL, SQLite, throwaway_postgres  # noqa: E402
+
+
+def _ints(text: str) -> list[int]:
+    return [int(item) for item in text.split(",") if item.strip()]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--postgres",
+        default=os.environ.get("BENCH_POSTGRES_URL", ""),
+        help="postgres://user@host:port/db to benchmark too (its tables are emptied), or 'throwaway' "
+        "to start a temporary cluster with initdb. Default: $BENCH_POSTGRES_URL.",
+    )
+    parser.add_argument("--no-sqlite", action="store_true", help="Skip the SQLite default.")
+    parser.add_argument("--parts", default="sync,lock,prune", help="Comma-separated: sync, lock, prune.")
+    parser.add_argument("--scales", type=_ints, default=[1, 10, 100], help="Copies of the 1,758 contests.")
+    parser.add_argument("--repeat", type=int, default=3, help="Runs per timing (median); naive runs once.")
+    parser.add_argument("--naive-max-scale", type=int, default=100, help="Skip the naive loop above this.")
+    parser.add_argument("--cycles", type=int, default=1000, help="Lock acquire+release cycles.")
+    parser.add_argument("--contenders", type=_ints, default=[2, 8, 32], help="Processes racing for one tick.")
+    parser.add_argument("--rounds", type=int, default=3, help="Contention rounds per process count.")
+    parser.add_argument(
+        "--reminders", type=int, default=1_000_000, help="Reminders for pruning (half stale)."
+    )
+    parser.add_argument(
+        "--docs", type=Path, default=ROOT / "docs" / "benchmarks.md", help="Markdown to update."
+    )
+    parser.add_argument("--no-docs", action="store_true", help="Print only; leave docs/ alone.")
+    parser.add_argument(
+        "--merge",
+        action="store_true",
+        help="Keep the other parts' results from the last run (var/bench/results.json): rerun one "
+        "part when the machine is quieter without redoing the rest.",
+    )
+    args = parser.parse_args(argv)
+    parts = {part.strip() for part in args.parts.split(",") if part.strip()}
+    unknown = parts - {"sync", "lock", "prune"}
+    if unknown:
+        parser.error(f"unknown part(s): {', '.join(sorted(unknown))}")
+
+    settings = {
+        "sync": f"{', '.join(f'{1758 * s:,}' for s in args.scales)} contests; median of {args.repeat} runs, "
+        f"{3 * args.repeat} for 1,758 (the naive loop runs once)",
+        "lock": f"{args.cycles} cycles; {', '.join(map(str, args.contenders))} contenders, "
+        f"{args.rounds} rounds each",
+        "prune": f"{args.reminders:,} reminders; median of {args.repeat} runs",
+    }
+    results: dict = {"environment": report.environment(), "backends": {}}
+    previous = WORK / "results.json"
+    if args.merge and previous.exists():
+        kept = json.loads(previous.read_text())
+        results["backends"] = kept.get("backends", {})
+        results["environment"]["load_before"] = kept["environment"]["load_before"]
+    with contextlib.ExitStack() as stack:
+        backends = [] if args.no_sqlite else [SQLite()]
+        if args.postgres:
+            url = args.postgres
+            if url == "throwaway":
+                runner.log("starting a throwaway PostgreSQL cluster")
+                url = stack.enter_context(throwaway_postgres())
+            backends.append(PostgreSQL(url))
+        for backend in backends:
+            runner.log(f"preparing {backend.name}")
+            backend.prepare()
+            found: dict = results["backends"].setdefault(backend.name, {})
+            found["version"] = backend.version
+            jobs = {
+                "sync": lambda backend=backend: runner.sync(
+                    backend, scales=args.scales, repeat=args.repeat, naive_max_scale=args.naive_max_scale
+                ),
+                "lock": lambda backend=backend: runner.lock(
+                    backend, cycles=args.cycles, contenders=args.contenders, rounds=args.rounds
+                ),
+                "prune": lambda backend=backend: runner.prune(
+                    backend, reminders=args.reminders, repeat=args.repeat
+                ),
+            }
+            for part, job in jobs.items():
+                if part not in parts:
+                    continue
+                load, started = os.getloadavg(), time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+                found[part] = job()
+                found.setdefault("when", {})[part] = {
+                    "at": started,
+                    "load": [round(value, 1) for value in (*load, *os.getloadavg())],
+                    "settings": settings[part],
+                }
+            backend.reset()
+    results["environment"]["load_after"] = os.getloadavg()
+
+    WORK.mkdir(parents=True, exist_ok=True)
+    (WORK / "results.json").write_text(json.dumps(results, indent=2, default=str))
+    report.print_table(results)
+    if not args.no_docs:
+        args.docs.parent.mkdir(parents=True, exist_ok=True)
+        plot_path = args.docs.with_suffix(".png")
+        report.plot(results, plot_path)
+        report.write_markdown(results, args.docs, plot_name=plot_path.name)
+        print(f"\nwrote {args.docs} and {plot_path} (raw numbers: {WORK / 'results.json'})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,499 @@
+"""One measurement in a fresh process: ``python -m bench.worker TASK [options]``.
+
+Each task prints one JSON object on its last stdout line. A fresh process per
+measurement keeps peak memory honest and stops one approach's caches from
+helping the next. The database comes from ``DATABASE_URL`` (Django) or, for the
+raw-driver floor, from ``--sqlite PATH`` / ``--pg CONNINFO``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import resource
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+PLATFORM = "codeforces"
+CONTEST_TABLE = "contests_contest"
+CONTEST_COLUMNS = (
+    "platform",
+    "contest_id",
+    "name",
+    "type",
+    "phase",
+    "frozen",
+    "start_time",
+    "duration",
+    "fingerprint",
+    "first_seen_at",
+    "updated_at",
+    "removed_at",
+)
+_WRITE = re.compile(r'^\s*(?:INSERT\s+INTO|UPDATE|DELETE\s+FROM)\s+"?(\w+)"?', re.IGNORECASE)
+
+
+def peak_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def rss_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def setup_django() -> None:
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+    import django
+
+    django.setup()
+
+
+class Meter:
+    """Counts the statements Django sends and the rows they write, per table.
+
+    Installed with ``connection.execute_wrapper``; counts what
+    ``CaptureQueriesContext`` would (BEGIN included, COMMIT not). Rows written
+    come from SQLite's ``total_changes`` (attributed to the statement that ran
+    before, since SQLite counts RETURNING statements only once their rows are
+    read) or from the driver's ``rowcount`` on PostgreSQL.
+    """
+
+    def __init__(self, connection) -> None:
+        self.connection = connection
+        self.statements = 0
+        self.kinds: dict[str, int] = {}
+        self.rows: dict[str, int] = {}
+        self._sqlite = connection.vendor == "sqlite"
+        self._last_table: str | None = None
+        self._mark = 0
+
+    def __enter__(self) -> Meter:
+        connection = self.connection
+        connection.ensure_connection()
+        if self._sqlite:
+            self._mark = connection.connection.total_changes
+        self._wrapper = connection.execute_wrapper(self)
+        self._wrapper.__enter__()
+        # COMMIT, ROLLBACK and (outside SQLite) BEGIN are driver calls, not
+        # cursor statements; CaptureQueriesContext lists them, so count them too.
+        commit, rollback, set_autocommit = (
+            connection._commit,
+            connection._rollback,
+            connection._set_autocommit,
+        )
+
+        def counted(kind, call):
+            def wrapper(*args):
+                self._flush()
+                self._count(kind)
+                self._last_table = None
+                return call(*args)
+
+            return wrapper
+
+        def autocommit(value):
+            if not value:
+                self._count("BEGIN")
+            return set_autocommit(value)
+
+        connection._commit = counted("COMMIT", commit)
+        connection._rollback = counted("ROLLBACK", rollback)
+        connection._set_autocommit = autocommit
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._wrapper.__exit__(*exc)
+        for name in ("_commit", "_rollback", "_set_autocommit"):
+            self.connection.__dict__.pop(name, None)
+        self._flush()
+
+    def _count(self, kind: str) -> None:
+        self.statements += 1
+        self.kinds[kind] = self.kinds.get(kind, 0) + 1
+
+    def _flush(self) -> None:
+        if not self._sqlite or self.connection.connection is None:
+            return
+        total = self.connection.connection.total_changes
+        if self._last_table and total != self._mark:
+            self.rows[self._last_table] = self.rows.get(self._last_table, 0) + total - self._mark
+        self._mark = total
+
+    def __call__(self, execute, sql, params, many, context):
+        self._flush()
+        self._count(sql.lstrip().split(None, 1)[0].upper())
+        match = _WRITE.match(sql)
+        self._last_table = match.group(1) if match else None
+        result = execute(sql, params, many, context)
+        if not self._sqlite and match:
+            count = context["cursor"].rowcount
+            if count and count > 0:
+                self.rows[self._last_table] = self.rows.get(self._last_table, 0) + count
+        return result
+
+
+def emit(result: dict) -> None:
+    result.setdefault("peak_mb", round(peak_mb(), 1))
+    print(json.dumps(result, default=str), flush=True)
+
+
+# --- the three ways to sync ---------------------------------------------------
+
+
+def sync_service(api_url: str) -> dict:
+    """This project's service, under a lease as the job runs it (the lease is
+    taken before the clock starts; its fencing renewal is part of the sync)."""
+    setup_django()
+    from django.db import connection
+
+    from contests.codeforces import CodeforcesClient
+    from contests.services import sync_codeforces_contests
+    from locks.api import acquire, release
+
+    lease = acquire(job="bench-sync", tick=None, ttl=timedelta(minutes=30))
+    client = CodeforcesClient(base_url=api_url)
+    start_rss = rss_mb()
+    with Meter(connection) as meter:
+        started, cpu = time.perf_counter(), cpu_seconds()
+        stats = sync_codeforces_contests(client=client, lease=lease)
+        seconds, cpu = time.perf_counter() - started, cpu_seconds() - cpu
+    release(lease=lease, status="succeeded")
+    return {
+        "seconds": seconds,
+        "queries": meter.statements,
+        "kinds": meter.kinds,
+        "rows": meter.rows.get(CONTEST_TABLE, 0),
+        "stats": stats.as_dict(),
+        "cpu": cpu,
+        "start_mb": round(start_rss, 1),
+    }
+
+
+def naive_sync(api_url: str) -> dict:
+    """What a developer writes first: one ``update_or_create`` per contest."""
+    setup_django()
+    import requests
+    from django.db import connection
+    from django.utils import timezone
+
+    from contests.models import Contest, Platform
+
+    start_rss = rss_mb()
+    with Meter(connection) as meter:
+        started, cpu = time.perf_counter(), cpu_seconds()
+        response = requests.get(f"{api_url}/contest.list", params={"gym": "false"}, timeout=60)
+        response.raise_for_status()
+        now = timezone.now()
+        for entry in response.json()["result"]:
+            start = entry.get("startTimeSeconds")
+            Contest.objects.update_or_create(
+                platform=Platform.CODEFORCES,
+                contest_id=entry["id"],
+                defaults={
+                    "name": entry["name"],
+                    "type": entry["type"],
+                    "phase": entry["phase"],
+                    "frozen": entry["frozen"],
+                    "start_time": datetime.fromtimestamp(start, tz=UTC) if start is not None else None,
+                    "duration": timedelta(seconds=entry["durationSeconds"]),
+                    "updated_at": now,
+                },
+            )
+        seconds, cpu = time.perf_counter() - started, cpu_seconds() - cpu
+    return {
+        "seconds": seconds,
+        "cpu": cpu,
+        "queries": meter.statements,
+        "kinds": meter.kinds,
+        "rows": meter.rows.get(CONTEST_TABLE, 0),
+        "start_mb": round(start_rss, 1),
+    }
+
+
+def _fetch(requests, api_url: str) -> list[dict]:
+    response = requests.get(f"{api_url}/contest.list", params={"gym": "false"}, timeout=60)
+    response.raise_for_status()
+    return json.loads(response.content)["result"]
+
+
+def floor_sync(api_url: str, *, sqlite: str | None, pg: str | None, resync: bool) -> dict:
+    """The floor: fetch, parse, and one ``executemany`` through the raw driver
+    (first load) or one read of the stored keys (resync). No Django."""
+    import requests  # imported before the clock starts, as the others are
+
+    start_rss = rss_mb()
+    if sqlite:
+        import sqlite3
+
+        db = sqlite3.connect(sqlite, isolation_level=None)
+        db.execute("PRAGMA synchronous=NORMAL")  # as config/database.py sets it
+        marker = "?"
+    else:
+        import psycopg
+
+        db = psycopg.connect(pg)
+        marker = "%s"
+    started, cpu = time.perf_counter(), cpu_seconds()
+    entries = _fetch(requests, api_url)
+    if resync:
+        stored = {
+            key
+            for (key,) in db.execute(
+                f"SELECT contest_id FROM {CONTEST_TABLE} WHERE platform = {marker}", (PLATFORM,)
+            ).fetchall()
+        }
+        new = [entry for entry in entries if entry["id"] not in stored]
+        rows_written = 0
+        extra = {"new": len(new), "queries": 1}
+    else:
+        rows = _floor_rows(entries, sqlite=bool(sqlite))
+        sql = (
+            f"INSERT INTO {CONTEST_TABLE} ({', '.join(CONTEST_COLUMNS)}) "
+            f"VALUES ({', '.join([marker] * len(CONTEST_COLUMNS))})"
+        )
+        if sqlite:
+            db.execute("BEGIN IMMEDIATE")
+            rows_written = db.executemany(sql, rows).rowcount
+            db.execute("COMMIT")
+        else:
+            with db.cursor() as cursor:
+                cursor.executemany(sql, rows)
+                rows_written = cursor.rowcount
+            db.commit()
+        extra = {"queries": 3}  # BEGIN, the executemany, COMMIT
+    seconds, cpu = time.perf_counter() - started, cpu_seconds() - cpu
+    db.close()
+    return {"seconds": seconds, "cpu": cpu, "rows": rows_written, "start_mb": round(start_rss, 1), **extra}
+
+
+def _floor_rows(entries: list[dict], *, sqlite: bool) -> list[tuple]:
+    """Rows as the backend stores them: the same values Django would write,
+    except the fingerprint, which only this project's diff needs."""
+    now = datetime.now(UTC)
+    if sqlite:
+        # Django's SQLite adapter stores UTC text and durations in microseconds.
+        now_text = now.replace(tzinfo=None).isoformat(" ")
+        return [
+            (
+                PLATFORM,
+                entry["id"],
+                entry["name"],
+                entry["type"],
+                entry["phase"],
+                entry["frozen"],
+                time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(entry["startTimeSeconds"]))
+                if "startTimeSeconds" in entry
+                else None,
+                entry["durationSeconds"] * 1_000_000,
+                "",
+                now_text,
+                now_text,
+                None,
+            )
+            for entry in entries
+        ]
+    return [
+        (
+            PLATFORM,
+            entry["id"],
+            entry["name"],
+            entry["type"],
+            entry["phase"],
+            entry["frozen"],
+            datetime.fromtimestamp(entry["startTimeSeconds"], tz=UTC)
+            if "startTimeSeconds" in entry
+            else None,
+            timedelta(seconds=entry["durationSeconds"]),
+            "",
+            now,
+            now,
+            None,
+        )
+        for entry in entries
+    ]
+
+
+# --- the lock -------------------------------------------------------------------
+
+
+def lock_latency(*, cycles: int, warmup: int) -> dict:
+    """acquire + release of a free lease on a scheduled tick, ``cycles`` times.
+
+    The warm-up cycles count statements; the timed ones run bare.
+    """
+    setup_django()
+    from django.db import connection
+
+    from locks.api import Lease, acquire, release
+
+    job, ttl = "bench-latency", timedelta(minutes=5)
+    base = datetime(2030, 1, 1, tzinfo=UTC)
+    first = acquire(job=job, tick=base, ttl=ttl)  # creates the row: not the happy path
+    release(lease=first, status="succeeded")
+    statements: dict[str, set[int]] = {"acquire": set(), "release": set()}
+    for index in range(1, warmup + 1):
+        with Meter(connection) as meter:
+            lease = acquire(job=job, tick=base + timedelta(hours=index), ttl=ttl)
+        statements["acquire"].add(meter.statements)
+        with Meter(connection) as meter:
+            release(lease=lease, status="succeeded")
+        statements["release"].add(meter.statements)
+    acquire_ns, release_ns, cycle_ns = [], [], []
+    clock = time.perf_counter_ns
+    cpu = cpu_seconds()
+    for index in range(warmup + 1, warmup + cycles + 1):
+        tick = base + timedelta(hours=index)
+        t0 = clock()
+        lease = acquire(job=job, tick=tick, ttl=ttl)
+        t1 = clock()
+        released = release(lease=lease, status="succeeded")
+        t2 = clock()
+        if not isinstance(lease, Lease) or not released:
+            raise SystemExit(f"cycle {index}: expected to take and give back the free lease, got {lease}")
+        acquire_ns.append(t1 - t0)
+        release_ns.append(t2 - t1)
+        cycle_ns.append(t2 - t0)
+    cpu = cpu_seconds() - cpu
+    return {
+        "cycles": cycles,
+        "cpu_ms_per_cycle": cpu * 1000 / cycles,
+        "cycle": _percentiles(cycle_ns),
+        "acquire": _percentiles(acquire_ns),
+        "release": _percentiles(release_ns),
+        "statements": {key: sorted(value) for key, value in statements.items()},
+        "returning": connection.vendor in {"sqlite", "postgresql"},
+    }
+
+
+def _percentiles(samples_ns: list[int]) -> dict:
+    ordered = sorted(samples_ns)
+
+    def pick(fraction: float) -> float:
+        index = min(len(ordered) - 1, max(0, round(fraction * len(ordered)) - 1))
+        return ordered[index] / 1e6
+
+    return {"p50_ms": pick(0.50), "p99_ms": pick(0.99), "max_ms": ordered[-1] / 1e6}
+
+
+def contend(*, job: str, tick: str, ttl: float) -> None:
+    """One contender: connect, say ready, wait for the common start instant
+    (``time.monotonic_ns`` is one clock for every process on the host), acquire."""
+    setup_django()
+    from django.db import connection
+
+    from locks.api import Lease, acquire
+
+    connection.ensure_connection()
+    print("ready", flush=True)
+    go = int(sys.stdin.readline())
+    while (wait := go - time.monotonic_ns()) > 2_000_000:
+        time.sleep((wait - 1_000_000) / 1e9)
+    while time.monotonic_ns() < go:
+        pass
+    started = time.monotonic_ns()
+    got = acquire(job=job, tick=datetime.fromisoformat(tick), ttl=timedelta(seconds=ttl))
+    decided = time.monotonic_ns()
+    emit(
+        {
+            "started": started,
+            "decided": decided,
+            "won": isinstance(got, Lease),
+            "why": "" if isinstance(got, Lease) else got.reason,
+        }
+    )
+
+
+def lock_prepare(*, job: str, tick: str) -> dict:
+    """Create ``job``'s row and leave it free, so contenders race on the
+    steady-state UPDATE rather than on the first INSERT."""
+    setup_django()
+    from locks.api import acquire, release
+
+    lease = acquire(job=job, tick=datetime.fromisoformat(tick), ttl=timedelta(minutes=5))
+    release(lease=lease, status="succeeded")
+    return {"job": job}
+
+
+# --- reminder pruning -------------------------------------------------------------
+
+
+def prune(*, now: str) -> dict:
+    setup_django()
+    from django.db import connection
+
+    from contests.models import Reminder
+    from contests.services import prune_stale_reminders
+
+    before = Reminder.objects.count()
+    with Meter(connection) as meter:
+        started, cpu = time.perf_counter(), cpu_seconds()
+        deleted = prune_stale_reminders(now=datetime.fromisoformat(now))
+        seconds, cpu = time.perf_counter() - started, cpu_seconds() - cpu
+    return {
+        "seconds": seconds,
+        "cpu": cpu,
+        "queries": meter.statements,
+        "kinds": meter.kinds,
+        "deleted": deleted,
+        "before": before,
+        "after": Reminder.objects.count(),
+        "rows": meter.rows.get("contests_reminder", 0),
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.worker")
+    sub = parser.add_subparsers(dest="task", required=True)
+    for name in ("service", "naive", "floor"):
+        task = sub.add_parser(name)
+        task.add_argument("--api", required=True)
+        if name == "floor":
+            task.add_argument("--sqlite")
+            task.add_argument("--pg")
+            task.add_argument("--resync", action="store_true")
+    latency = sub.add_parser("latency")
+    latency.add_argument("--cycles", type=int, default=1000)
+    latency.add_argument("--warmup", type=int, default=20)
+    for name in ("contend", "prepare"):
+        task = sub.add_parser(name)
+        task.add_argument("--job", required=True)
+        task.add_argument("--tick", required=True)
+        task.add_argument("--ttl", type=float, default=60)
+    pruning = sub.add_parser("prune")
+    pruning.add_argument("--now", required=True)
+    args = parser.parse_args(argv)
+
+    if args.task == "service":
+        emit(sync_service(args.api))
+    elif args.task == "naive":
+        emit(naive_sync(args.api))
+    elif args.task == "floor":
+        emit(floor_sync(args.api, sqlite=args.sqlite, pg=args.pg, resync=args.resync))
+    elif args.task == "latency":
+        emit(lock_latency(cycles=args.cycles, warmup=args.warmup))
+    elif args.task == "contend":
+        contend(job=args.job, tick=args.tick, ttl=args.ttl)
+    elif args.task == "prepare":
+        emit(lock_prepare(job=args.job, tick=args.tick))
+    elif args.task == "prune":
+        emit(prune(now=args.now))
+
+
+if __name__ == "__main__":
+    main()
