@@ -52,6 +52,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--no-docs", action="store_true", help="Print only; leave docs/ alone.")
     parser.add_argument(
+        "--report-only",
+        action="store_true",
+        help="Measure nothing: print and write the docs from var/bench/results.json.",
+    )
+    parser.add_argument(
         "--merge",
         action="store_true",
         help="Keep the other parts' results from the last run (var/bench/results.json): rerun one "
@@ -63,6 +68,13 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown part(s): {', '.join(sorted(unknown))}")
 
+    if args.report_only:
+        results = json.loads((WORK / "results.json").read_text())
+        report.print_table(results)
+        if not args.no_docs:
+            report.plot(results, args.docs.with_suffix(".png"))
+            report.write_markdown(results, args.docs, plot_name=args.docs.with_suffix(".png").name)
+        return 0
     settings = {
         "sync": f"{', '.join(f'{1758 * s:,}' for s in args.scales)} contests; median of {args.repeat} runs, "
         f"{3 * args.repeat} for 1,758 (the naive loop runs once)",
@@ -75,7 +87,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.merge and previous.exists():
         kept = json.loads(previous.read_text())
         results["backends"] = kept.get("backends", {})
-        results["environment"]["load_before"] = kept["environment"]["load_before"]
     with contextlib.ExitStack() as stack:
         backends = [] if args.no_sqlite else [SQLite()]
         if args.postgres:

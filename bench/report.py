@@ -265,11 +265,7 @@ def markdown(results: dict, *, plot_name: str) -> str:
         f"Measured {env['date']} by `make bench` on {env['cpu']} ({env['cores']} cores, {env['memory']}), "
         f"Linux {env['kernel']}, Python {env['python']}, Django {env['django']}, "
         + ", ".join(backend["version"] for backend in results["backends"].values())
-        + f" (psycopg {env['psycopg']}). Load average (1/5/15 min) before the run: "
-        + "/".join(f"{value:.1f}" for value in env["load_before"])
-        + ", after: "
-        + "/".join(f"{value:.1f}" for value in env.get("load_after", ()))
-        + "."
+        + f" (psycopg {env['psycopg']}). Each part says when it ran and under what load."
     )
     out += ["", "### Targets (SQLite default)", "", "| target | measured | verdict |", "|---|---|---|"]
     for target, measured, met in targets(results):
