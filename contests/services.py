@@ -11,7 +11,7 @@ from hashlib import blake2b as _blake2b
 
 from django.conf import settings
 from django.db import connections, router, transaction
-from django.db.models import QuerySet
+from django.db.models import Exists, OuterRef, QuerySet
 from django.utils import timezone
 
 from contests.codeforces import CodeforcesClient, CodeforcesError, ContestRecord
@@ -25,6 +25,7 @@ BATCH_SIZE = 1000
 # Backends whose delete() can filter through a join: Django's SQL backends.
 # Others (MongoDB) take the portable form, delete_by_pk().
 JOIN_DELETE_VENDORS = frozenset({"postgresql", "sqlite", "mysql", "oracle"})
+EXISTS_DELETE_VENDORS = frozenset({"sqlite"})
 
 
 @dataclass
@@ -151,7 +152,14 @@ def prune_stale_reminders(*, now: datetime | None = None) -> int:
     keys are read first and the delete matches them (``delete_by_pk``).
     """
     stale = Reminder.objects.stale(now=now or timezone.now())
-    if connections[router.db_for_write(Reminder)].vendor in JOIN_DELETE_VENDORS:
+    vendor = connections[router.db_for_write(Reminder)].vendor
+    if vendor in EXISTS_DELETE_VENDORS:
+        # The same filter as a correlated EXISTS: SQLite deletes in one pass over
+        # the table instead of first listing every matching id (15-20% less time
+        # for 500,000 of 1,000,000 reminders, docs/benchmarks.md). PostgreSQL is
+        # as fast or faster with the join; MySQL refuses the subquery.
+        stale = Reminder.objects.filter(Exists(stale.filter(pk=OuterRef("pk"))))
+    if vendor in JOIN_DELETE_VENDORS:
         deleted, _ = stale.delete()
         return deleted
     return delete_by_pk(stale)
