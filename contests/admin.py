@@ -14,6 +14,7 @@ from django.utils.translation import gettext_lazy as _
 
 from contests.models import Contest, Reminder
 from contests.services import SYNCED_FIELDS
+from locks.admin import ReadOnlyAdminMixin
 
 UPCOMING, DUE, STALE = "upcoming", "due", "stale"
 REMINDER_STATES = {UPCOMING: _("upcoming"), DUE: _("due"), STALE: _("stale")}
@@ -68,7 +69,7 @@ class UpcomingFilter(admin.SimpleListFilter):
 
 
 @admin.register(Contest)
-class ContestAdmin(admin.ModelAdmin):
+class ContestAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     empty_value_display = "—"
     list_display = (
         "name",
@@ -97,14 +98,6 @@ class ContestAdmin(admin.ModelAdmin):
     fields = readonly_fields
 
     # Contests are written by the sync only: what Codeforces says wins.
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Contest | None = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Contest | None = None) -> bool:
-        return False
 
     def get_search_results(self, request: HttpRequest, queryset, search_term: str):
         queryset, duplicates = super().get_search_results(request, queryset, search_term)

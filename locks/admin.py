@@ -226,8 +226,21 @@ class LockStateFilter(admin.SimpleListFilter):
 # --- locks ------------------------------------------------------------------------
 
 
+class ReadOnlyAdminMixin:
+    """For rows that machines write: nobody adds, edits or deletes them here."""
+
+    def has_add_permission(self, request: HttpRequest, obj=None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj=None) -> bool:
+        return False
+
+
 @admin.register(SyncLock)
-class SyncLockAdmin(admin.ModelAdmin):
+class SyncLockAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     empty_value_display = "—"
     list_display = (
         "job_name",
@@ -272,14 +285,6 @@ class SyncLockAdmin(admin.ModelAdmin):
 
     # Rows are written by the lock API only; deleting one would restart its
     # fencing token at 1, so nobody may add, edit or delete them here.
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: SyncLock | None = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: SyncLock | None = None) -> bool:
-        return False
 
     def has_force_release_permission(self, request: HttpRequest, obj: SyncLock | None = None) -> bool:
         return request.user.has_perm(f"{self.opts.app_label}.force_release_synclock")
@@ -494,7 +499,7 @@ def _excerpt(text: str) -> str:
 
 
 @admin.register(JobRun)
-class JobRunAdmin(admin.ModelAdmin):
+class JobRunAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     empty_value_display = "—"
     list_display = (
         "job_name",
@@ -525,14 +530,6 @@ class JobRunAdmin(admin.ModelAdmin):
     readonly_fields = fields
 
     # Written by the lock's bookkeeping; pruned after LOCKS_RUN_RETENTION_DAYS.
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: JobRun | None = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: JobRun | None = None) -> bool:
-        return False
 
     started = timestamp("started_at", _("started"))
     finished = timestamp("finished_at", _("finished"))
