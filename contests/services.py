@@ -6,10 +6,8 @@ import logging
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from datetime import datetime
-from functools import partial
 from hashlib import blake2b as _blake2b
 
-from django.conf import settings
 from django.db import connections, router, transaction
 from django.db.models import Exists, OuterRef, QuerySet
 from django.utils import timezone
@@ -24,7 +22,7 @@ SYNCED_FIELDS = ("name", "type", "phase", "frozen", "start_time", "duration")
 BATCH_SIZE = 1000
 # Backends whose delete() can filter through a join: Django's SQL backends.
 # Others (MongoDB) take the portable form, delete_by_pk().
-JOIN_DELETE_VENDORS = frozenset({"postgresql", "sqlite", "mysql", "oracle"})
+JOIN_DELETE_VENDORS = frozenset({"postgresql", "sqlite"})
 EXISTS_DELETE_VENDORS = frozenset({"sqlite"})
 
 
@@ -64,8 +62,8 @@ def sync_codeforces_contests(
 
     A failed fetch or validation raises ``CodeforcesError`` before any write.
     Contest writes happen in one transaction that starts by renewing ``lease``
-    (fencing, DESIGN lock semantic 6), so a process that lost its lease writes
-    nothing. A resync of an unchanged list is one read and the prune: no
+    (fencing: docs/architecture.md, The lock), so a process that lost its
+    lease writes nothing. A resync of an unchanged list is one read and the prune: no
     contest row is written.
     """
     now = now or timezone.now()
@@ -122,13 +120,16 @@ def sync_codeforces_contests(
     if not (to_create or to_update or missing):
         # No contest to write, so nothing to fence: pruning is one idempotent
         # DELETE that is right whoever runs it. This keeps an unchanged resync
-        # at one read and one delete (issue 6).
+        # at one read and one delete (docs/architecture.md, The sync).
         stats.pruned = prune_stale_reminders(now=now)
         return stats
     with transaction.atomic():
         if lease is not None:
             lease.renew()  # raises LockLost: nothing below runs
-        _create_contests(to_create, platform=platform, now=now)
+        Contest.objects.bulk_create(
+            [_contest(record, digest, platform=platform, now=now) for record, digest in to_create],
+            batch_size=BATCH_SIZE,
+        )
         Contest.objects.bulk_update(
             to_update, [*SYNCED_FIELDS, "fingerprint", "updated_at", "removed_at"], batch_size=BATCH_SIZE
         )
@@ -157,7 +158,7 @@ def prune_stale_reminders(*, now: datetime | None = None) -> int:
         # The same filter as a correlated EXISTS: SQLite deletes in one pass over
         # the table instead of first listing every matching id (15-20% less time
         # for 500,000 of 1,000,000 reminders, docs/benchmarks.md). PostgreSQL is
-        # as fast or faster with the join; MySQL refuses the subquery.
+        # as fast or faster with the join.
         stale = Reminder.objects.filter(Exists(stale.filter(pk=OuterRef("pk"))))
     if vendor in JOIN_DELETE_VENDORS:
         deleted, _ = stale.delete()
@@ -177,84 +178,6 @@ def delete_by_pk(queryset: QuerySet) -> int:
     return deleted
 
 
-# --- inserting new contests -------------------------------------------------------
-
-# Every column a new row gets, in the order of the fast path's INSERT.
-INSERT_FIELDS = (
-    "platform",
-    "contest_id",
-    *SYNCED_FIELDS,
-    "fingerprint",
-    "first_seen_at",
-    "updated_at",
-    "removed_at",
-)
-FAST_PATH_VENDORS = frozenset({"sqlite", "postgresql"})
-
-
-def _create_contests(new: list[tuple[ContestRecord, str]], *, platform: str, now: datetime) -> None:
-    """``bulk_create`` the new contests, or take the SQL fast path.
-
-    ``bulk_create`` prepares every value of every row through its field and
-    model instance, which costs several times the database's own work on a
-    first load of thousands of contests. On SQL backends (setting
-    ``CONTESTS_SQL_FAST_PATH``, default on) the same multi-row INSERTs, in the
-    same batches, are built once and filled straight from the records: values
-    that differ per row go through their field's ``get_db_prep_save``, the
-    others are prepared once. MongoDB keeps ``bulk_create``. Both paths write
-    the same rows (tests/contests/test_sync_queries.py).
-    """
-    if not new:
-        return
-    connection = connections[router.db_for_write(Contest)]
-    if not (getattr(settings, "CONTESTS_SQL_FAST_PATH", True) and connection.vendor in FAST_PATH_VENDORS):
-        Contest.objects.bulk_create(
-            [_contest(record, digest, platform=platform, now=now) for record, digest in new],
-            batch_size=BATCH_SIZE,
-        )
-        return
-    ops, meta = connection.ops, Contest._meta
-    fields = [meta.get_field(name) for name in INSERT_FIELDS]
-    # pre_save() gives first_seen_at (auto_now_add) its value, as in bulk_create.
-    template = _contest(*new[0], platform=platform, now=now)
-    same = {
-        field.name: field.get_db_prep_save(field.pre_save(template, True), connection) for field in fields
-    }
-    # The records hold bools, aware datetimes and timedeltas, which the fields'
-    # get_prep_value() would return unchanged: only the backend adaptation remains.
-    frozen, start, duration = (
-        partial(meta.get_field(name).get_db_prep_value, connection=connection, prepared=True)
-        for name in ("frozen", "start_time", "duration")
-    )
-    head = "INSERT INTO {} ({}) ".format(
-        ops.quote_name(meta.db_table), ", ".join(ops.quote_name(field.column) for field in fields)
-    )
-    placeholders = ["%s"] * len(fields)
-    batch_size = max(1, min(BATCH_SIZE, ops.bulk_batch_size(fields, new)))
-    statements: dict[int, str] = {}
-    with connection.cursor() as cursor:
-        for batch in _batches(new, batch_size):
-            params: list = []
-            for record, digest in batch:
-                params += (
-                    same["platform"],
-                    record.contest_id,
-                    record.name,
-                    record.type,
-                    record.phase,
-                    frozen(record.frozen),
-                    start(record.start_time),
-                    duration(record.duration),
-                    digest,
-                    same["first_seen_at"],
-                    same["updated_at"],
-                    same["removed_at"],
-                )
-            if len(batch) not in statements:
-                statements[len(batch)] = head + ops.bulk_insert_sql(fields, [placeholders] * len(batch))
-            cursor.execute(statements[len(batch)], params)
-
-
 def _contest(record: ContestRecord, digest: str, *, platform: str, now: datetime) -> Contest:
     return Contest(
         platform=platform,
@@ -266,7 +189,6 @@ def _contest(record: ContestRecord, digest: str, *, platform: str, now: datetime
         start_time=record.start_time,
         duration=record.duration,
         fingerprint=digest,
-        first_seen_at=now,
         updated_at=now,
         removed_at=None,
     )

@@ -322,10 +322,8 @@ EXPRESSIONS = {"Now", "F", "Value", "ExpressionWrapper", "Case", "When", "Coales
 INSERTS = {"create", "get_or_create", "update_or_create", "bulk_create"}
 SQL_TEXT = re.compile(r"\b(RETURNING|SELECT\s.*\sFROM|UPDATE\s+\S+\s+SET|INSERT\s+INTO|DELETE\s+FROM)\b")
 # Backend-specific fast paths, each with its portable twin kept and tested:
-# UPDATE … RETURNING for SQL backends (locks.api._can_return excludes MongoDB);
-# multi-row INSERTs for first loads on SQLite/PostgreSQL (contests.services.FAST_PATH_VENDORS),
-# whose bulk_create twin is compared row for row in tests/contests/test_sync_queries.py.
-FAST_PATHS = {("locks/api.py", "_update_returning"), ("contests/services.py", "_create_contests")}
+# UPDATE … RETURNING for SQL backends (locks.api._can_return excludes MongoDB).
+FAST_PATHS = {("locks/api.py", "_update_returning")}
 
 
 def _violations(source: str, relative: str) -> list[str]:

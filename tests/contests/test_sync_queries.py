@@ -1,5 +1,5 @@
 """What the sync costs the database, in counts that do not depend on the clock
-(issue 6; the timings are in docs/benchmarks.md, made by ``make bench``).
+(docs/architecture.md, The sync; the timings are in docs/benchmarks.md, made by ``make bench``).
 
 These run with real transactions (``transaction=True``) so that the statements
 counted are the ones production sends: BEGIN, not a test's SAVEPOINTs.
@@ -11,6 +11,7 @@ from datetime import timedelta
 
 import pytest
 from django.db import connection
+from django.db.models import Max, Min
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
@@ -90,37 +91,20 @@ def test_a_resync_of_the_unchanged_list_is_at_most_four_queries_and_writes_no_co
         assert connection.connection.total_changes - changes_before == 0
 
 
-def test_the_sql_fast_path_and_the_portable_path_store_the_same_rows(standin, settings):
-    now = timezone.now().replace(microsecond=0)
-    settings.CONTESTS_SQL_FAST_PATH = True
+def test_a_first_load_is_batched_inserts_and_a_resync_then_finds_every_row_unchanged(standin):
     started = timezone.now()
-    with CaptureQueriesContext(connection) as fast:
-        assert sync(now=now).created == CONTESTS
-    fast_rows = stored_rows()
-    first_seen = set(Contest.objects.values_list("first_seen_at", flat=True))
-    Contest.objects.all().delete()
+    with CaptureQueriesContext(connection) as first:
+        assert sync().created == CONTESTS
 
-    settings.CONTESTS_SQL_FAST_PATH = False
-    with CaptureQueriesContext(connection) as portable:
-        assert sync(now=now).created == CONTESTS
-
-    assert len(fast_rows) == CONTESTS
-    assert fast_rows == stored_rows()
-    # first_seen_at is auto_now_add on both paths: the time of the insert.
-    assert len(first_seen) == 1 and started <= first_seen.pop() <= timezone.now()
-    inserts = [[s for s in statements(q) if s == ("INSERT", "contests_contest")] for q in (fast, portable)]
+    # first_seen_at is auto_now_add: the time of the insert.
+    first_seen = Contest.objects.aggregate(earliest=Min("first_seen_at"), latest=Max("first_seen_at"))
+    assert started <= first_seen["earliest"] <= first_seen["latest"] <= timezone.now()
+    inserts = [s for s in statements(first) if s == ("INSERT", "contests_contest")]
     batch = min(
         BATCH_SIZE, connection.ops.bulk_batch_size(Contest._meta.concrete_fields[1:], [None] * CONTESTS)
     )
-    # The same number of INSERTs as bulk_create sends: the gain is in preparing them.
-    assert len(inserts[0]) == len(inserts[1]) == math.ceil(CONTESTS / batch)
-
-
-def test_a_resync_after_a_fast_first_load_finds_every_row_unchanged(standin, settings):
-    """The fast path stores what the portable read-back and fingerprint expect."""
-    settings.CONTESTS_SQL_FAST_PATH = True
-    sync()
-    settings.CONTESTS_SQL_FAST_PATH = False
+    # bulk_create in batches: a few multi-row INSERTs, not one per contest.
+    assert len(inserts) == math.ceil(CONTESTS / batch)
 
     with CaptureQueriesContext(connection) as queries:
         stats = sync()

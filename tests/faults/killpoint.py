@@ -22,22 +22,22 @@ def main() -> None:
     django.setup()
     from django.core.management import execute_from_command_line
 
-    from contests import services
-    from contests.models import Contest
+    from contests.models import Contest, ContestQuerySet
 
-    original = services._create_contests
+    original = ContestQuerySet.bulk_create
 
-    def create_contests(new, **kwargs):
-        # Whichever path inserts (the SQL fast path or bulk_create), stop halfway.
-        if len(new) < 2:
-            return original(new, **kwargs)
-        half = len(new) // 2
-        original(new[:half], **kwargs)
+    def bulk_create(self, objs, *args, **kwargs):
+        # The sync's one bulk_create of new contests: stop after its first half.
+        objs = list(objs)
+        if len(objs) < 2:
+            return original(self, objs, *args, **kwargs)
+        half = len(objs) // 2
+        created = original(self, objs[:half], *args, **kwargs)
         print(f"MID-WRITE rows={Contest.objects.count()}", flush=True)
         time.sleep(120)  # the test kills the process long before this ends
-        return original(new[half:], **kwargs)
+        return created + original(self, objs[half:], *args, **kwargs)
 
-    services._create_contests = create_contests
+    ContestQuerySet.bulk_create = bulk_create
     execute_from_command_line(["manage.py", *sys.argv[1:]])
 
 
