@@ -7,7 +7,7 @@ from locks.schedule import is_valid_expression
 @register(Tags.compatibility)
 def check_sync_settings(app_configs=None, **kwargs) -> list[Error]:
     errors = []
-    schedule = getattr(settings, "SYNC_CONTESTS_SCHEDULE", None)
+    schedule = settings.SYNC_CONTESTS_SCHEDULE
     if not is_valid_expression(schedule):
         errors.append(
             Error(
@@ -16,8 +16,8 @@ def check_sync_settings(app_configs=None, **kwargs) -> list[Error]:
                 id="contests.E001",
             )
         )
-    ttl = getattr(settings, "SYNC_CONTESTS_LOCK_TTL", None)
-    if not isinstance(ttl, (int, float)) or isinstance(ttl, bool) or ttl <= 0:
+    ttl = settings.SYNC_CONTESTS_LOCK_TTL  # an int: settings refuse anything else
+    if ttl <= 0:
         errors.append(
             Error(
                 f"SYNC_CONTESTS_LOCK_TTL must be a positive number of seconds, got {ttl!r}.",

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 import requests
@@ -47,7 +47,6 @@ class ContestList:
     records: list[ContestRecord]
     invalid: int = 0
     attempts: int = 1
-    problems: list[str] = field(default_factory=list)
 
     @property
     def fetched(self) -> int:
@@ -207,7 +206,7 @@ def parse_contest_list(payload: object) -> ContestList:
             f"Codeforces API answer is mostly invalid: {invalid} of {len(entries)} entries "
             f"rejected (first: {problems[0]}); nothing was written"
         )
-    return ContestList(records=records, invalid=invalid, problems=problems)
+    return ContestList(records=records, invalid=invalid)
 
 
 def _contest(entry: object) -> ContestRecord:

@@ -5,7 +5,7 @@ The backend wraps the errors of queries and writes in ``django.db.DatabaseError`
 but lets pymongo's own exceptions escape from the first connection (the
 server-version check that follows connecting) and from introspection (the
 lock's check that its collection exists). Code that handles an unreachable
-database the Django way (the lock's skipped tick, lock semantic 8;
+database the Django way (the skipped tick of docs/architecture.md, The lock;
 ``makemigrations``' history check) would see a traceback instead.
 """
 

@@ -7,8 +7,9 @@ MIN_TOKEN_LENGTH = 32
 @register(Tags.compatibility)
 def check_ops_settings(app_configs=None, **kwargs) -> list[Error]:
     errors = []
-    window = getattr(settings, "SYNC_TRIGGER_RATE_WINDOW", 10)
-    if not isinstance(window, int) or isinstance(window, bool) or window <= 0:
+    # Both are ints: settings refuse anything else.
+    window = settings.SYNC_TRIGGER_RATE_WINDOW
+    if window <= 0:
         errors.append(
             Error(
                 f"SYNC_TRIGGER_RATE_WINDOW must be a positive whole number of seconds, got {window!r}.",
@@ -16,8 +17,8 @@ def check_ops_settings(app_configs=None, **kwargs) -> list[Error]:
                 id="ops.E001",
             )
         )
-    proxies = getattr(settings, "TRUSTED_PROXY_COUNT", 0)
-    if not isinstance(proxies, int) or isinstance(proxies, bool) or proxies < 0:
+    proxies = settings.TRUSTED_PROXY_COUNT
+    if proxies < 0:
         errors.append(
             Error(
                 f"TRUSTED_PROXY_COUNT must be a whole number, 0 or more, got {proxies!r}.",
@@ -30,7 +31,7 @@ def check_ops_settings(app_configs=None, **kwargs) -> list[Error]:
 
 @register(Tags.security, deploy=True)
 def check_trigger_token(app_configs=None, **kwargs) -> list[Warning]:
-    token = getattr(settings, "SYNC_TRIGGER_TOKEN", "")
+    token = settings.SYNC_TRIGGER_TOKEN
     if token and len(token) < MIN_TOKEN_LENGTH:
         return [
             Warning(

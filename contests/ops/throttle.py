@@ -8,7 +8,7 @@ Why the database through the ORM, and not Django's cache framework:
   clock, swallows database errors (an outage would look like "rate limited"),
   speaks raw SQL that MongoDB lacks, and needs ``createcachetable``;
 - a conditional UPDATE and a unique INSERT are the same compare-and-set the job
-  lock uses (DESIGN, "The lock"): atomic on every backend, timed by the database
+  lock uses (docs/architecture.md, The lock): atomic on every backend, timed by the database
   clock, and a database error surfaces as such.
 Only authenticated requests reach the limit, so the table holds one row per
 scheduler address and needs no cleanup.

@@ -141,14 +141,17 @@ def _entry(**fields) -> dict:
         ({"frozen": "no"}, "frozen 'no' is not a boolean"),
     ],
 )
-def test_a_bad_entry_is_skipped_and_counted(fields, problem):
+def test_a_bad_entry_is_skipped_counted_and_logged(caplog, fields, problem):
     good = [_entry(id=i, name=f"Round {i}") for i in range(2, 5)]
 
-    result = parse_contest_list({"status": "OK", "result": [_entry(**fields), *good]})
+    with caplog.at_level(logging.WARNING, logger="contests.codeforces"):
+        result = parse_contest_list({"status": "OK", "result": [_entry(**fields), *good]})
 
     assert [r.contest_id for r in result.records] == [2, 3, 4]
     assert result.invalid == 1
-    assert problem in result.problems[0]
+    [warning] = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warning.startswith("Codeforces: skipped 1 invalid entries; first: entry 0: ")
+    assert problem in warning
 
 
 def test_a_missing_start_time_is_allowed():
