@@ -1,6 +1,8 @@
 """Turn ``DATABASE_URL`` into a Django ``DATABASES["default"]`` entry.
 
 One code path (the ORM) serves every backend; only connection options differ.
+django-environ parses SQL URLs; this module adds the connection options, and
+checks a MongoDB URL with pymongo's parser, imported only for such a URL.
 """
 
 from __future__ import annotations
@@ -9,12 +11,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from urllib.parse import unquote_plus, urlsplit
 
-import dj_database_url
+import environ
 from django.core.exceptions import ImproperlyConfigured
-from pymongo import uri_parser
-from pymongo.errors import ConfigurationError
 
-# Seconds to wait for a connection before a tick is skipped (lock semantic 8).
+# Seconds to wait for a connection before a tick is skipped (docs/architecture.md, The lock).
 CONNECT_TIMEOUT = 5
 # Seconds an SQLite writer waits for another process's write transaction.
 SQLITE_BUSY_TIMEOUT = 30
@@ -35,7 +35,10 @@ def database_from_url(url: str, *, base_dir: Path) -> dict:
             f"DATABASE_URL scheme {scheme or '(none)'!r} is not supported; "
             "use sqlite:///path, postgres://user@host/db or mongodb://host/db."
         )
-    config = dj_database_url.parse(url)
+    try:
+        config = environ.Env.db_url_config(url)
+    except ValueError as exc:  # a port that is not a number
+        raise ImproperlyConfigured(f"DATABASE_URL is not a valid database URL: {exc}") from None
     if config["ENGINE"] == "django.db.backends.sqlite3":
         return _sqlite(config, base_dir=base_dir)
     return _postgres(config)
@@ -81,6 +84,8 @@ def _mongodb(url: str) -> dict:
     parses it when it connects. It is checked here first, offline (no SRV
     lookup), so a typo stops start-up with a clear message instead of a
     traceback on the first tick."""
+    from pymongo.errors import ConfigurationError
+
     try:
         parsed = _parse_mongodb_url(url)
     except (ConfigurationError, ValueError) as exc:  # pymongo's InvalidURI is the first
@@ -100,7 +105,7 @@ def _mongodb(url: str) -> dict:
         )
     timeout_ms = CONNECT_TIMEOUT * 1000
     defaults = {
-        # An unreachable cluster is a skipped tick after 5 s, not a hang (lock semantic 8).
+        # An unreachable cluster is a skipped tick after 5 s, not a hang.
         "serverSelectionTimeoutMS": timeout_ms,
         "connectTimeoutMS": timeout_ms,
         # A peer that vanishes mid-operation is noticed, not waited for forever.
@@ -127,6 +132,9 @@ def _parse_mongodb_url(url: str) -> tuple[str, Mapping]:
     """(database name, options) of a ``mongodb://`` or ``mongodb+srv://`` URL,
     validated by pymongo's own parser. An SRV URL is checked without the DNS
     lookup pymongo's ``parse_uri`` would make for it."""
+    from pymongo import uri_parser
+    from pymongo.errors import ConfigurationError
+
     scheme, _, rest = url.partition("://")
     if scheme.lower() == "mongodb":
         parsed = uri_parser.parse_uri(url)

@@ -1,4 +1,8 @@
-"""Settings, all driven by the environment (see README "Configuration")."""
+"""Settings, all driven by the environment (see README "Configuration").
+
+Every variable is read through ``config.env.Env`` (django-environ): a value
+that does not parse stops start-up with one line that names it.
+"""
 
 import os
 import shlex
@@ -14,28 +18,14 @@ from config.database import (
     database_from_url,
     is_mongodb,
 )
+from config.env import Env, log_level
 
 BASE_DIR = Path(__file__).resolve().parent.parent
+env = Env()
 
+DEBUG = env.bool("DJANGO_DEBUG", False)
 
-def env_bool(name: str, default: bool = False) -> bool:
-    value = os.environ.get(name)
-    if value is None or value == "":
-        return default
-    if value.lower() in {"1", "true", "yes", "on"}:
-        return True
-    if value.lower() in {"0", "false", "no", "off"}:
-        return False
-    raise ImproperlyConfigured(f"{name}={value!r}: use 1/0, true/false, yes/no or on/off.")
-
-
-def env_list(name: str, default: str = "") -> list[str]:
-    return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
-
-
-DEBUG = env_bool("DJANGO_DEBUG")
-
-SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "")
+SECRET_KEY = env.str("DJANGO_SECRET_KEY", "")
 if not SECRET_KEY:
     if not DEBUG:
         raise ImproperlyConfigured(
@@ -44,7 +34,7 @@ if not SECRET_KEY:
         )
     SECRET_KEY = "django-insecure-development-only-key"  # noqa: S105
 
-ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]" if DEBUG else "")
+ALLOWED_HOSTS = env.list("DJANGO_ALLOWED_HOSTS", default=["localhost", "127.0.0.1", "[::1]"] if DEBUG else [])
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -88,9 +78,7 @@ TEMPLATES = [
     },
 ]
 
-DATABASES = {
-    "default": database_from_url(os.environ.get("DATABASE_URL") or "sqlite:///db.sqlite3", base_dir=BASE_DIR)
-}
+DATABASES = {"default": database_from_url(env.str("DATABASE_URL", "sqlite:///db.sqlite3"), base_dir=BASE_DIR)}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 LANGUAGE_CODE = "en-us"
@@ -116,33 +104,33 @@ LOGGING = {
     },
     "root": {"handlers": ["stderr"], "level": "WARNING"},
     "loggers": {
-        "locks": {"level": os.environ.get("LOCKS_LOG_LEVEL", "INFO")},
-        "contests": {"level": os.environ.get("CONTESTS_LOG_LEVEL", "INFO")},
+        "locks": {"level": env("LOCKS_LOG_LEVEL", cast=log_level, default="INFO")},
+        "contests": {"level": env("CONTESTS_LOG_LEVEL", cast=log_level, default="INFO")},
     },
 }
 
 # --- The lock (locks app) -------------------------------------------------
 # Lease length when a job does not name its own; the heartbeat renews every third.
-LOCKS_DEFAULT_TTL = int(os.environ.get("LOCKS_DEFAULT_TTL", "300"))
+LOCKS_DEFAULT_TTL = env.int("LOCKS_DEFAULT_TTL", 300)
 # JobRun rows older than this are deleted when a run finishes.
-LOCKS_RUN_RETENTION_DAYS = int(os.environ.get("LOCKS_RUN_RETENTION_DAYS", "30"))
+LOCKS_RUN_RETENTION_DAYS = env.int("LOCKS_RUN_RETENTION_DAYS", 30)
 # Warn when this host's clock and the database's disagree by more (seconds).
-LOCKS_MAX_CLOCK_SKEW = int(os.environ.get("LOCKS_MAX_CLOCK_SKEW", "120"))
+LOCKS_MAX_CLOCK_SKEW = env.int("LOCKS_MAX_CLOCK_SKEW", 120)
 
 # --- The sync (contests app) ----------------------------------------------
-SYNC_CONTESTS_SCHEDULE = os.environ.get("SYNC_CONTESTS_SCHEDULE", "0 * * * *")
-SYNC_CONTESTS_LOCK_TTL = int(os.environ.get("SYNC_CONTESTS_LOCK_TTL", "600"))
-CODEFORCES_API_URL = os.environ.get("CODEFORCES_API_URL", "https://codeforces.com/api")
+SYNC_CONTESTS_SCHEDULE = env.str("SYNC_CONTESTS_SCHEDULE", "0 * * * *")
+SYNC_CONTESTS_LOCK_TTL = env.int("SYNC_CONTESTS_LOCK_TTL", 600)
+CODEFORCES_API_URL = env.str("CODEFORCES_API_URL", "https://codeforces.com/api")
 # (connect, read) seconds per request.
 CODEFORCES_TIMEOUT = (
-    float(os.environ.get("CODEFORCES_CONNECT_TIMEOUT", "5")),
-    float(os.environ.get("CODEFORCES_READ_TIMEOUT", "30")),
+    env.float("CODEFORCES_CONNECT_TIMEOUT", 5.0),
+    env.float("CODEFORCES_READ_TIMEOUT", 30.0),
 )
-CODEFORCES_MAX_ATTEMPTS = int(os.environ.get("CODEFORCES_MAX_ATTEMPTS", "3"))
+CODEFORCES_MAX_ATTEMPTS = env.int("CODEFORCES_MAX_ATTEMPTS", 3)
 # Base of the exponential backoff between attempts, seconds. Codeforces allows
 # about one call per two seconds.
-CODEFORCES_BACKOFF = float(os.environ.get("CODEFORCES_BACKOFF", "2"))
-CODEFORCES_MAX_BYTES = int(os.environ.get("CODEFORCES_MAX_BYTES", str(20 * 1024 * 1024)))
+CODEFORCES_BACKOFF = env.float("CODEFORCES_BACKOFF", 2.0)
+CODEFORCES_MAX_BYTES = env.int("CODEFORCES_MAX_BYTES", 20 * 1024 * 1024)
 
 # django-crontab writes one crontab line per host; the lock makes it run once.
 CRONJOBS = [
@@ -176,32 +164,31 @@ LOCKS_SCHEDULES = {"sync_contests": SYNC_CONTESTS_SCHEDULE}
 # Strict by default whenever DEBUG is off: `manage.py check --deploy` is clean with
 # DJANGO_DEBUG=0, DJANGO_SECRET_KEY and DJANGO_ALLOWED_HOSTS set. Each switch can be
 # turned off for a deployment that handles it elsewhere.
-SECURE_SSL_REDIRECT = env_bool("DJANGO_SECURE_SSL_REDIRECT", not DEBUG)
+SECURE_SSL_REDIRECT = env.bool("DJANGO_SECURE_SSL_REDIRECT", not DEBUG)
 # Monitors and platform probes often speak plain HTTP to the app itself.
 SECURE_REDIRECT_EXEMPT = [r"^healthz$"]
 # Opt-in: only behind a proxy that sets X-Forwarded-Proto itself and strips it from
 # clients; otherwise any client could claim its plain-HTTP request is HTTPS.
 SECURE_PROXY_SSL_HEADER = (
-    ("HTTP_X_FORWARDED_PROTO", "https") if env_bool("DJANGO_SECURE_PROXY_SSL_HEADER") else None
+    ("HTTP_X_FORWARDED_PROTO", "https") if env.bool("DJANGO_SECURE_PROXY_SSL_HEADER", False) else None
 )
-SECURE_HSTS_SECONDS = int(os.environ.get("DJANGO_SECURE_HSTS_SECONDS") or (0 if DEBUG else 31_536_000))
-SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS", not DEBUG)
-SECURE_HSTS_PRELOAD = env_bool("DJANGO_SECURE_HSTS_PRELOAD", not DEBUG)
-SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = env_bool("DJANGO_SECURE_COOKIES", not DEBUG)
-CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS")
-SILENCED_SYSTEM_CHECKS = env_list("DJANGO_SILENCED_SYSTEM_CHECKS")
-if os.environ.get("DJANGO_STATIC_ROOT"):
-    STATIC_ROOT = Path(os.environ["DJANGO_STATIC_ROOT"])
+SECURE_HSTS_SECONDS = env.int("DJANGO_SECURE_HSTS_SECONDS", 0 if DEBUG else 31_536_000)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env.bool("DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS", not DEBUG)
+SECURE_HSTS_PRELOAD = env.bool("DJANGO_SECURE_HSTS_PRELOAD", not DEBUG)
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = env.bool("DJANGO_SECURE_COOKIES", not DEBUG)
+CSRF_TRUSTED_ORIGINS = env.list("DJANGO_CSRF_TRUSTED_ORIGINS", default=[])
+SILENCED_SYSTEM_CHECKS = env.list("DJANGO_SILENCED_SYSTEM_CHECKS", default=[])
+STATIC_ROOT = Path(env.str("DJANGO_STATIC_ROOT", str(STATIC_ROOT)))
 # How many proxies in front of the app append to X-Forwarded-For. 0 (the default):
 # the header is ignored and the client address is the TCP peer, so it cannot be
 # spoofed. Used for the trigger's per-client rate limit.
-TRUSTED_PROXY_COUNT = int(os.environ.get("DJANGO_TRUSTED_PROXY_COUNT", "0"))
+TRUSTED_PROXY_COUNT = env.int("DJANGO_TRUSTED_PROXY_COUNT", 0)
 
 # --- HTTP trigger and health endpoint (contests.ops) --------------------------
 # POST /api/jobs/sync_contests/run answers 404 until this is set (32+ characters).
-SYNC_TRIGGER_TOKEN = os.environ.get("SYNC_TRIGGER_TOKEN", "")
+SYNC_TRIGGER_TOKEN = env.str("SYNC_TRIGGER_TOKEN", "")
 # At most one trigger request per client address per this many seconds.
-SYNC_TRIGGER_RATE_WINDOW = int(os.environ.get("SYNC_TRIGGER_RATE_WINDOW", "10"))
+SYNC_TRIGGER_RATE_WINDOW = env.int("SYNC_TRIGGER_RATE_WINDOW", 10)
 
 # --- MongoDB (README "MongoDB") --------------------------------------------
 # Only when DATABASE_URL is mongodb:// or mongodb+srv://: ObjectId primary keys,

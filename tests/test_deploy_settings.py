@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import runpy
 import secrets
+import subprocess
+import sys
 
 import pytest
 import requests
@@ -105,6 +107,85 @@ def test_a_bad_switch_value_is_named(monkeypatch):
         load_settings(
             monkeypatch, DJANGO_DEBUG="0", DJANGO_SECRET_KEY="x" * 60, DJANGO_SECURE_SSL_REDIRECT="sometimes"
         )
+
+
+def test_every_kind_of_value_is_read_from_the_environment(monkeypatch):
+    monkeypatch.setenv("LOCKS_DEFAULT_TTL", " 90 ")
+    monkeypatch.setenv("CODEFORCES_BACKOFF", "1e-2")
+    monkeypatch.setenv("CODEFORCES_READ_TIMEOUT", "12.5")
+    monkeypatch.setenv("LOCKS_LOG_LEVEL", "debug")
+    monkeypatch.setenv("SYNC_CONTESTS_LOCK_TTL", "")  # empty: the default
+    ns = load_settings(
+        monkeypatch,
+        DJANGO_DEBUG="yes",
+        DJANGO_ALLOWED_HOSTS="a.example.com,,b.example.com ",
+        DJANGO_SECRET_KEY="$x",
+    )
+    assert ns["LOCKS_DEFAULT_TTL"] == 90
+    assert ns["CODEFORCES_BACKOFF"] == 0.01
+    assert ns["CODEFORCES_TIMEOUT"] == (5.0, 12.5)
+    assert ns["LOGGING"]["loggers"]["locks"]["level"] == "DEBUG"
+    assert ns["SYNC_CONTESTS_LOCK_TTL"] == 600
+    assert ns["ALLOWED_HOSTS"] == ["a.example.com", "b.example.com"]
+    assert ns["SECRET_KEY"] == "$x"  # taken as it is, not as the name of another variable
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "message"),
+    [
+        ("LOCKS_DEFAULT_TTL", "abc", "LOCKS_DEFAULT_TTL='abc': expected an integer"),
+        ("SYNC_TRIGGER_RATE_WINDOW", "1.5", "SYNC_TRIGGER_RATE_WINDOW='1.5': expected an integer"),
+        ("CODEFORCES_BACKOFF", "fast", "CODEFORCES_BACKOFF='fast': expected a number"),
+        ("DJANGO_DEBUG", "2", "DJANGO_DEBUG='2': use 1/0, true/false, yes/no or on/off"),
+        ("CONTESTS_LOG_LEVEL", "loud", "CONTESTS_LOG_LEVEL='loud': expected one of DEBUG, INFO,"),
+    ],
+)
+def test_a_bad_value_is_named_with_what_was_expected(monkeypatch, name, value, message):
+    with pytest.raises(ImproperlyConfigured) as excinfo:
+        load_settings(monkeypatch, **{"DJANGO_DEBUG": "1", name: value})
+    assert str(excinfo.value).startswith(message)
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "message"),
+    [
+        ("LOCKS_DEFAULT_TTL", "abc", "ImproperlyConfigured: LOCKS_DEFAULT_TTL='abc': expected an integer"),
+        (
+            "DJANGO_SECURE_COOKIES",
+            "sometimes",
+            "ImproperlyConfigured: DJANGO_SECURE_COOKIES='sometimes': use 1/0, true/false, yes/no or on/off",
+        ),
+    ],
+)
+def test_manage_py_refuses_a_bad_value_in_one_line(name, value, message):
+    result = manage("check", env=production_env(**{name: value}))
+
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [message], result.stderr
+    assert "Traceback (most recent call last)" not in result.stderr
+    assert result.stdout == ""
+
+
+def test_an_sql_database_never_imports_the_mongodb_backend():
+    """pymongo and django-mongodb-backend cost start-up time: only a MongoDB URL loads them."""
+    script = (
+        "import django, os; os.environ.setdefault('DJANGO_SETTINGS_MODULE', 'config.settings'); "
+        "django.setup(); import sys; "
+        "print('pymongo' in sys.modules, 'django_mongodb_backend' in sys.modules)"
+    )
+    env = {name: value for name, value in project_env().items() if name != "DATABASE_URL"}
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "False False\n"
+
+    mongodb = {**env, "DATABASE_URL": "mongodb://127.0.0.1:27017/contests"}
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, env=mongodb, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "True True\n"
 
 
 # --- system checks ---------------------------------------------------------------
