@@ -6,9 +6,15 @@ export DJANGO_DEBUG ?= 1
 
 .PHONY: setup run test test-sqlite test-postgres faults-table lint demo clean bench
 
+# Two stamps: running the product installs the runtime only (requirements.txt);
+# lint, tests and benchmarks install the development tools too (requirements-dev.txt).
 $(BIN)/.installed: requirements.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --disable-pip-version-check -q -r requirements.txt
+	touch $@
+
+$(BIN)/.installed-dev: requirements-dev.txt requirements.txt $(BIN)/.installed
+	$(BIN)/pip install --disable-pip-version-check -q -r requirements-dev.txt
 	touch $@
 
 setup: $(BIN)/.installed
@@ -17,17 +23,17 @@ setup: $(BIN)/.installed
 run: setup
 	$(BIN)/python manage.py sync_contests
 
-lint: $(BIN)/.installed
+lint: $(BIN)/.installed-dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
 # The whole suite twice: on the SQLite default, then on a throwaway PostgreSQL cluster.
 test: lint test-sqlite test-postgres
 
-test-sqlite: $(BIN)/.installed
+test-sqlite: $(BIN)/.installed-dev
 	env -u DATABASE_URL $(BIN)/python -m pytest
 
-test-postgres: $(BIN)/.installed
+test-postgres: $(BIN)/.installed-dev
 	scripts/with-postgres.sh $(BIN)/python -m pytest
 
 # The README's fault-test table, from the last runs' records in var/faults/.
@@ -40,7 +46,7 @@ demo: setup
 # Benchmarks (docs/benchmarks.md): SQLite always; PostgreSQL too with
 # PG=postgres://user@host:port/db (its tables are emptied) or PG=throwaway
 # (a temporary initdb cluster). BENCH_ARGS passes options: python -m bench --help.
-bench: $(BIN)/.installed
+bench: $(BIN)/.installed-dev
 	$(BIN)/python -m bench $(if $(PG),--postgres $(PG)) $(BENCH_ARGS)
 
 clean:
