@@ -138,6 +138,7 @@ CODEFORCES_TIMEOUT = (
     float(os.environ.get("CODEFORCES_CONNECT_TIMEOUT", "5")),
     float(os.environ.get("CODEFORCES_READ_TIMEOUT", "30")),
 )
+CODEFORCES_TOTAL_TIMEOUT = float(os.environ.get("CODEFORCES_TOTAL_TIMEOUT", "120"))
 CODEFORCES_MAX_ATTEMPTS = int(os.environ.get("CODEFORCES_MAX_ATTEMPTS", "3"))
 # Base of the exponential backoff between attempts, seconds. Codeforces allows
 # about one call per two seconds.
