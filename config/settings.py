@@ -126,6 +126,8 @@ CODEFORCES_TIMEOUT = (
     env.float("CODEFORCES_CONNECT_TIMEOUT", 5.0),
     env.float("CODEFORCES_READ_TIMEOUT", 30.0),
 )
+# One deadline over the whole fetch: every attempt, the waits between them, the body.
+CODEFORCES_TOTAL_TIMEOUT = env.float("CODEFORCES_TOTAL_TIMEOUT", 120.0)
 CODEFORCES_MAX_ATTEMPTS = env.int("CODEFORCES_MAX_ATTEMPTS", 3)
 # Base of the exponential backoff between attempts, seconds. Codeforces allows
 # about one call per two seconds.

@@ -13,10 +13,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 import requests
+import urllib3
 from django.conf import settings
-from requests.adapters import HTTPAdapter
 from urllib3.exceptions import ConnectTimeoutError, ReadTimeoutError
-from urllib3.util.retry import Retry
 
 logger = logging.getLogger(__name__)
 
@@ -25,6 +24,17 @@ KNOWN_PHASES = frozenset({"BEFORE", "CODING", "PENDING_SYSTEM_TEST", "SYSTEM_TES
 KNOWN_TYPES = frozenset({"CF", "IOI", "ICPC"})
 CALL_LIMIT = "call limit exceeded"
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
+CHUNK_BYTES = 65536
+
+# What the database can store, the same on every backend. Contest.contest_id is a
+# PositiveIntegerField: 32 bits on PostgreSQL and MySQL (SQLite would take 64).
+MAX_CONTEST_ID = 2**31 - 1
+# The longest contest in the real list lasts 16 days; a century stays far inside
+# what a DurationField holds (about 292 years as microseconds in a 64-bit integer).
+MAX_DURATION = timedelta(days=36525)
+# Start times from 1970 up to the year 3000: later ones are typos, and values near
+# datetime's limit overflow when shown in a time zone east of UTC.
+MAX_START = datetime(3000, 1, 1, tzinfo=UTC)
 
 
 class CodeforcesError(Exception):
@@ -62,73 +72,67 @@ class CodeforcesClient:
         max_attempts: int | None = None,
         backoff: float | None = None,
         max_bytes: int | None = None,
+        total_timeout: float | None = None,
     ) -> None:
         self.base_url = (base_url or settings.CODEFORCES_API_URL).rstrip("/")
         self.timeout = timeout or settings.CODEFORCES_TIMEOUT
         self.max_attempts = max(1, max_attempts or settings.CODEFORCES_MAX_ATTEMPTS)
         self.backoff = settings.CODEFORCES_BACKOFF if backoff is None else backoff
         self.max_bytes = max_bytes or settings.CODEFORCES_MAX_BYTES
+        self.total_timeout = total_timeout or settings.CODEFORCES_TOTAL_TIMEOUT
 
     def contest_list(self) -> ContestList:
-        """``contest.list?gym=false``, validated. At most ``max_attempts`` requests."""
+        """``contest.list?gym=false``, validated. At most ``max_attempts`` requests,
+        all of them, and the waits between them, within ``total_timeout`` seconds."""
         url = f"{self.base_url}/contest.list"
-        attempts = 0
+        deadline = Deadline(self.total_timeout, url=url)
+        attempt = 0
         while True:
-            payload, used = self._get_json(url, {"gym": "false"}, budget=self.max_attempts - attempts)
-            attempts += used
-            status = payload.get("status") if isinstance(payload, dict) else None
-            comment = str(payload.get("comment", "")) if isinstance(payload, dict) else ""
-            if status == "FAILED" and CALL_LIMIT in comment.lower() and attempts < self.max_attempts:
-                delay = self.backoff * 2 ** (attempts - 1)
-                logger.warning("Codeforces: call limit exceeded; retrying in %.1f s", delay)
-                time.sleep(delay)
-                continue
-            result = parse_contest_list(payload)
-            result.attempts = attempts
-            return result
+            attempt += 1
+            last = attempt >= self.max_attempts
+            try:
+                payload = self._get_json(url, {"gym": "false"}, deadline=deadline)
+            except _Retryable as exc:
+                if last:
+                    raise CodeforcesError(f"{exc} ({attempt} attempts)") from exc.__cause__
+                problem, retry_after = str(exc), exc.retry_after
+            else:
+                comment = str(payload.get("comment", "")) if isinstance(payload, dict) else ""
+                status = payload.get("status") if isinstance(payload, dict) else None
+                if last or not (status == "FAILED" and CALL_LIMIT in comment.lower()):
+                    result = parse_contest_list(payload)
+                    result.attempts = attempt
+                    return result
+                problem, retry_after = f"Codeforces API at {url}: call limit exceeded", None
+            delay = self.backoff * 2 ** (attempt - 1) if retry_after is None else retry_after
+            logger.warning("%s; retrying in %.1f s", problem, delay)
+            deadline.sleep(delay)
 
-    def _get_json(self, url: str, params: dict, *, budget: int) -> tuple[object, int]:
-        retry = Retry(
-            total=budget - 1,
-            connect=budget - 1,
-            read=budget - 1,
-            status=budget - 1,
-            other=0,
-            allowed_methods={"GET"},
-            status_forcelist=RETRY_STATUSES,
-            backoff_factor=self.backoff,
-            respect_retry_after_header=True,
-            raise_on_status=False,
-        )
+    def _get_json(self, url: str, params: dict, *, deadline: Deadline) -> object:
+        """One request. Raises ``_Retryable`` for what another attempt may cure."""
         with requests.Session() as session:
             session.headers["User-Agent"] = USER_AGENT
             session.headers["Accept"] = "application/json"
-            session.mount("http://", HTTPAdapter(max_retries=retry))
-            session.mount("https://", HTTPAdapter(max_retries=retry))
+            timeout = deadline.cap(self.timeout)
             try:
-                response = session.get(url, params=params, timeout=self.timeout, stream=True)
-            except requests.exceptions.RetryError as exc:
-                raise CodeforcesError(
-                    f"Codeforces API at {url} kept failing after {budget} attempts: {_reason(exc)}"
-                ) from exc
+                response = session.get(url, params=params, timeout=timeout, stream=True)
             except (requests.exceptions.Timeout, requests.exceptions.ConnectionError) as exc:
+                deadline.check()  # the capped timeout ran out with the deadline
                 if not _timed_out(exc):
-                    raise CodeforcesError(
-                        f"cannot connect to the Codeforces API at {url} ({budget} attempts): {_reason(exc)}"
+                    raise _Retryable(
+                        f"cannot connect to the Codeforces API at {url}: {_reason(exc)}"
                     ) from exc
-                raise CodeforcesError(
-                    f"Codeforces API at {url} did not answer within {self.timeout[1]:g} s ({budget} attempts)"
-                ) from exc
+                raise _Retryable(f"Codeforces API at {url} did not answer within {timeout[1]:g} s") from exc
             except requests.exceptions.RequestException as exc:
                 raise CodeforcesError(f"request to the Codeforces API at {url} failed: {exc}") from exc
             with response:
-                used = len(response.raw.retries.history) + 1 if response.raw.retries else 1
-                body = self._read_capped(response, url)
-        if response.status_code in RETRY_STATUSES:
-            raise CodeforcesError(
-                f"Codeforces API at {url} answered HTTP {response.status_code} "
-                f"{response.reason or ''} after {used} attempts".replace("  ", " ")
-            )
+                if response.status_code in RETRY_STATUSES:
+                    raise _Retryable(
+                        f"Codeforces API at {url} answered HTTP {response.status_code} "
+                        f"{response.reason or ''}".rstrip(),
+                        retry_after=_retry_after(response),
+                    )
+                body = self._read_capped(response, url, deadline=deadline)
         try:
             payload = json.loads(body)
         except ValueError as exc:
@@ -136,13 +140,18 @@ class CodeforcesClient:
                 f"Codeforces API answered HTTP {response.status_code} with a body that is not JSON "
                 f"({len(body)} bytes: {exc})"
             ) from exc
+        except RecursionError as exc:
+            raise CodeforcesError(
+                f"Codeforces API answered HTTP {response.status_code} with JSON nested too deeply "
+                f"to parse ({len(body)} bytes)"
+            ) from exc
         if response.status_code != 200 and not (
             isinstance(payload, dict) and payload.get("status") == "FAILED"
         ):
             raise CodeforcesError(f"Codeforces API answered HTTP {response.status_code}")
-        return payload, used
+        return payload
 
-    def _read_capped(self, response: requests.Response, url: str) -> bytes:
+    def _read_capped(self, response: requests.Response, url: str, *, deadline: Deadline) -> bytes:
         declared = response.headers.get("Content-Length")
         if declared and declared.isdigit() and int(declared) > self.max_bytes:
             raise CodeforcesError(
@@ -151,7 +160,10 @@ class CodeforcesClient:
             )
         chunks, size = [], 0
         try:
-            for chunk in response.iter_content(chunk_size=65536):
+            # read1() returns what one read of the socket gave, so a server that
+            # trickles its answer meets the deadline check between reads; read()
+            # and iter_content() would wait for a whole chunk first.
+            while chunk := response.raw.read1(CHUNK_BYTES, decode_content=True):
                 size += len(chunk)
                 if size > self.max_bytes:
                     raise CodeforcesError(
@@ -159,11 +171,56 @@ class CodeforcesClient:
                         "(CODEFORCES_MAX_BYTES)"
                     )
                 chunks.append(chunk)
-        except requests.exceptions.RequestException as exc:
+                deadline.check()
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            deadline.check()
             raise CodeforcesError(
                 f"reading the Codeforces API response from {url} failed: {_reason(exc)}"
             ) from exc
         return b"".join(chunks)
+
+
+class Deadline:
+    """One deadline over a whole fetch: no request, wait or read goes past it."""
+
+    def __init__(self, seconds: float, *, url: str) -> None:
+        self.seconds = seconds
+        self.url = url
+        self.ends = time.monotonic() + seconds
+
+    def left(self) -> float:
+        return self.ends - time.monotonic()
+
+    def check(self) -> None:
+        if self.left() <= 0:
+            raise CodeforcesError(
+                f"Codeforces API at {self.url} did not answer within {self.seconds:g} s "
+                "(total deadline CODEFORCES_TOTAL_TIMEOUT)"
+            )
+
+    def cap(self, timeout: tuple[float, float]) -> tuple[float, float]:
+        """(connect, read) timeouts cut to the time left."""
+        self.check()
+        left = self.left()
+        return min(timeout[0], left), min(timeout[1], left)
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(max(0.0, min(seconds, self.left())))
+        self.check()
+
+
+class _Retryable(Exception):
+    """One attempt failed in a way the next may not: no connection, a timeout, 429 or 5xx."""
+
+    def __init__(self, message: str, *, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+def _retry_after(response: requests.Response) -> float | None:
+    """A ``Retry-After`` given in seconds (the HTTP-date form falls back to the backoff)."""
+    value = response.headers.get("Retry-After", "").strip()
+    return float(value) if value.isdigit() else None
 
 
 def parse_contest_list(payload: object) -> ContestList:
@@ -210,39 +267,59 @@ def parse_contest_list(payload: object) -> ContestList:
 
 
 def _contest(entry: object) -> ContestRecord:
+    """One entry as a record the database can store, or ValueError saying why not."""
     if not isinstance(entry, dict):
         raise ValueError(f"not an object but {type(entry).__name__}")
     contest_id = entry.get("id")
     if not _is_int(contest_id) or contest_id <= 0:
         raise ValueError(f"id {contest_id!r} is not a positive integer")
+    if contest_id > MAX_CONTEST_ID:
+        raise ValueError(f"id {contest_id} is over the largest storable id {MAX_CONTEST_ID}")
     name = entry.get("name")
     if not isinstance(name, str) or not name.strip():
         raise ValueError(f"contest {contest_id}: name {name!r} is not a non-empty string")
+    _check_text(name, key="name", contest_id=contest_id)
     for key in ("phase", "type"):
         if not isinstance(entry.get(key), str) or not entry[key]:
             raise ValueError(f"contest {contest_id}: {key} {entry.get(key)!r} is not a string")
+        _check_text(entry[key], key=key, contest_id=contest_id)
     frozen = entry.get("frozen", False)
     if not isinstance(frozen, bool):
         raise ValueError(f"contest {contest_id}: frozen {frozen!r} is not a boolean")
     duration = entry.get("durationSeconds")
     if not _is_int(duration) or duration < 0:
         raise ValueError(f"contest {contest_id}: durationSeconds {duration!r} is not a non-negative integer")
+    if duration > MAX_DURATION.total_seconds():
+        raise ValueError(f"contest {contest_id}: durationSeconds {duration} is over {MAX_DURATION.days} days")
     start = entry.get("startTimeSeconds")
     if start is not None and not _is_int(start):
         raise ValueError(f"contest {contest_id}: startTimeSeconds {start!r} is not an integer")
-    try:
-        start_time = datetime.fromtimestamp(start, tz=UTC) if start is not None else None
-    except (OverflowError, OSError, ValueError) as exc:
-        raise ValueError(f"contest {contest_id}: startTimeSeconds {start!r} is out of range") from exc
+    if start is not None and not 0 <= start < MAX_START.timestamp():
+        raise ValueError(
+            f"contest {contest_id}: startTimeSeconds {start} is out of range (1970 to {MAX_START.year})"
+        )
     return ContestRecord(
         contest_id=contest_id,
         name=name.strip()[:500],
         type=entry["type"][:20],
         phase=entry["phase"][:40],
         frozen=frozen,
-        start_time=start_time,
+        start_time=datetime.fromtimestamp(start, tz=UTC) if start is not None else None,
         duration=timedelta(seconds=duration),
     )
+
+
+def _check_text(value: str, *, key: str, contest_id: int) -> None:
+    # PostgreSQL refuses NUL in text; a lone surrogate (JSON allows "\ud800") is
+    # not UTF-8 at all, so no database driver can send it.
+    if "\x00" in value:
+        raise ValueError(f"contest {contest_id}: {key} contains a NUL character")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(
+            f"contest {contest_id}: {key} is not valid Unicode ({exc.reason} at position {exc.start})"
+        ) from None
 
 
 def _is_int(value: object) -> bool:

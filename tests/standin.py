@@ -2,9 +2,9 @@
 
 Serves ``/api/contest.list`` from the bundled real response (or any payload),
 counts requests, and can misbehave on demand: HTTP errors, ``FAILED`` answers,
-slowness, truncated or oversized bodies.
+slowness, a body trickled byte by byte, truncated or oversized bodies.
 
-    python -m tests.standin --port 8765 [--delay 0] [--host 127.0.0.1]
+    python -m tests.standin --port 8765 [--delay 0] [--trickle 0] [--host 127.0.0.1]
 """
 
 from __future__ import annotations
@@ -33,6 +33,13 @@ class Standin:
         self.set_payload(payload if payload is not None else load_fixture())
         self.status = 200
         self.delay = 0.0
+        # Seconds between bytes of the body (0: all at once): the headers come at
+        # once, then one byte per ``trickle`` seconds, for at most ``trickle_for``
+        # seconds, after which the connection is closed.
+        self.trickle = 0.0
+        self.trickle_for = 60.0
+        self.trickled = 0  # body bytes sent that way
+        self.response_headers: dict[str, str] = {}  # added to every answer
         # Responses to give before the normal one: (status, body) pairs.
         self.queue: list[tuple[int, bytes]] = []
         self.hook: Callable[[], None] | None = None
@@ -72,10 +79,27 @@ def make_handler(standin: Standin) -> type[BaseHTTPRequestHandler]:
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))
+                for name, value in standin.response_headers.items():
+                    self.send_header(name, value)
                 self.end_headers()
-                self.wfile.write(body)
+                if standin.trickle:
+                    self._trickle(body)
+                else:
+                    self.wfile.write(body)
             except (BrokenPipeError, ConnectionResetError):
                 pass
+
+        def _trickle(self, body: bytes) -> None:
+            ends = time.monotonic() + standin.trickle_for
+            for index in range(len(body)):
+                if time.monotonic() >= ends:
+                    break
+                self.wfile.write(body[index : index + 1])
+                self.wfile.flush()
+                with standin.lock:
+                    standin.trickled += 1
+                time.sleep(standin.trickle)
+            self.close_connection = True
 
         def log_message(self, format: str, *args) -> None:
             pass
@@ -95,10 +119,12 @@ def main() -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8765)
     parser.add_argument("--delay", type=float, default=0.0, help="Seconds before each answer.")
+    parser.add_argument("--trickle", type=float, default=0.0, help="Seconds between bytes of each body.")
     parser.add_argument("--count-file", help="Write the number of contest.list calls here on each call.")
     args = parser.parse_args()
     standin = Standin()
     standin.delay = args.delay
+    standin.trickle = args.trickle
     if args.count_file:
         count_file = Path(args.count_file)
 

@@ -2,11 +2,19 @@
 
 import json
 import logging
+import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from contests.codeforces import USER_AGENT, CodeforcesClient, CodeforcesError, parse_contest_list
+from contests.codeforces import (
+    MAX_CONTEST_ID,
+    MAX_DURATION,
+    USER_AGENT,
+    CodeforcesClient,
+    CodeforcesError,
+    parse_contest_list,
+)
 
 CALL_LIMIT = json.dumps({"status": "FAILED", "comment": "Call limit exceeded"}).encode()
 
@@ -101,8 +109,75 @@ def test_a_server_that_never_answers_times_out(standin):
 
 
 def test_nobody_listening():
-    with pytest.raises(CodeforcesError, match=r"cannot connect .* \(3 attempts\): Connection refused"):
+    with pytest.raises(CodeforcesError, match=r"cannot connect .*: Connection refused \(3 attempts\)$"):
         CodeforcesClient(base_url="http://127.0.0.1:9/api", backoff=0).contest_list()
+
+
+def test_a_body_nested_too_deeply_to_parse_is_a_clear_error(standin):
+    standin.set_payload(b"[" * 200_000)
+
+    with pytest.raises(
+        CodeforcesError, match=r"HTTP 200 with JSON nested too deeply to parse \(200000 bytes\)$"
+    ):
+        CodeforcesClient().contest_list()
+
+
+# --- the total deadline (CODEFORCES_TOTAL_TIMEOUT) ---------------------------
+
+DEADLINE = r"did not answer within 1.5 s \(total deadline CODEFORCES_TOTAL_TIMEOUT\)$"
+
+
+def test_a_trickled_answer_ends_at_the_total_deadline(standin):
+    # One byte every 0.2 s: the 2 s read timeout never fires, the deadline must.
+    standin.trickle, standin.trickle_for = 0.2, 30
+
+    started = time.monotonic()
+    with pytest.raises(CodeforcesError, match=DEADLINE):
+        CodeforcesClient(total_timeout=1.5).contest_list()
+
+    assert time.monotonic() - started < 10  # ended by the deadline, not by the 30 s server bound
+    assert standin.calls == 1  # no retry after the deadline
+    assert standin.trickled >= 2  # the body was arriving, just too slowly
+
+
+def test_the_read_timeout_is_cut_to_the_time_left(standin):
+    standin.delay = 10  # silent for longer than the deadline, shorter than the read timeout
+
+    started = time.monotonic()
+    with pytest.raises(CodeforcesError, match=DEADLINE):
+        CodeforcesClient(timeout=(5, 30), total_timeout=1.5).contest_list()
+
+    assert time.monotonic() - started < 8
+    assert standin.calls == 1
+
+
+def test_a_retry_after_longer_than_the_deadline_is_cut_short(standin):
+    standin.queue = [(503, b"busy")]
+    standin.response_headers = {"Retry-After": "3600"}
+
+    started = time.monotonic()
+    with pytest.raises(CodeforcesError, match=DEADLINE):
+        CodeforcesClient(total_timeout=1.5).contest_list()
+
+    assert time.monotonic() - started < 8
+    assert standin.calls == 1  # the wait ran into the deadline; no second request
+
+
+def test_retries_stop_at_the_deadline(standin):
+    standin.delay = 0.7  # each attempt times out on its 0.5 s read timeout
+
+    with pytest.raises(CodeforcesError, match=DEADLINE):
+        CodeforcesClient(timeout=(0.5, 0.5), max_attempts=10, backoff=0, total_timeout=1.5).contest_list()
+
+    assert 2 <= standin.calls <= 4  # 10 attempts allowed; the deadline ended them
+
+
+def test_the_total_deadline_comes_from_settings(settings, standin):
+    settings.CODEFORCES_TOTAL_TIMEOUT = 1.5
+    standin.trickle = 0.2
+
+    with pytest.raises(CodeforcesError, match=DEADLINE):
+        CodeforcesClient().contest_list()
 
 
 # --- validation -------------------------------------------------------------
@@ -139,6 +214,24 @@ def _entry(**fields) -> dict:
         ({"durationSeconds": 1.5}, "durationSeconds 1.5 is not a non-negative integer"),
         ({"startTimeSeconds": "soon"}, "startTimeSeconds 'soon' is not an integer"),
         ({"frozen": "no"}, "frozen 'no' is not a boolean"),
+        # Well-formed, but no database could store them (issue 12, item 6).
+        ({"id": 2**31}, "id 2147483648 is over the largest storable id 2147483647"),
+        ({"id": 2**63}, "id 9223372036854775808 is over the largest storable id"),
+        ({"durationSeconds": 10**20}, "durationSeconds 100000000000000000000 is over 36525 days"),
+        (
+            {"startTimeSeconds": 10**20},
+            "startTimeSeconds 100000000000000000000 is out of range (1970 to 3000)",
+        ),
+        ({"startTimeSeconds": 253402300800}, "startTimeSeconds 253402300800 is out of range"),  # year 10000
+        ({"startTimeSeconds": -1}, "startTimeSeconds -1 is out of range"),
+        ({"name": "Round\x001"}, "contest 1: name contains a NUL character"),
+        ({"type": "C\x00F"}, "contest 1: type contains a NUL character"),
+        ({"phase": "BEFORE\x00"}, "contest 1: phase contains a NUL character"),
+        (
+            {"name": "Round \ud800"},
+            "contest 1: name is not valid Unicode (surrogates not allowed at position 6)",
+        ),
+        ({"type": "\udfffCF"}, "contest 1: type is not valid Unicode (surrogates not allowed at position 0)"),
     ],
 )
 def test_a_bad_entry_is_skipped_counted_and_logged(caplog, fields, problem):
@@ -152,6 +245,27 @@ def test_a_bad_entry_is_skipped_counted_and_logged(caplog, fields, problem):
     [warning] = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert warning.startswith("Codeforces: skipped 1 invalid entries; first: entry 0: ")
     assert problem in warning
+
+
+def test_the_largest_storable_values_are_accepted():
+    entry = _entry(
+        id=MAX_CONTEST_ID,
+        durationSeconds=int(MAX_DURATION.total_seconds()),
+        startTimeSeconds=int(datetime(2999, 12, 31, 23, 59, tzinfo=UTC).timestamp()),
+        name="Раунд 🏁 #1",  # beyond ASCII and beyond the BMP are fine
+    )
+
+    [record] = parse_contest_list({"status": "OK", "result": [entry]}).records
+
+    assert (record.contest_id, record.duration, record.start_time.year) == (2**31 - 1, MAX_DURATION, 2999)
+    assert record.name == "Раунд 🏁 #1"
+
+
+def test_a_name_over_the_column_length_is_cut_not_skipped():
+    result = parse_contest_list({"status": "OK", "result": [_entry(name="x" * 600, type="T" * 30)]})
+
+    assert result.invalid == 0
+    assert (result.records[0].name, result.records[0].type) == ("x" * 500, "T" * 20)
 
 
 def test_a_missing_start_time_is_allowed():

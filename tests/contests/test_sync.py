@@ -1,6 +1,7 @@
 """The sync service: upsert by diff, removals, abort rules, fencing."""
 
 import re
+import time
 from datetime import timedelta
 
 import pytest
@@ -8,10 +9,12 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from contests.codeforces import CodeforcesClient, CodeforcesError
+from contests.codeforces import MAX_CONTEST_ID, CodeforcesClient, CodeforcesError
 from contests.models import Contest, Reminder
 from contests.services import sync_codeforces_contests
 from locks import api
+from locks.models import JobRun, SyncLock
+from tests.conftest import manage, project_env
 from tests.contests.conftest import shift_to_now, upcoming_ids
 
 pytestmark = pytest.mark.django_db
@@ -180,3 +183,70 @@ def test_sync_prunes_stale_reminders(standin, payload, django_user_model):
 
     assert stats.pruned == 1
     assert list(Reminder.objects.values_list("contest_id", flat=True)) == [upcoming.pk]
+
+
+# --- entries the database cannot store (issue 12, item 6) ------------------------
+
+POISON = {
+    "id 2**31 (PostgreSQL integer out of range)": {"id": 2**31},
+    "id 2**63 (SQLite OverflowError)": {"id": 2**63},
+    "duration 10**20 s (timedelta OverflowError)": {"durationSeconds": 10**20},
+    "start time out of datetime range": {"startTimeSeconds": 10**20},
+    "NUL in the name (PostgreSQL)": {"name": "Round\x00 1"},
+    "NUL in the type (PostgreSQL)": {"type": "C\x00F"},
+    "unpaired surrogate in the name (UnicodeEncodeError)": {"name": "Round \ud800"},
+}
+
+
+@pytest.mark.parametrize("poison", list(POISON))
+def test_an_entry_the_database_cannot_store_is_counted_and_the_rest_synced(standin, payload, poison):
+    entry = {**payload["result"][0], "id": 5_000_000, "name": "Poisoned", **POISON[poison]}
+    payload["result"].insert(3, entry)
+    standin.set_payload(payload)
+
+    stats = sync()
+
+    assert (stats.fetched, stats.created, stats.invalid) == (1759, 1758, 1)
+    assert Contest.objects.count() == 1758
+    assert not Contest.objects.filter(contest_id=entry["id"]).exists()
+    assert not Contest.objects.filter(name__startswith="Poisoned").exists()
+    # Next hour, the same answer: still synced, still one invalid entry.
+    assert (sync().unchanged, Contest.objects.count()) == (1758, 1758)
+
+
+def test_the_largest_accepted_id_fits_the_column_on_this_database(standin, payload):
+    internal_type = Contest._meta.get_field("contest_id").get_internal_type()
+    low, high = connection.ops.integer_field_range(internal_type)
+    assert low <= 1 and high >= MAX_CONTEST_ID
+    if connection.vendor == "postgresql":
+        assert high == MAX_CONTEST_ID  # the bound is exactly the column's
+    payload["result"].append({**payload["result"][0], "id": MAX_CONTEST_ID, "name": "Largest"})
+    standin.set_payload(payload)
+
+    assert sync().created == 1759
+    assert Contest.objects.get(contest_id=MAX_CONTEST_ID).name == "Largest"
+
+
+# --- the total deadline (CODEFORCES_TOTAL_TIMEOUT) --------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_a_trickled_answer_fails_the_run_at_the_deadline_and_releases_the_lease(db_url, standin):
+    standin.trickle, standin.trickle_for = 0.2, 60  # one byte per 0.2 s, never a read timeout
+    env = project_env(DATABASE_URL=db_url, CODEFORCES_API_URL=standin.url, CODEFORCES_TOTAL_TIMEOUT="1.5")
+
+    started = time.monotonic()
+    proc = manage("sync_contests", "--tick", "2026-11-30T14:00:00+00:00", env=env)
+
+    assert time.monotonic() - started < 45  # ended by the deadline, not by the stand-in's 60 s bound
+    assert proc.returncode == 1, proc.stderr
+    assert "Traceback" not in proc.stderr + proc.stdout
+    [error] = [line for line in proc.stderr.splitlines() if " ERROR " in line]
+    assert "job=sync_contests" in error and "outcome=failed" in error
+    assert "did not answer within 1.5 s (total deadline CODEFORCES_TOTAL_TIMEOUT)" in error
+    assert standin.trickled >= 2 and standin.calls == 1
+    assert not Contest.objects.exists()
+    lock = SyncLock.objects.get()
+    assert (lock.locked_until, lock.last_status) == (None, "failed")
+    assert JobRun.objects.get().status == "failed"

@@ -84,6 +84,20 @@ SCENARIOS = [
         "the heartbeat keeps the lease: every copy skips, with `held` while the job runs "
         "(also after 2x TTL); one run, token 1",
     ),
+    Scenario(
+        "stalled-answer",
+        "a stalled answer: the stand-in sends the headers, then one body byte every 0.2 s, so the "
+        "30 s read timeout never fires (total deadline `CODEFORCES_TOTAL_TIMEOUT` set to 2 s)",
+        "ends at the deadline: exit 1, one ERROR line naming `CODEFORCES_TOTAL_TIMEOUT`, no traceback, "
+        "nothing written, the lease released; the next tick syncs",
+    ),
+    Scenario(
+        "poison-entry",
+        "a poison entry: the real list plus entries no database can store (ids 2**31 and 2**63, a "
+        "duration of 10**20 s, a start time out of range, NUL in a name or type, an unpaired surrogate)",
+        "counted invalid, the rest synced: exit 0, every real contest stored, one WARNING naming the "
+        "skipped entries, no traceback; the next tick the same",
+    ),
 ]
 BY_KEY = {scenario.key: scenario for scenario in SCENARIOS}
 
