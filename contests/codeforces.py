@@ -107,7 +107,10 @@ class CodeforcesClient:
             session.mount("http://", HTTPAdapter(max_retries=retry))
             session.mount("https://", HTTPAdapter(max_retries=retry))
             try:
-                response = session.get(url, params=params, timeout=self.timeout, stream=True)
+                # Redirects are not followed: a 3xx could send the sync to any host.
+                response = session.get(
+                    url, params=params, timeout=self.timeout, stream=True, allow_redirects=False
+                )
             except requests.exceptions.RetryError as exc:
                 raise CodeforcesError(
                     f"Codeforces API at {url} kept failing after {budget} attempts: {_reason(exc)}"
@@ -123,6 +126,12 @@ class CodeforcesClient:
             except requests.exceptions.RequestException as exc:
                 raise CodeforcesError(f"request to the Codeforces API at {url} failed: {exc}") from exc
             with response:
+                if response.is_redirect:
+                    raise CodeforcesError(
+                        f"Codeforces API at {url} answered HTTP {response.status_code} redirecting to "
+                        f"{response.headers['Location'][:300]!r}; redirects are not followed "
+                        "(check CODEFORCES_API_URL)"
+                    )
                 used = len(response.raw.retries.history) + 1 if response.raw.retries else 1
                 body = self._read_capped(response, url)
         if response.status_code in RETRY_STATUSES:
