@@ -177,7 +177,8 @@ LOCKS_SCHEDULES = {"sync_contests": SYNC_CONTESTS_SCHEDULE}
 # DJANGO_DEBUG=0, DJANGO_SECRET_KEY and DJANGO_ALLOWED_HOSTS set. Each switch can be
 # turned off for a deployment that handles it elsewhere.
 SECURE_SSL_REDIRECT = env_bool("DJANGO_SECURE_SSL_REDIRECT", not DEBUG)
-# Monitors and platform probes often speak plain HTTP to the app itself.
+# Monitors and platform probes often speak plain HTTP to the app itself. A /healthz
+# request that carries an Authorization header is redirected all the same (its view).
 SECURE_REDIRECT_EXEMPT = [r"^healthz$"]
 # Opt-in: only behind a proxy that sets X-Forwarded-Proto itself and strips it from
 # clients; otherwise any client could claim its plain-HTTP request is HTTPS.
@@ -202,6 +203,12 @@ TRUSTED_PROXY_COUNT = int(os.environ.get("DJANGO_TRUSTED_PROXY_COUNT", "0"))
 SYNC_TRIGGER_TOKEN = os.environ.get("SYNC_TRIGGER_TOKEN", "")
 # At most one trigger request per client address per this many seconds.
 SYNC_TRIGGER_RATE_WINDOW = int(os.environ.get("SYNC_TRIGGER_RATE_WINDOW", "10"))
+
+# --- /healthz details (contests.ops; docs/security.md) ------------------------
+# Holder host names and error texts on /healthz only for `Authorization: Bearer <this>`
+# (32+ characters, not the trigger token). Read-only: it cannot start a sync. Unset: no
+# request sees them.
+HEALTHZ_TOKEN = os.environ.get("HEALTHZ_TOKEN", "")
 
 # --- MongoDB (README "MongoDB") --------------------------------------------
 # Only when DATABASE_URL is mongodb:// or mongodb+srv://: ObjectId primary keys,
