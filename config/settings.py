@@ -156,14 +156,18 @@ CRONJOBS = [
 ]
 CRONTAB_PYTHON_EXECUTABLE = sys.executable
 CRONTAB_DJANGO_MANAGE_PATH = str(BASE_DIR / "manage.py")
-# The cron line carries this project's settings from the environment `crontab add`
-# ran in (a different SYNC_CONTESTS_SCHEDULE would otherwise not even find its job).
-# Values are shell-quoted, and % escaped because cron turns a bare % into a newline.
+
+# --- The crontab line's environment (docs/deployment-cron.md) ------------------
+# The line needs this project's settings (a different SYNC_CONTESTS_SCHEDULE would not
+# even find its job), but carries no value: anyone who can read the crontab or
+# /proc/*/cmdline would see it. `manage.py crontab_env` writes the variables with these
+# prefixes to CRONTAB_ENV_FILE (mode 0600) and the line sources that file. umask 027:
+# the log the line appends to is created 0640. % is escaped: cron turns it into a newline.
 CRONTAB_ENV_PREFIXES = ("DATABASE_URL", "DJANGO_", "CODEFORCES_", "SYNC_", "LOCKS_", "MONGODB_")
-CRONTAB_COMMAND_PREFIX = " ".join(
-    f"{name}={shlex.quote(value)}".replace("%", "\\%")
-    for name, value in sorted(os.environ.items())
-    if name.startswith(CRONTAB_ENV_PREFIXES) and value
+# A relative DJANGO_CRONTAB_ENV_FILE is under BASE_DIR; an absolute one is used as is.
+CRONTAB_ENV_FILE = BASE_DIR / (os.environ.get("DJANGO_CRONTAB_ENV_FILE") or "var/crontab.env")
+CRONTAB_COMMAND_PREFIX = f"umask 027; set -a; . {shlex.quote(str(CRONTAB_ENV_FILE))}; set +a;".replace(
+    "%", "\\%"
 )
 
 # --- Admin (locks app) -------------------------------------------------------
