@@ -3,6 +3,7 @@
 import os
 import shlex
 import sys
+from datetime import timedelta
 from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
@@ -57,6 +58,7 @@ INSTALLED_APPS = [
     "locks",
     "contests",
     "contests.ops",
+    "axes",  # admin login lockouts (Admin login block below)
 ]
 
 MIDDLEWARE = [
@@ -68,6 +70,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "axes.middleware.AxesMiddleware",  # last: turns a lockout into its 429 answer
 ]
 
 ROOT_URLCONF = "config.urls"
@@ -175,6 +178,27 @@ CRONTAB_COMMAND_PREFIX = f"umask 027; set -a; . {shlex.quote(str(CRONTAB_ENV_FIL
 # the next tick from it. Named here because `locks` never imports the apps
 # whose jobs it runs.
 LOCKS_SCHEDULES = {"sync_contests": SYNC_CONTESTS_SCHEDULE}
+
+# --- Admin login: passwords and lockouts (docs/security.md) ---------------------
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+# django-axes: after AXES_FAILURE_LIMIT failed logins for one username from one client
+# address, that pair is refused, even with the right password, for AXES_COOLOFF_TIME
+# hours (a failure meanwhile restarts the wait). `manage.py axes_reset` lifts lockouts.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",  # first: refuses a locked-out pair before any check
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = int(os.environ.get("AXES_FAILURE_LIMIT", "5"))
+AXES_COOLOFF_TIME = timedelta(hours=float(os.environ.get("AXES_COOLOFF_TIME", "1")))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True  # a successful login forgets that pair's earlier failures
+# The client address as the trigger's rate limit sees it (DJANGO_TRUSTED_PROXY_COUNT).
+AXES_CLIENT_IP_CALLABLE = "contests.ops.auth.client_address"
 
 # --- Production security (README "Deployment") ------------------------------
 # Strict by default whenever DEBUG is off: `manage.py check --deploy` is clean with
