@@ -162,7 +162,9 @@ MONGODB_APP_CONFIGS = {
     "django.contrib.admin": "config.mongodb.apps.MongoAdminConfig",
     "django.contrib.auth": "config.mongodb.apps.MongoAuthConfig",
     "django.contrib.contenttypes": "config.mongodb.apps.MongoContentTypesConfig",
+    "axes": "config.mongodb.apps.MongoAxesConfig",
 }
 MONGODB_MIGRATION_MODULES = {
-    label: f"mongo_migrations.{label}" for label in ("admin", "auth", "contenttypes", "locks", "contests")
+    label: f"mongo_migrations.{label}"
+    for label in ("admin", "auth", "contenttypes", "locks", "contests", "axes")
 }

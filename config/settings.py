@@ -7,6 +7,7 @@ that does not parse stops start-up with one line that names it.
 import os
 import shlex
 import sys
+from datetime import timedelta
 from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
@@ -47,6 +48,7 @@ INSTALLED_APPS = [
     "locks",
     "contests",
     "contests.ops",
+    "axes",  # admin login lockouts (Admin login block below)
 ]
 
 MIDDLEWARE = [
@@ -58,6 +60,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "axes.middleware.AxesMiddleware",  # last: turns a lockout into its 429 answer
 ]
 
 ROOT_URLCONF = "config.urls"
@@ -146,14 +149,18 @@ CRONJOBS = [
 ]
 CRONTAB_PYTHON_EXECUTABLE = sys.executable
 CRONTAB_DJANGO_MANAGE_PATH = str(BASE_DIR / "manage.py")
-# The cron line carries this project's settings from the environment `crontab add`
-# ran in (a different SYNC_CONTESTS_SCHEDULE would otherwise not even find its job).
-# Values are shell-quoted, and % escaped because cron turns a bare % into a newline.
+
+# --- The crontab line's environment (docs/deployment-cron.md) ------------------
+# The line needs this project's settings (a different SYNC_CONTESTS_SCHEDULE would not
+# even find its job), but carries no value: anyone who can read the crontab or
+# /proc/*/cmdline would see it. `manage.py crontab_env` writes the variables with these
+# prefixes to CRONTAB_ENV_FILE (mode 0600) and the line sources that file. umask 027:
+# the log the line appends to is created 0640. % is escaped: cron turns it into a newline.
 CRONTAB_ENV_PREFIXES = ("DATABASE_URL", "DJANGO_", "CODEFORCES_", "SYNC_", "LOCKS_", "MONGODB_")
-CRONTAB_COMMAND_PREFIX = " ".join(
-    f"{name}={shlex.quote(value)}".replace("%", "\\%")
-    for name, value in sorted(os.environ.items())
-    if name.startswith(CRONTAB_ENV_PREFIXES) and value
+# A relative DJANGO_CRONTAB_ENV_FILE is under BASE_DIR; an absolute one is used as is.
+CRONTAB_ENV_FILE = BASE_DIR / env.str("DJANGO_CRONTAB_ENV_FILE", "var/crontab.env")
+CRONTAB_COMMAND_PREFIX = f"umask 027; set -a; . {shlex.quote(str(CRONTAB_ENV_FILE))}; set +a;".replace(
+    "%", "\\%"
 )
 
 # --- Admin (locks app) -------------------------------------------------------
@@ -162,12 +169,34 @@ CRONTAB_COMMAND_PREFIX = " ".join(
 # whose jobs it runs.
 LOCKS_SCHEDULES = {"sync_contests": SYNC_CONTESTS_SCHEDULE}
 
+# --- Admin login: passwords and lockouts (docs/security.md) ---------------------
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+# django-axes: after AXES_FAILURE_LIMIT failed logins for one username from one client
+# address, that pair is refused, even with the right password, for AXES_COOLOFF_TIME
+# hours (a failure meanwhile restarts the wait). `manage.py axes_reset` lifts lockouts.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",  # first: refuses a locked-out pair before any check
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = env.int("AXES_FAILURE_LIMIT", 5)
+AXES_COOLOFF_TIME = timedelta(hours=env.float("AXES_COOLOFF_TIME", 1.0))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True  # a successful login forgets that pair's earlier failures
+# The client address as the trigger's rate limit sees it (DJANGO_TRUSTED_PROXY_COUNT).
+AXES_CLIENT_IP_CALLABLE = "contests.ops.auth.client_address"
+
 # --- Production security (README "Deployment") ------------------------------
 # Strict by default whenever DEBUG is off: `manage.py check --deploy` is clean with
 # DJANGO_DEBUG=0, DJANGO_SECRET_KEY and DJANGO_ALLOWED_HOSTS set. Each switch can be
 # turned off for a deployment that handles it elsewhere.
 SECURE_SSL_REDIRECT = env.bool("DJANGO_SECURE_SSL_REDIRECT", not DEBUG)
-# Monitors and platform probes often speak plain HTTP to the app itself.
+# Monitors and platform probes often speak plain HTTP to the app itself. A /healthz
+# request that carries an Authorization header is redirected all the same (its view).
 SECURE_REDIRECT_EXEMPT = [r"^healthz$"]
 # Opt-in: only behind a proxy that sets X-Forwarded-Proto itself and strips it from
 # clients; otherwise any client could claim its plain-HTTP request is HTTPS.
@@ -191,6 +220,12 @@ TRUSTED_PROXY_COUNT = env.int("DJANGO_TRUSTED_PROXY_COUNT", 0)
 SYNC_TRIGGER_TOKEN = env.str("SYNC_TRIGGER_TOKEN", "")
 # At most one trigger request per client address per this many seconds.
 SYNC_TRIGGER_RATE_WINDOW = env.int("SYNC_TRIGGER_RATE_WINDOW", 10)
+
+# --- /healthz details (contests.ops; docs/security.md) ------------------------
+# Holder host names and error texts on /healthz only for `Authorization: Bearer <this>`
+# (32+ characters, not the trigger token). Read-only: it cannot start a sync. Unset: no
+# request sees them.
+HEALTHZ_TOKEN = env.str("HEALTHZ_TOKEN", "")
 
 # --- MongoDB (README "MongoDB") --------------------------------------------
 # Only when DATABASE_URL is mongodb:// or mongodb+srv://: ObjectId primary keys,

@@ -115,7 +115,8 @@ class CodeforcesClient:
             session.headers["Accept"] = "application/json"
             timeout = deadline.cap(self.timeout)
             try:
-                response = session.get(url, params=params, timeout=timeout, stream=True)
+                # Redirects are not followed: a 3xx could send the sync to any host.
+                response = session.get(url, params=params, timeout=timeout, stream=True, allow_redirects=False)
             except (requests.exceptions.Timeout, requests.exceptions.ConnectionError) as exc:
                 deadline.check()  # the capped timeout ran out with the deadline
                 if not _timed_out(exc):
@@ -126,6 +127,12 @@ class CodeforcesClient:
             except requests.exceptions.RequestException as exc:
                 raise CodeforcesError(f"request to the Codeforces API at {url} failed: {exc}") from exc
             with response:
+                if response.is_redirect:
+                    raise CodeforcesError(
+                        f"Codeforces API at {url} answered HTTP {response.status_code} redirecting to "
+                        f"{response.headers['Location'][:300]!r}; redirects are not followed "
+                        "(check CODEFORCES_API_URL)"
+                    )
                 if response.status_code in RETRY_STATUSES:
                     raise _Retryable(
                         f"Codeforces API at {url} answered HTTP {response.status_code} "

@@ -8,6 +8,7 @@ from datetime import timedelta
 
 import pytest
 import requests
+from django.core.checks import run_checks
 from django.db.models import DateTimeField, ExpressionWrapper, Value
 from django.db.models.functions import Now
 
@@ -17,14 +18,16 @@ from locks.models import JobRun, RunStatus
 from tests.conftest import gunicorn, project_env
 
 URL = "/healthz"
-TOKEN = secrets.token_urlsafe(32)
+TOKEN = secrets.token_urlsafe(32)  # HEALTHZ_TOKEN: read-only health details
+TRIGGER_TOKEN = secrets.token_urlsafe(32)  # SYNC_TRIGGER_TOKEN: starts syncs, shows no details
 HOUR = 3600
 
 
 @pytest.fixture
 def synced(settings, standin, transactional_db):
     """One real, successful sync against the Codeforces stand-in."""
-    settings.SYNC_TRIGGER_TOKEN = TOKEN
+    settings.HEALTHZ_TOKEN = TOKEN
+    settings.SYNC_TRIGGER_TOKEN = TRIGGER_TOKEN
     result = run_sync_job(force=True)
     assert result.outcome == "succeeded", result.describe()
     return result
@@ -63,8 +66,12 @@ def running(synced):
     )
 
 
-def test_no_holder_host_names_without_the_trigger_token(client, running):
-    for headers in ({}, {"HTTP_AUTHORIZATION": "Bearer wrong"}):
+def test_no_holder_host_names_without_the_health_token(client, running):
+    for headers in (
+        {},
+        {"HTTP_AUTHORIZATION": "Bearer wrong"},
+        {"HTTP_AUTHORIZATION": f"Bearer {TRIGGER_TOKEN}"},  # the trigger token unlocks nothing here
+    ):
         response = client.get(URL, **headers)
         assert response.status_code == 200  # a wrong token does not fail the check
         lock = response.json()["lock"]
@@ -75,7 +82,7 @@ def test_no_holder_host_names_without_the_trigger_token(client, running):
         assert f'"{socket.gethostname()}:' not in response.content.decode()  # no "host:pid:…" value
 
 
-def test_the_trigger_token_reveals_the_holder(client, running):
+def test_the_health_token_reveals_the_holder(client, running):
     response = client.get(URL, HTTP_AUTHORIZATION=f"Bearer {TOKEN}")
     lock = response.json()["lock"]
     assert lock["state"] == "held"
@@ -144,15 +151,83 @@ def test_503_when_the_database_is_down(tmp_path):
     with socket.socket() as closed:
         closed.bind(("127.0.0.1", 0))  # held, never listened on
         url = f"postgres://nobody@127.0.0.1:{closed.getsockname()[1]}/contests"
-        env = project_env(DATABASE_URL=url, SYNC_TRIGGER_TOKEN=TOKEN)
+        env = project_env(DATABASE_URL=url, HEALTHZ_TOKEN=TOKEN, SYNC_TRIGGER_TOKEN=TRIGGER_TOKEN)
         log = tmp_path / "gunicorn.log"
         with gunicorn(env=env, log=log) as base:
             anonymous = requests.get(base + URL, timeout=60)
             trusted = requests.get(base + URL, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=60)
+            trigger = requests.get(
+                base + URL, headers={"Authorization": f"Bearer {TRIGGER_TOKEN}"}, timeout=60
+            )
     output = log.read_text()
     assert anonymous.status_code == 503, output
     assert anonymous.json() == {"status": "database unreachable", "database": False, "job": JOB_NAME}
     assert trusted.status_code == 503
     assert trusted.json()["database"] is False
     assert trusted.json()["error"].startswith("OperationalError: ")
+    assert trigger.json() == anonymous.json()  # the trigger token unlocks no detail
     assert "Traceback" not in output
+
+
+# --- plain HTTP: probes pass, credentials are redirected ------------------------------
+
+
+@pytest.fixture
+def https_only(settings, synced):
+    settings.SECURE_SSL_REDIRECT = True
+    settings.SECURE_REDIRECT_EXEMPT = [r"^healthz$"]
+
+
+def test_a_plain_http_probe_without_credentials_is_answered(client, https_only, running):
+    response = client.get(URL)
+    assert response.status_code == 200
+    assert response.json()["lock"]["state"] == "held"
+    assert client.get("/admin/login/").status_code == 301  # every other path is redirected
+
+
+@pytest.mark.parametrize(
+    "header",
+    [f"Bearer {TOKEN}", f"Bearer {TRIGGER_TOKEN}", "Bearer wrong", "Basic dXNlcjpwYXNz", "", "x"],
+    ids=["health-token", "trigger-token", "wrong", "basic", "empty", "garbage"],
+)
+def test_a_plain_http_request_with_credentials_is_redirected(client, https_only, running, header):
+    for method in (client.get, client.head):
+        response = method(URL + "?x=1", HTTP_AUTHORIZATION=header)
+        assert response.status_code == 301
+        assert response["Location"] == "https://testserver/healthz?x=1"
+        assert running.holder not in response.content.decode()
+
+
+def test_over_https_the_health_token_reveals_the_holder(client, https_only, running):
+    response = client.get(URL, secure=True, HTTP_AUTHORIZATION=f"Bearer {TOKEN}")
+    assert response.status_code == 200
+    assert response.json()["lock"]["holder"] == running.holder
+
+
+def test_without_the_https_redirect_credentials_over_plain_http_are_answered(client, settings, running):
+    settings.SECURE_SSL_REDIRECT = False  # TLS is the proxy's business (it redirects)
+    response = client.get(URL, HTTP_AUTHORIZATION=f"Bearer {TOKEN}")
+    assert response.status_code == 200
+    assert response.json()["lock"]["holder"] == running.holder
+
+
+# --- the health token's system checks ---------------------------------------------------
+
+
+def test_health_token_checks(settings):
+    def ids() -> set[str]:
+        return {message.id for message in run_checks(include_deployment_checks=True)} & {
+            "ops.W001",
+            "ops.W002",
+            "ops.W003",
+        }
+
+    settings.SYNC_TRIGGER_TOKEN = TRIGGER_TOKEN
+    settings.HEALTHZ_TOKEN = "too-short"
+    assert ids() == {"ops.W002"}
+    settings.HEALTHZ_TOKEN = TRIGGER_TOKEN
+    assert ids() == {"ops.W003"}
+    settings.HEALTHZ_TOKEN = TOKEN
+    assert ids() == set()
+    settings.SYNC_TRIGGER_TOKEN = settings.HEALTHZ_TOKEN = ""
+    assert ids() == set()

@@ -165,16 +165,24 @@ def test_mongodb_settings_give_every_model_an_objectid_and_mongodb_migrations(ur
     assert "django_mongodb_backend.base.DatabaseWrapper" in found["wrapper_bases"]
     assert found["default_auto_field"] == OBJECT_ID
     assert found["migration_modules"] == {
-        label: f"mongo_migrations.{label}" for label in ("admin", "auth", "contenttypes", "locks", "contests")
+        label: f"mongo_migrations.{label}"
+        for label in ("admin", "auth", "contenttypes", "locks", "contests", "axes")
     }
     assert found["app_configs"]["admin"] == "config.mongodb.apps.MongoAdminConfig"
     assert found["app_configs"]["auth"] == "config.mongodb.apps.MongoAuthConfig"
     assert found["app_configs"]["contenttypes"] == "config.mongodb.apps.MongoContentTypesConfig"
+    assert found["app_configs"]["axes"] == "config.mongodb.apps.MongoAxesConfig"  # it pins AutoField too
     # Sessions keep their own migrations: their key is a string, not an AutoField.
     auto_pks = {label: field for label, field in found["pk_fields"].items() if "AutoField" in field}
-    assert {"locks.SyncLock", "locks.JobRun", "contests.Contest", "contests.Reminder", "auth.User"} <= set(
-        auto_pks
-    )
+    assert {
+        "locks.SyncLock",
+        "locks.JobRun",
+        "contests.Contest",
+        "contests.Reminder",
+        "auth.User",
+        "axes.AccessAttempt",
+        "axes.AccessLog",
+    } <= set(auto_pks)
     assert set(auto_pks.values()) == {"django_mongodb_backend.fields.auto.ObjectIdAutoField"}
     # The lock's raw UPDATE … RETURNING fast path is SQL: MongoDB takes the portable one.
     assert found["returning_fast_path"] is False
@@ -258,6 +266,7 @@ def test_mongodb_migrations_exist_only_under_mongo_migrations():
     assert files == [
         "mongo_migrations/admin/0001_initial.py",
         "mongo_migrations/auth/0001_initial.py",
+        "mongo_migrations/axes/0001_initial.py",
         "mongo_migrations/contenttypes/0001_initial.py",
         "mongo_migrations/contests/0001_initial.py",
         "mongo_migrations/locks/0001_initial.py",

@@ -227,6 +227,31 @@ def test_behind_a_trusted_proxy_the_client_is_the_address_it_appended(client, tr
     ]
 
 
+def test_ipv6_zone_ids_do_not_make_new_clients(client, trigger, settings):
+    settings.TRUSTED_PROXY_COUNT = 1
+    proxy = "10.0.0.9"
+    assert post(client, addr=proxy, HTTP_X_FORWARDED_FOR="fe80::1%eth0").status_code == 200
+    for zone in ("eth1", "lo", "1", "x" * 20):
+        again = post(client, "?force=1", addr=proxy, HTTP_X_FORWARDED_FOR=f"fe80::1%{zone}")
+        assert again.status_code == 429, zone
+    assert list(Throttle.objects.values_list("key", flat=True)) == [f"{JOB_NAME}:fe80::1"]
+
+
+def test_an_over_long_forwarded_address_falls_back_to_the_peer(client, trigger, settings):
+    """300 characters that Python's ipaddress would take as a scoped IPv6 address:
+    the rate-limit key is the proxy's address, and the trigger answers normally
+    (this used to be a 503 "database unreachable" on PostgreSQL: the key did not fit)."""
+    settings.TRUSTED_PROXY_COUNT = 1
+    forwarded = "fe80::1%" + "x" * 292
+    assert len(forwarded) == 300
+
+    response = post(client, addr="10.0.0.9", HTTP_X_FORWARDED_FOR=forwarded)
+
+    assert response.status_code == 200, response.content
+    assert response.json()["outcome"] == "succeeded"
+    assert list(Throttle.objects.values_list("key", flat=True)) == [f"{JOB_NAME}:10.0.0.9"]
+
+
 @pytest.mark.parametrize(
     ("proxies", "forwarded", "expected"),
     [
@@ -238,6 +263,12 @@ def test_behind_a_trusted_proxy_the_client_is_the_address_it_appended(client, tr
         (3, "198.51.100.1, 10.0.0.8", "198.51.100.1"),
         (1, "2001:db8::1", "2001:db8::1"),
         (1, "not-an-address", "10.0.0.9"),
+        (1, "2001:DB8:0:0::1", "2001:db8::1"),  # one canonical form per address
+        (1, "fe80::1%eth0", "fe80::1"),  # the proxy's interface, not another client
+        (1, "::ffff:198.51.100.1", "198.51.100.1"),
+        (1, "198.51.100.1%eth0", "10.0.0.9"),
+        (1, "198.51.100.1:4711", "10.0.0.9"),
+        (1, "fe80::1%" + "x" * 292, "10.0.0.9"),  # 300 characters: not an address
     ],
 )
 def test_client_address(settings, proxies, forwarded, expected):

@@ -1,7 +1,8 @@
-"""AppConfigs for Django's contrib apps on MongoDB (settings picks them only
+"""AppConfigs for Django's contrib apps and django-axes on MongoDB (settings picks them only
 when MongoDB is selected). Their stock configs pin ``AutoField``, which
 MongoDB cannot store; every model there gets an ObjectId primary key."""
 
+from axes.apps import AppConfig as AxesConfig
 from django.contrib.admin.apps import AdminConfig
 from django.contrib.auth.apps import AuthConfig
 from django.contrib.contenttypes.apps import ContentTypesConfig
@@ -18,4 +19,8 @@ class MongoAuthConfig(AuthConfig):
 
 
 class MongoContentTypesConfig(ContentTypesConfig):
+    default_auto_field = MONGODB_AUTO_FIELD
+
+
+class MongoAxesConfig(AxesConfig):
     default_auto_field = MONGODB_AUTO_FIELD

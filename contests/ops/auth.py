@@ -27,13 +27,20 @@ def _digest(value: str) -> bytes:
     return hashlib.sha256(value.encode()).digest()
 
 
+# The longest textual IPv6 address is 45 characters; a zone id adds a few. Anything
+# longer is not an address (and would not fit the rate limit's key).
+MAX_ADDRESS_LENGTH = 64
+
+
 def client_address(request: HttpRequest) -> str:
     """The address of the client, not spoofable by default.
 
     With ``TRUSTED_PROXY_COUNT = 0`` it is the TCP peer (``REMOTE_ADDR``) and
     X-Forwarded-For is ignored. With N trusted proxies, each appends the address
     it saw, so the client is the N-th entry from the right; entries further left
-    were written by the client and are never used.
+    were written by the client and are never used. That entry is parsed and
+    written in one canonical form, so one client is one rate-limit key; anything
+    that is not an address falls back to the TCP peer.
     """
     remote = request.META.get("REMOTE_ADDR", "")
     proxies = getattr(settings, "TRUSTED_PROXY_COUNT", 0)
@@ -41,15 +48,24 @@ def client_address(request: HttpRequest) -> str:
         hops = [hop.strip() for hop in request.META.get("HTTP_X_FORWARDED_FOR", "").split(",")]
         hops = [hop for hop in hops if hop]
         if hops:
-            candidate = hops[-min(proxies, len(hops))]
-            if _is_ip(candidate):
+            candidate = canonical_address(hops[-min(proxies, len(hops))])
+            if candidate is not None:
                 return candidate
     return remote
 
 
-def _is_ip(value: str) -> bool:
+def canonical_address(value: str) -> str | None:
+    """``value`` as an address in its canonical form, or None if it is not one.
+
+    IPv6 zone ids (``fe80::1%eth0``) are dropped: they name an interface of the
+    proxy, not a different client. An IPv4-mapped IPv6 address is its IPv4 one.
+    """
+    if len(value) > MAX_ADDRESS_LENGTH:
+        return None
     try:
-        ipaddress.ip_address(value)
+        address = ipaddress.ip_address(value)
     except ValueError:
-        return False
-    return True
+        return None
+    if isinstance(address, ipaddress.IPv6Address):
+        address = address.ipv4_mapped or ipaddress.IPv6Address(address.packed)  # packed has no zone
+    return str(address)

@@ -31,13 +31,24 @@ def check_ops_settings(app_configs=None, **kwargs) -> list[Error]:
 
 @register(Tags.security, deploy=True)
 def check_trigger_token(app_configs=None, **kwargs) -> list[Warning]:
-    token = settings.SYNC_TRIGGER_TOKEN
-    if token and len(token) < MIN_TOKEN_LENGTH:
-        return [
-            Warning(
-                f"SYNC_TRIGGER_TOKEN is {len(token)} characters long; use at least {MIN_TOKEN_LENGTH}.",
-                hint='Generate one with: python -c "import secrets; print(secrets.token_urlsafe(32))"',
-                id="ops.W001",
+    warnings = []
+    for name, code in (("SYNC_TRIGGER_TOKEN", "ops.W001"), ("HEALTHZ_TOKEN", "ops.W002")):
+        token = getattr(settings, name)
+        if token and len(token) < MIN_TOKEN_LENGTH:
+            warnings.append(
+                Warning(
+                    f"{name} is {len(token)} characters long; use at least {MIN_TOKEN_LENGTH}.",
+                    hint='Generate one with: python -c "import secrets; print(secrets.token_urlsafe(32))"',
+                    id=code,
+                )
             )
-        ]
-    return []
+    trigger = settings.SYNC_TRIGGER_TOKEN
+    if trigger and settings.HEALTHZ_TOKEN == trigger:
+        warnings.append(
+            Warning(
+                "HEALTHZ_TOKEN is the same as SYNC_TRIGGER_TOKEN.",
+                hint="Give monitors a token of their own: the trigger token can start forced syncs.",
+                id="ops.W003",
+            )
+        )
+    return warnings

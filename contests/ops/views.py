@@ -7,7 +7,7 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import Error as DBError  # DatabaseError and InterfaceError
-from django.http import Http404, HttpRequest, JsonResponse
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponsePermanentRedirect, JsonResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.csrf import csrf_exempt
 
@@ -114,16 +114,21 @@ def _run_payload(result: RunResult) -> dict:
 
 
 @never_cache
-def healthz(request: HttpRequest) -> JsonResponse:
+def healthz(request: HttpRequest) -> HttpResponse:
     """200 while the last successful sync is younger than two schedule periods, else 503.
 
-    Holder host names and error texts only for a request that carries the trigger token.
+    Holder host names and error texts only for a request that carries ``HEALTHZ_TOKEN``.
     """
+    if settings.SECURE_SSL_REDIRECT and not request.is_secure() and "Authorization" in request.headers:
+        # /healthz is exempt from the HTTPS redirect for plain probes (SECURE_REDIRECT_EXEMPT),
+        # not for a request that sends credentials: it is redirected like every other.
+        host = settings.SECURE_SSL_HOST or request.get_host()
+        return HttpResponsePermanentRedirect(f"https://{host}{request.get_full_path()}")
     if request.method not in {"GET", "HEAD"}:
         response = JsonResponse({"error": f"method {request.method} not allowed; use GET"}, status=405)
         response["Allow"] = "GET, HEAD"
         return response
-    trusted = bearer_token_matches(request, settings.SYNC_TRIGGER_TOKEN)
+    trusted = bearer_token_matches(request, settings.HEALTHZ_TOKEN)
     try:
         health = sync_health()
     except DBError as exc:

@@ -1,6 +1,11 @@
-"""django-crontab installs the hourly line with an absolute interpreter path."""
+"""django-crontab installs the hourly line with an absolute interpreter path; the line
+carries no secret value: it sources the file `manage.py crontab_env` wrote (mode 0600)."""
 
+import os
+import secrets
+import shlex
 import shutil
+import stat
 import subprocess
 import sys
 
@@ -24,63 +29,141 @@ def saved_crontab():
         subprocess.run(["crontab", "-r"], capture_output=True)
 
 
-def test_add_show_remove(saved_crontab):
-    env = project_env(SYNC_CONTESTS_SCHEDULE="15 * * * *")
+def installed_line() -> str:
+    [line] = [
+        line
+        for line in subprocess.run(["crontab", "-l"], capture_output=True, text=True).stdout.splitlines()
+        if "django-cronjobs" in line
+    ]
+    return line
 
+
+def shell_command(line: str) -> str:
+    """What cron hands to /bin/sh: the command field, with cron's escaped % unescaped."""
+    command = line.split(" ", 5)[5].split(" # django-cronjobs")[0]
+    assert "%" not in command.replace("\\%", "")  # cron would cut the line at a bare %
+    return command.replace("\\%", "%")
+
+
+def test_add_show_remove(saved_crontab, tmp_path):
+    env_file = tmp_path / "crontab.env"
+    env = project_env(SYNC_CONTESTS_SCHEDULE="15 * * * *", DJANGO_CRONTAB_ENV_FILE=str(env_file))
+
+    written = manage("crontab_env", env=env)
     added = manage("crontab", "add", env=env)
     installed = subprocess.run(["crontab", "-l"], capture_output=True, text=True).stdout
     shown = manage("crontab", "show", env=env)
     removed = manage("crontab", "remove", env=env)
     after = subprocess.run(["crontab", "-l"], capture_output=True, text=True).stdout
 
+    assert written.returncode == 0, written.stderr
     assert added.returncode == 0, added.stderr
     [line] = [line for line in installed.splitlines() if "django-cronjobs" in line]
-    assert line.startswith("15 * * * * ")
-    assert "SYNC_CONTESTS_SCHEDULE='15 * * * *'" in line
-    assert f"{sys.executable} {ROOT / 'manage.py'} crontab run " in line
-    assert f">> {ROOT / 'var' / 'sync_contests.log'} 2>&1" in line
+    assert line.startswith(
+        f"15 * * * * umask 027; set -a; . {env_file}; set +a; "
+        f"{sys.executable} {ROOT / 'manage.py'} crontab run "
+    )
+    assert "SYNC_CONTESTS_SCHEDULE" not in line  # in the file, not in the line
+    assert "SYNC_CONTESTS_SCHEDULE='15 * * * *'" in env_file.read_text()
+    assert line.endswith(f" >> {ROOT / 'var' / 'sync_contests.log'} 2>&1 # django-cronjobs for config")
     assert "'sync_contests'" in shown.stdout
     assert removed.returncode == 0
     assert "django-cronjobs" not in after
 
 
-def test_environment_values_survive_the_shell_and_cron(saved_crontab):
-    url = "postgres://sync:p%40ss@db.internal:5432/app?sslmode=require&application_name=cron job"
-    env = project_env(DATABASE_URL=url)
+def test_the_installed_line_carries_no_secret_value(saved_crontab, tmp_path):
+    secret_key = "key-" + secrets.token_urlsafe(40)
+    password = "pw-" + secrets.token_urlsafe(16)
+    token = "tok-" + secrets.token_urlsafe(32)
+    env_file = tmp_path / "crontab.env"
+    env = project_env(
+        DJANGO_SECRET_KEY=secret_key,
+        DATABASE_URL=f"postgres://sync:{password}@db.internal:5432/app",
+        SYNC_TRIGGER_TOKEN=token,
+        DJANGO_CRONTAB_ENV_FILE=str(env_file),
+    )
 
+    assert manage("crontab_env", env=env).returncode == 0
     assert manage("crontab", "add", env=env).returncode == 0
-    [line] = [
-        line
-        for line in subprocess.run(["crontab", "-l"], capture_output=True, text=True).stdout.splitlines()
-        if "django-cronjobs" in line
-    ]
+    crontab = subprocess.run(["crontab", "-l"], capture_output=True, text=True).stdout
     manage("crontab", "remove", env=env)
 
-    command = line.split(" ", 5)[5].split(" # django-cronjobs")[0]
-    assert "%" not in command.replace("\\%", "")  # cron would cut the line at a bare %
-    prefix = command.split(f" {sys.executable} ")[0].replace("\\%", "%")  # what cron hands to sh
-    echoed = subprocess.run(["sh", "-c", f"{prefix} printenv DATABASE_URL"], capture_output=True, text=True)
-    assert echoed.stdout.rstrip("\n") == url
+    assert "django-cronjobs" in crontab
+    for value in (secret_key, password, token):
+        assert value not in crontab
+    assert stat.S_IMODE(os.stat(env_file).st_mode) == 0o600
+    text = env_file.read_text()
+    for value in (secret_key, password, token):
+        assert value in text
 
 
-def test_the_installed_line_runs_the_sync_in_crons_bare_environment(saved_crontab, db_url, standin):
+def test_environment_values_survive_the_file_the_shell_and_cron(saved_crontab, tmp_path):
+    url = "postgres://sync:p%40ss@db.internal:5432/app?sslmode=require&application_name=cron job"
+    env_file = tmp_path / "a 100% awkward dir" / "crontab.env"  # quoted and %-escaped in the line
+    env = project_env(DATABASE_URL=url, DJANGO_CRONTAB_ENV_FILE=str(env_file))
+
+    assert manage("crontab_env", env=env).returncode == 0
+    assert manage("crontab", "add", env=env).returncode == 0
+    line = installed_line()
+    manage("crontab", "remove", env=env)
+
+    command = shell_command(line)
+    assert f". {shlex.quote(str(env_file))};" in command
+    prefix = command.split(f" {sys.executable} ")[0]
+    echoed = subprocess.run(
+        ["env", "-i", "PATH=/usr/bin:/bin", "sh", "-c", f"{prefix} printenv DATABASE_URL"],
+        capture_output=True,
+        text=True,
+    )
+    assert echoed.stdout.rstrip("\n") == url, echoed.stderr
+
+
+def test_the_installed_line_runs_the_sync_in_crons_bare_environment(saved_crontab, db_url, standin, tmp_path):
     from contests.models import Contest
 
-    env = project_env(DATABASE_URL=db_url, CODEFORCES_API_URL=standin.url)
+    env = project_env(
+        DATABASE_URL=db_url,
+        CODEFORCES_API_URL=standin.url,
+        DJANGO_CRONTAB_ENV_FILE=str(tmp_path / "crontab.env"),
+    )
+    assert manage("crontab_env", env=env).returncode == 0
     assert manage("crontab", "add", env=env).returncode == 0
-    [line] = [
-        line
-        for line in subprocess.run(["crontab", "-l"], capture_output=True, text=True).stdout.splitlines()
-        if "django-cronjobs" in line
-    ]
-    command = line.split(" ", 5)[5].split(" >> ")[0].replace("\\%", "%")
+    line = installed_line()
+    manage("crontab", "remove", env=env)
+    log = tmp_path / "sync_contests.log"
+    command = shell_command(line).replace(str(ROOT / "var" / "sync_contests.log"), str(log))
+    assert f">> {log} 2>&1" in command
 
-    # cron runs the line with sh and almost no environment.
+    # cron runs the line with sh and almost no environment, under the user's umask.
     ran = subprocess.run(
-        ["env", "-i", "PATH=/usr/bin:/bin", "sh", "-c", command], capture_output=True, text=True, timeout=120
+        ["env", "-i", "PATH=/usr/bin:/bin", "sh", "-c", f"umask 022; {command}"],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
 
     assert ran.returncode == 0, ran.stderr
-    assert "outcome=succeeded" in ran.stderr
+    output = log.read_text()
+    assert "outcome=succeeded" in output, output
+    assert stat.S_IMODE(os.stat(log).st_mode) == 0o640  # not world-readable
     assert standin.calls == 1
     assert Contest.objects.count() == 1758
+
+
+def test_without_the_env_file_the_line_fails_loudly_and_runs_nothing(saved_crontab, standin, tmp_path):
+    missing = tmp_path / "never-written.env"
+    env = project_env(CODEFORCES_API_URL=standin.url, DJANGO_CRONTAB_ENV_FILE=str(missing))
+    assert manage("crontab", "add", env=env).returncode == 0
+    line = installed_line()
+    manage("crontab", "remove", env=env)
+
+    ran = subprocess.run(
+        ["env", "-i", "PATH=/usr/bin:/bin", "sh", "-c", shell_command(line).split(" >> ")[0]],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+    assert ran.returncode != 0
+    assert str(missing) in ran.stderr  # cron mails this to the crontab's owner
+    assert standin.calls == 0

