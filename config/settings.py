@@ -4,7 +4,6 @@ Every variable is read through ``config.env.Env`` (django-environ): a value
 that does not parse stops start-up with one line that names it.
 """
 
-import os
 import shlex
 import sys
 from datetime import timedelta

@@ -116,7 +116,9 @@ class CodeforcesClient:
             timeout = deadline.cap(self.timeout)
             try:
                 # Redirects are not followed: a 3xx could send the sync to any host.
-                response = session.get(url, params=params, timeout=timeout, stream=True, allow_redirects=False)
+                response = session.get(
+                    url, params=params, timeout=timeout, stream=True, allow_redirects=False
+                )
             except (requests.exceptions.Timeout, requests.exceptions.ConnectionError) as exc:
                 deadline.check()  # the capped timeout ran out with the deadline
                 if not _timed_out(exc):

@@ -43,7 +43,7 @@ def check_trigger_token(app_configs=None, **kwargs) -> list[Warning]:
                 )
             )
     trigger = settings.SYNC_TRIGGER_TOKEN
-    if trigger and settings.HEALTHZ_TOKEN == trigger:
+    if trigger and trigger == settings.HEALTHZ_TOKEN:
         warnings.append(
             Warning(
                 "HEALTHZ_TOKEN is the same as SYNC_TRIGGER_TOKEN.",
