@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from contests.codeforces import CodeforcesClient, CodeforcesError, ContestRecord
 from contests.models import Contest, Platform, Reminder
-from locks.api import Lease
+from locks.api import Lease, renew
 
 logger = logging.getLogger(__name__)
 
@@ -127,7 +127,7 @@ def sync_codeforces_contests(
         return stats
     with transaction.atomic():
         if lease is not None:
-            lease.renew()  # raises LockLost: nothing below runs
+            renew(lease=lease)  # raises LockLost: nothing below runs
         _create_contests(to_create, platform=platform, now=now)
         Contest.objects.bulk_update(
             to_update, [*SYNCED_FIELDS, "fingerprint", "updated_at", "removed_at"], batch_size=BATCH_SIZE

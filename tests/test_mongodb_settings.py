@@ -123,7 +123,6 @@ SETTINGS_PROBE = textwrap.dedent(
     from django.apps import apps
     from django.conf import settings
     from django.db import connections
-    from locks import api
 
     connection = connections["default"]
 
@@ -141,7 +140,6 @@ SETTINGS_PROBE = textwrap.dedent(
             m._meta.label: f"{type(m._meta.pk).__module__}.{type(m._meta.pk).__qualname__}"
             for m in apps.get_models()
         },
-        "returning_fast_path": api._can_return(connection),
     }))
     """
 )
@@ -176,8 +174,6 @@ def test_mongodb_settings_give_every_model_an_objectid_and_mongodb_migrations(ur
         auto_pks
     )
     assert set(auto_pks.values()) == {"django_mongodb_backend.fields.auto.ObjectIdAutoField"}
-    # The lock's raw UPDATE … RETURNING fast path is SQL: MongoDB takes the portable one.
-    assert found["returning_fast_path"] is False
 
 
 def test_the_client_the_backend_builds_has_the_bounds_and_majority_writes():
@@ -322,10 +318,9 @@ EXPRESSIONS = {"Now", "F", "Value", "ExpressionWrapper", "Case", "When", "Coales
 INSERTS = {"create", "get_or_create", "update_or_create", "bulk_create"}
 SQL_TEXT = re.compile(r"\b(RETURNING|SELECT\s.*\sFROM|UPDATE\s+\S+\s+SET|INSERT\s+INTO|DELETE\s+FROM)\b")
 # Backend-specific fast paths, each with its portable twin kept and tested:
-# UPDATE … RETURNING for SQL backends (locks.api._can_return excludes MongoDB);
 # multi-row INSERTs for first loads on SQLite/PostgreSQL (contests.services.FAST_PATH_VENDORS),
 # whose bulk_create twin is compared row for row in tests/contests/test_sync_queries.py.
-FAST_PATHS = {("locks/api.py", "_update_returning"), ("contests/services.py", "_create_contests")}
+FAST_PATHS = {("contests/services.py", "_create_contests")}
 
 
 def _violations(source: str, relative: str) -> list[str]:
@@ -366,7 +361,8 @@ def _violations(source: str, relative: str) -> list[str]:
 def test_the_checked_modules_include_the_lock_and_the_sync():
     names = {path.relative_to(ROOT).as_posix() for path in CHECKED_MODULES}
 
-    assert {"locks/api.py", "locks/selectors.py", "locks/models.py", "contests/services.py"} <= names
+    assert {"locks/leases.py", "locks/runner.py", "locks/selectors.py", "locks/models.py"} <= names
+    assert "contests/services.py" in names
     assert {"contests/models.py", "contests/jobs.py"} <= names
 
 
@@ -380,9 +376,10 @@ def test_lock_and_sync_code_use_only_operations_mongodb_has():
     assert violations == []
 
 
-def test_the_static_check_catches_what_it_looks_for():
+def test_the_static_check_catches_what_it_looks_for(monkeypatch):
     """The scanner itself can fail: each forbidden form in a sample is reported,
     and the fast-path exemption covers only the named function."""
+    monkeypatch.setattr(sys.modules[__name__], "FAST_PATHS", {("locks/api.py", "_update_returning")})
     sample = textwrap.dedent(
         """
         def f(qs, connection, Model):

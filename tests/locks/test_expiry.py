@@ -21,7 +21,7 @@ def _set_expiry(offset: timedelta) -> None:
     )
 
 
-def test_a_lease_one_second_past_its_expiry_is_taken(lock_path):
+def test_a_lease_one_second_past_its_expiry_is_taken():
     api.acquire(job="job", tick=TICK, ttl=TTL, holder="dead:1:x")
     _set_expiry(timedelta(seconds=-1))
 
@@ -31,7 +31,7 @@ def test_a_lease_one_second_past_its_expiry_is_taken(lock_path):
     assert lease.token == 2
 
 
-def test_a_lease_one_second_before_its_expiry_is_held(lock_path):
+def test_a_lease_one_second_before_its_expiry_is_held():
     api.acquire(job="job", tick=TICK, ttl=TTL, holder="slow:1:x")
     _set_expiry(timedelta(seconds=1))
 
@@ -41,7 +41,7 @@ def test_a_lease_one_second_before_its_expiry_is_held(lock_path):
     assert skip.holder == "slow:1:x"
 
 
-def test_an_expired_lease_does_not_reopen_its_own_tick(lock_path):
+def test_an_expired_lease_does_not_reopen_its_own_tick():
     api.acquire(job="job", tick=TICK, ttl=TTL, holder="dead:1:x")
     _set_expiry(timedelta(seconds=-1))
 
