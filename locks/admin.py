@@ -9,7 +9,6 @@ Every state and relative time is computed against the database clock
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
 from urllib.parse import urlencode
 
 from django.contrib import admin, messages
@@ -18,28 +17,28 @@ from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
-from django.utils import timezone
-from django.utils.formats import date_format
-from django.utils.html import format_html, format_html_join
-from django.utils.text import Truncator
+from django.utils.html import format_html
 from django.utils.timesince import timesince, timeuntil
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
-from locks.leases import LockError, UnknownJob, force_release
-from locks.models import EXPIRED, FREE, HELD, OVERDUE, JobRun, RunStatus, SyncLock
+from locks import leases
+from locks.display import (
+    STATE_LABELS,
+    absolute,
+    ago,
+    counts,
+    duration,
+    excerpt,
+    nowrap,
+    stacked,
+    state_badge,
+    status_badge,
+)
+from locks.models import EXPIRED, JobRun, RunStatus, SyncLock
 from locks.selectors import lock_summary
 
-STATE_LABELS = {
-    FREE: _("free"),
-    HELD: _("held"),
-    EXPIRED: _("expired, not released"),
-    OVERDUE: _("heartbeat overdue"),
-}
-# The usual counts of a job (docs/architecture.md, The sync), shown in this order.
-STATS_ORDER = ("fetched", "created", "updated", "unchanged", "invalid", "removed", "pruned")
 RECENT_RUNS = 20
-ERROR_EXCERPT = 80
 
 
 class Styled:
@@ -47,38 +46,6 @@ class Styled:
 
     class Media:
         css = {"all": ["locks/admin.css"]}
-
-
-# --- formatting ----------------------------------------------------------------
-
-
-def ago(when: datetime, *, now: datetime) -> str:
-    """ "3 minutes ago", against ``now`` (the database clock)."""
-    return gettext("%(time)s ago") % {"time": timesince(when, now)}
-
-
-def duration(started: datetime | None, finished: datetime | None) -> str:
-    """ "2.5 s" under a minute (job runs are often that short), else "4 minutes"."""
-    if started is None or finished is None or finished < started:
-        return "—"
-    if finished - started < timedelta(minutes=1):
-        return gettext("%(s).1f s") % {"s": (finished - started).total_seconds()}
-    return timesince(started, finished)
-
-
-def absolute(when: datetime | None) -> str:
-    if when is None:
-        return "—"
-    return date_format(timezone.localtime(when), "Y-m-d H:i:s T")
-
-
-def nowrap(text: str) -> str:
-    return format_html('<span class="nowrap">{}</span>', text)
-
-
-def stacked(main: str, detail: str) -> str:
-    """A relative time over its absolute one."""
-    return format_html('{}<br><small class="nowrap">{}</small>', main, detail)
 
 
 def timestamp(field: str, description: str):
@@ -89,20 +56,6 @@ def timestamp(field: str, description: str):
         return nowrap(absolute(getattr(obj, field)))
 
     return show
-
-
-def badge(text: str, kind: str, title: str = "") -> str:
-    return format_html('<span class="lock-badge" data-kind="{}" title="{}">{}</span>', kind, title, text)
-
-
-def status_badge(status: str) -> str:
-    if not status:
-        return "—"
-    return badge(RunStatus(status).label, status)
-
-
-def excerpt(text: str) -> str:
-    return Truncator(" ".join(text.split())).chars(ERROR_EXCERPT)
 
 
 # --- filters ---------------------------------------------------------------------
@@ -167,21 +120,7 @@ class SyncLockAdmin(ReadOnlyAdminMixin, Styled, admin.ModelAdmin):
             {"fields": ("last_run", "last_started", "last_finished", "last_duration", "last_error")},
         ),
     )
-    readonly_fields = (
-        "job_name",
-        "state",
-        "holder",
-        "token",
-        "lease",
-        "acquired",
-        "heartbeat",
-        "tick_at",
-        "last_run",
-        "last_started",
-        "last_finished",
-        "last_duration",
-        "last_error",
-    )
+    readonly_fields = [name for _title, section in fieldsets for name in section["fields"]]
 
     # Rows are written by the lock API only; deleting one would restart its
     # fencing token at 1, so nobody may add, edit or delete them here.
@@ -204,10 +143,7 @@ class SyncLockAdmin(ReadOnlyAdminMixin, Styled, admin.ModelAdmin):
 
     @admin.display(description=_("state"), ordering="locked_until")
     def state(self, lock: SyncLock) -> str:
-        title = ""
-        if lock.heartbeat_at is not None and lock.state != FREE:
-            title = gettext("last heartbeat %(when)s") % {"when": ago(lock.heartbeat_at, now=lock.db_now)}
-        return badge(STATE_LABELS[lock.state], lock.state, title)
+        return state_badge(lock)
 
     @admin.display(description=_("locked until"), ordering="locked_until")
     def lease(self, lock: SyncLock) -> str:
@@ -217,9 +153,7 @@ class SyncLockAdmin(ReadOnlyAdminMixin, Styled, admin.ModelAdmin):
             text = gettext("expired %(time)s ago") % {"time": timesince(lock.locked_until, lock.db_now)}
         else:
             text = gettext("in %(time)s") % {"time": timeuntil(lock.locked_until, lock.db_now)}
-        return stacked(
-            format_html('<span class="lock-relative">{}</span>', text), absolute(lock.locked_until)
-        )
+        return stacked(text, absolute(lock.locked_until))
 
     @admin.display(description=_("last heartbeat"), ordering="heartbeat_at")
     def heartbeat(self, lock: SyncLock) -> str:
@@ -302,15 +236,7 @@ class SyncLockAdmin(ReadOnlyAdminMixin, Styled, admin.ModelAdmin):
             **self.admin_site.each_context(request),
             "title": gettext("Force-release job locks?"),
             "opts": self.opts,
-            "locks": [
-                {
-                    "lock": lock,
-                    "state": self.state(lock),
-                    "lease": self.lease(lock),
-                    "held": lock.locked_until is not None,
-                }
-                for lock in locks
-            ],
+            "locks": [{"lock": lock, "state": self.state(lock), "lease": self.lease(lock)} for lock in locks],
             "action": action,
             "action_checkbox_name": admin.helpers.ACTION_CHECKBOX_NAME,
             "media": self.media,
@@ -321,8 +247,8 @@ class SyncLockAdmin(ReadOnlyAdminMixin, Styled, admin.ModelAdmin):
         by = f"admin user {request.user.get_username()}"
         for lock in locks:
             try:
-                result = force_release(job=lock.job_name, by=by)
-            except (UnknownJob, LockError) as exc:
+                result = leases.force_release(job=lock.job_name, by=by)
+            except (leases.UnknownJob, leases.LockError) as exc:
                 self.message_user(request, str(exc), messages.ERROR)
                 continue
             values = {
@@ -354,27 +280,6 @@ class SyncLockAdmin(ReadOnlyAdminMixin, Styled, admin.ModelAdmin):
 
 
 # --- run history ----------------------------------------------------------------------
-
-
-def counts(stats: dict, *, zeros: bool = True) -> str:
-    """ "fetched 1758 · created 3 · …"; without ``zeros``, only what is not 0 (and always fetched).
-
-    The JSON column does not keep key order (PostgreSQL's jsonb sorts keys),
-    so the usual keys come first in a fixed order, then any others by name.
-    """
-    stats = stats or {}
-    keys = sorted(
-        stats, key=lambda key: (STATS_ORDER.index(key) if key in STATS_ORDER else len(STATS_ORDER), key)
-    )
-    return format_html_join(
-        " · ",
-        '<span class="nowrap">{} {}</span>',
-        (
-            (key, stats[key])
-            for key in keys
-            if not isinstance(stats[key], dict) and (zeros or stats[key] or key == "fetched")
-        ),
-    )
 
 
 def _run_row(run: JobRun) -> dict:
