@@ -377,7 +377,6 @@ def lock_latency(*, cycles: int, warmup: int) -> dict:
         "acquire": _percentiles(acquire_ns),
         "release": _percentiles(release_ns),
         "statements": {key: sorted(value) for key, value in statements.items()},
-        "returning": connection.vendor in {"sqlite", "postgresql"},
     }
 
 

@@ -38,21 +38,6 @@ def length(delta: timedelta | None) -> str:
     return " ".join(parts)
 
 
-class RemovedFilter(admin.SimpleListFilter):
-    title = _("removed")
-    parameter_name = "removed"
-
-    def lookups(self, request, model_admin):
-        return [("yes", _("Yes")), ("no", _("No"))]
-
-    def queryset(self, request, queryset):
-        if self.value() == "yes":
-            return queryset.removed()
-        if self.value() == "no":
-            return queryset.filter(removed_at__isnull=True)
-        return queryset
-
-
 class UpcomingFilter(admin.SimpleListFilter):
     title = _("upcoming")
     parameter_name = "upcoming"
@@ -81,7 +66,7 @@ class ContestAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         "removed",
         "codeforces",
     )
-    list_filter = ("phase", "type", RemovedFilter, UpcomingFilter)
+    list_filter = ("phase", "type", ("removed_at", admin.EmptyFieldListFilter), UpcomingFilter)
     # The id is an integer: an exact match on its text, so "1843" finds contest 1843 only.
     search_fields = ("name", "contest_id__exact")
     date_hierarchy = "start_time"

@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from contests.codeforces import CodeforcesClient, CodeforcesError
 from contests.services import sync_codeforces_contests
-from locks.api import RunResult, make_holder, run_locked
+from locks.api import RunResult, run_locked
 from locks.schedule import nearest_tick
 
 logger = logging.getLogger(__name__)
@@ -39,7 +39,6 @@ def run_sync_job(
         tick=tick,
         ttl=timedelta(seconds=settings.SYNC_CONTESTS_LOCK_TTL),
         fn=lambda lease: sync_codeforces_contests(client=client, lease=lease).as_dict(),
-        holder=make_holder(),
         expected_errors=(CodeforcesError,),
     )
 

@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from contests.codeforces import CodeforcesClient, CodeforcesError, ContestRecord
 from contests.models import Contest, Platform, Reminder
-from locks.api import Lease
+from locks.api import Lease, renew
 
 logger = logging.getLogger(__name__)
 
@@ -125,7 +125,7 @@ def sync_codeforces_contests(
         return stats
     with transaction.atomic():
         if lease is not None:
-            lease.renew()  # raises LockLost: nothing below runs
+            renew(lease=lease)  # raises LockLost: nothing below runs
         Contest.objects.bulk_create(
             [_contest(record, digest, platform=platform, now=now) for record, digest in to_create],
             batch_size=BATCH_SIZE,

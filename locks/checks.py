@@ -4,9 +4,10 @@ from django.core.checks import Error, Tags, register
 
 @register(Tags.compatibility)
 def check_lock_settings(app_configs=None, **kwargs) -> list[Error]:
+    # The settings module reads these as integers; only the sign is left to check.
     errors = []
     ttl = getattr(settings, "LOCKS_DEFAULT_TTL", 300)
-    if not isinstance(ttl, (int, float)) or isinstance(ttl, bool) or ttl <= 0:
+    if ttl <= 0:
         errors.append(
             Error(
                 f"LOCKS_DEFAULT_TTL must be a positive number of seconds, got {ttl!r}.",
@@ -15,7 +16,7 @@ def check_lock_settings(app_configs=None, **kwargs) -> list[Error]:
             )
         )
     retention = getattr(settings, "LOCKS_RUN_RETENTION_DAYS", 30)
-    if not isinstance(retention, int) or isinstance(retention, bool) or retention <= 0:
+    if retention <= 0:
         errors.append(
             Error(
                 f"LOCKS_RUN_RETENTION_DAYS must be a positive whole number, got {retention!r}.",

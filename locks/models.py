@@ -1,4 +1,5 @@
 from django.db import models
+from django.db.models import F, Q
 from django.db.models.functions import Now
 
 
@@ -10,26 +11,62 @@ class RunStatus(models.TextChoices):
     RELEASED = "released", "force-released"
 
 
+# The states of a lease, judged by the database clock. Each is one filter, so
+# acquire, the admin, the selectors and the command agree on them.
+FREE, HELD, EXPIRED, OVERDUE = "free", "held", "expired", "heartbeat overdue"
+
+RELEASED_Q = Q(locked_until__isnull=True)
+EXPIRED_Q = Q(locked_until__lt=Now())
+IN_FORCE_Q = Q(locked_until__gte=Now())
+# A renewal sets ``locked_until = heartbeat_at + ttl``, so a holder that missed
+# two beats (more than 2/3 of the TTL since its heartbeat) has less than half
+# as long left as it has been silent: now - heartbeat_at > 2 * (locked_until - now).
+OVERDUE_Q = IN_FORCE_Q & Q(heartbeat_at__lt=Now() - (F("locked_until") - Now()) - (F("locked_until") - Now()))
+STUCK_Q = EXPIRED_Q | OVERDUE_Q
+
+
 class SyncLockQuerySet(models.QuerySet):
     def for_job(self, job: str) -> "SyncLockQuerySet":
         return self.filter(job_name=job)
 
     def free(self) -> "SyncLockQuerySet":
-        """Leases nobody holds: never taken, released, or expired (database clock)."""
-        return self.filter(models.Q(locked_until__isnull=True) | models.Q(locked_until__lt=Now()))
+        """Leases a contender may take: never taken, released, or expired."""
+        return self.filter(RELEASED_Q | EXPIRED_Q)
 
     def held(self) -> "SyncLockQuerySet":
-        return self.filter(locked_until__gte=Now())
+        """Leases in force (heartbeat overdue or not)."""
+        return self.filter(IN_FORCE_Q)
 
     def expired(self) -> "SyncLockQuerySet":
         """Leases whose holder stopped without releasing them."""
-        return self.filter(locked_until__lt=Now())
+        return self.filter(EXPIRED_Q)
+
+    def overdue(self) -> "SyncLockQuerySet":
+        """Leases in force whose holder missed two heartbeats."""
+        return self.filter(OVERDUE_Q)
+
+    def stuck(self) -> "SyncLockQuerySet":
+        """Expired or heartbeat overdue: what an operator may need to look at."""
+        return self.filter(STUCK_Q)
+
+    def with_state(self) -> "SyncLockQuerySet":
+        """Annotate ``state`` (FREE, HELD, EXPIRED or OVERDUE) and ``db_now``."""
+        return self.annotate(
+            db_now=Now(),
+            state=models.Case(
+                models.When(RELEASED_Q, then=models.Value(FREE)),
+                models.When(EXPIRED_Q, then=models.Value(EXPIRED)),
+                models.When(OVERDUE_Q, then=models.Value(OVERDUE)),
+                default=models.Value(HELD),
+                output_field=models.CharField(),
+            ),
+        )
 
 
 class SyncLock(models.Model):
     """One row per job: the current lease and a summary of the last run.
 
-    Written only through ``locks.api``; every write is a conditional UPDATE.
+    Written only through ``locks.leases``; every write is a conditional UPDATE.
     """
 
     job_name = models.CharField("job", max_length=100, unique=True)
@@ -100,9 +137,3 @@ class JobRun(models.Model):
 
     def __str__(self) -> str:
         return f"{self.job_name} #{self.token} ({self.status})"
-
-    @property
-    def duration(self):
-        if self.finished_at is None:
-            return None
-        return self.finished_at - self.started_at

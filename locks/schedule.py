@@ -15,7 +15,7 @@ def nearest_tick(expression: str, *, now: datetime) -> datetime:
 
     A host whose clock is a few minutes fast or slow, or whose cron daemon fires
     late, still names the same slot as its peers, so the tick deduplicates runs
-    across hosts (DESIGN, lock semantic 3).
+    across hosts (docs/architecture.md, The lock).
     """
     local = timezone.localtime(now)
     following = croniter(expression, local - timedelta(microseconds=1)).get_next(datetime)

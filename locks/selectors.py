@@ -5,11 +5,15 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 
-from django.db.models.functions import Now
+from django.conf import settings
+from django.db.models import Count, Max
+from django.db.models.functions import Coalesce, Now
+from django.utils.translation import gettext
 
-from locks.models import JobRun, SyncLock
+from locks.models import EXPIRED, FREE, HELD, OVERDUE, STUCK_Q, JobRun, SyncLock
+from locks.schedule import is_valid_expression, next_tick
 
-FREE, HELD, EXPIRED, OVERDUE = "free", "held", "expired", "heartbeat overdue"
+__all__ = ["EXPIRED", "FREE", "HELD", "OVERDUE", "JobHealth", "LockState", "job_health", "lock_states"]
 
 
 @dataclass(frozen=True)
@@ -34,34 +38,16 @@ class LockState:
         }
 
 
-def lock_state(*, locked_until, heartbeat_at, db_now) -> str:
-    """free · held · expired (holder gone, lease not released) · heartbeat overdue.
-
-    A renewal sets ``locked_until = heartbeat_at + ttl``, so the TTL can be read
-    back from the row; a holder that missed two beats (2/3 of the TTL) is overdue.
-    """
-    if locked_until is None:
-        return FREE
-    if locked_until < db_now:
-        return EXPIRED
-    if heartbeat_at is not None:
-        ttl = locked_until - heartbeat_at
-        if ttl > timedelta(0) and db_now - heartbeat_at > ttl * 2 / 3:
-            return OVERDUE
-    return HELD
-
-
 def lock_states() -> list[LockState]:
     """Every lock with its state, in one query."""
-    rows = SyncLock.objects.annotate(db_now=Now()).order_by("job_name")
-    return [_lock_state_of(row) for row in rows]
+    return [_lock_state_of(row) for row in SyncLock.objects.with_state().order_by("job_name")]
 
 
 def _lock_state_of(row: SyncLock) -> LockState:
-    """``row`` must carry a ``db_now`` annotation."""
+    """``row`` must come from ``SyncLock.objects.with_state()``."""
     return LockState(
         job=row.job_name,
-        state=lock_state(locked_until=row.locked_until, heartbeat_at=row.heartbeat_at, db_now=row.db_now),
+        state=row.state,
         holder=row.holder,
         token=row.token,
         locked_until=row.locked_until,
@@ -93,7 +79,7 @@ class JobHealth:
 
 def job_health(*, job: str) -> JobHealth:
     """Two queries: the lock row and the newest successful run, each with the database's now."""
-    row = SyncLock.objects.for_job(job).annotate(db_now=Now()).first()
+    row = SyncLock.objects.for_job(job).with_state().first()
     lock = _lock_state_of(row) if row is not None else None
     success = (
         JobRun.objects.for_job(job)
@@ -106,3 +92,47 @@ def job_health(*, job: str) -> JobHealth:
     )
     last_success_at, db_now = success or (None, lock.db_now if lock else None)
     return JobHealth(job=job, db_now=db_now, last_success_at=last_success_at, lock=lock)
+
+
+# --- the summary above the admin's list of locks ----------------------------------
+
+
+@dataclass(frozen=True)
+class ScheduledJob:
+    job: str
+    last_success: datetime | None
+    next_tick: datetime | None
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class Summary:
+    jobs: list[ScheduledJob]
+    stuck: int
+    db_now: datetime
+
+
+def lock_summary() -> Summary:
+    """Last success and next tick of each job in ``LOCKS_SCHEDULES``, and the
+    number of stuck locks; one query for the locks and the database's now,
+    plus one per scheduled job."""
+    # An aggregate answers with one row even when there are no locks yet.
+    locks = SyncLock.objects.aggregate(stuck=Count("pk", filter=STUCK_Q), db_now=Coalesce(Max(Now()), Now()))
+    db_now = locks["db_now"]
+    jobs = []
+    for job, expression in getattr(settings, "LOCKS_SCHEDULES", {}).items():
+        last = (
+            JobRun.objects.for_job(job)
+            .succeeded()
+            .order_by("-started_at")
+            .values_list("finished_at", flat=True)
+            .first()
+        )
+        if not is_valid_expression(expression):
+            error = gettext("schedule %(expression)r is not a valid cron expression") % {
+                "expression": expression
+            }
+            jobs.append(ScheduledJob(job, last, None, error))
+            continue
+        jobs.append(ScheduledJob(job, last, next_tick(expression, now=db_now)))
+    return Summary(jobs=jobs, stuck=locks["stuck"], db_now=db_now)

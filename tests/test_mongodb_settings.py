@@ -123,7 +123,6 @@ SETTINGS_PROBE = textwrap.dedent(
     from django.apps import apps
     from django.conf import settings
     from django.db import connections
-    from locks import api
 
     connection = connections["default"]
 
@@ -141,7 +140,6 @@ SETTINGS_PROBE = textwrap.dedent(
             m._meta.label: f"{type(m._meta.pk).__module__}.{type(m._meta.pk).__qualname__}"
             for m in apps.get_models()
         },
-        "returning_fast_path": api._can_return(connection),
     }))
     """
 )
@@ -184,8 +182,6 @@ def test_mongodb_settings_give_every_model_an_objectid_and_mongodb_migrations(ur
         "axes.AccessLog",
     } <= set(auto_pks)
     assert set(auto_pks.values()) == {"django_mongodb_backend.fields.auto.ObjectIdAutoField"}
-    # The lock's raw UPDATE … RETURNING fast path is SQL: MongoDB takes the portable one.
-    assert found["returning_fast_path"] is False
 
 
 def test_the_client_the_backend_builds_has_the_bounds_and_majority_writes():
@@ -330,9 +326,6 @@ UNSUPPORTED_KEYWORDS = {
 EXPRESSIONS = {"Now", "F", "Value", "ExpressionWrapper", "Case", "When", "Coalesce", "Func", "_expires"}
 INSERTS = {"create", "get_or_create", "update_or_create", "bulk_create"}
 SQL_TEXT = re.compile(r"\b(RETURNING|SELECT\s.*\sFROM|UPDATE\s+\S+\s+SET|INSERT\s+INTO|DELETE\s+FROM)\b")
-# Backend-specific fast paths, each with its portable twin kept and tested:
-# UPDATE … RETURNING for SQL backends (locks.api._can_return excludes MongoDB).
-FAST_PATHS = {("locks/api.py", "_update_returning")}
 
 
 def _violations(source: str, relative: str) -> list[str]:
@@ -342,11 +335,10 @@ def _violations(source: str, relative: str) -> list[str]:
     def visit(node: ast.AST, function: str) -> None:
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
             function = node.name
-        allowed = (relative, function) in FAST_PATHS
         where = f"{relative}:{getattr(node, 'lineno', '?')} in {function or 'module'}()"
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
             method = node.func.attr
-            if method in UNSUPPORTED_METHODS and not allowed:
+            if method in UNSUPPORTED_METHODS:
                 found.append(f"{where}: .{method}() ({UNSUPPORTED_METHODS[method]})")
         if isinstance(node, ast.Name) and node.id in UNSUPPORTED_NAMES:
             found.append(f"{where}: {node.id} ({UNSUPPORTED_NAMES[node.id]})")
@@ -359,7 +351,7 @@ def _violations(source: str, relative: str) -> list[str]:
                         call = f".{node.func.attr}({keyword.arg}={inner.func.id}(…))"
                         found.append(f"{where}: {call} inserts an expression")
         is_text = isinstance(node, ast.Constant) and isinstance(node.value, str)
-        if is_text and not allowed and SQL_TEXT.search(node.value):
+        if is_text and SQL_TEXT.search(node.value):
             found.append(f"{where}: SQL text {node.value!r}")
         for child in ast.iter_child_nodes(node):
             if isinstance(child, ast.Expr) and isinstance(child.value, ast.Constant):
@@ -373,7 +365,8 @@ def _violations(source: str, relative: str) -> list[str]:
 def test_the_checked_modules_include_the_lock_and_the_sync():
     names = {path.relative_to(ROOT).as_posix() for path in CHECKED_MODULES}
 
-    assert {"locks/api.py", "locks/selectors.py", "locks/models.py", "contests/services.py"} <= names
+    assert {"locks/leases.py", "locks/runner.py", "locks/selectors.py", "locks/models.py"} <= names
+    assert "contests/services.py" in names
     assert {"contests/models.py", "contests/jobs.py"} <= names
 
 
@@ -388,8 +381,7 @@ def test_lock_and_sync_code_use_only_operations_mongodb_has():
 
 
 def test_the_static_check_catches_what_it_looks_for():
-    """The scanner itself can fail: each forbidden form in a sample is reported,
-    and the fast-path exemption covers only the named function."""
+    """The scanner itself can fail: each forbidden form in a sample is reported."""
     sample = textwrap.dedent(
         """
         def f(qs, connection, Model):
@@ -405,17 +397,15 @@ def test_the_static_check_catches_what_it_looks_for():
         """
     )
 
-    found = _violations(sample, "locks/api.py")
-    elsewhere = _violations(sample, "locks/selectors.py")
+    found = _violations(sample, "locks/leases.py")
 
-    assert len(found) == 7, found
+    assert len(found) == 10, found
     assert any("select_for_update" in line for line in found)
     assert any(".raw" in line for line in found)
     assert any(".cursor" in line for line in found)
     assert any("update_conflicts=" in line for line in found)
     assert sum("inserts an expression" in line for line in found) == 2
-    assert any("RETURNING" in line for line in found)
-    assert len(elsewhere) == 10, elsewhere
+    assert sum("RETURNING" in line for line in found) == 2
 
 
 def test_a_delete_through_a_join_is_refused_by_mongodb_and_the_prune_avoids_it():

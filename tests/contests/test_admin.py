@@ -107,8 +107,8 @@ def test_contest_filters(admin_client):
 
     assert ids(upcoming="yes") == [1]
     assert ids(upcoming="no") == [2, 3, 4]
-    assert ids(removed="yes") == [2]
-    assert ids(removed="no") == [1, 3, 4]
+    assert ids(removed_at__isempty="0") == [2]  # removed
+    assert ids(removed_at__isempty="1") == [1, 3, 4]
     assert ids(phase="CODING") == [4]
     assert ids(phase="FINISHED") == [3]
     assert ids(type="IOI") == [3]

@@ -9,13 +9,6 @@ from tests.conftest import project_env, spawn
 TICK = datetime(2026, 11, 30, 14, 0, tzinfo=UTC)
 
 
-@pytest.fixture(params=["returning", "portable"])
-def lock_path(request, settings) -> str:
-    """Run a test on the UPDATE … RETURNING fast path and on the portable ORM path."""
-    settings.LOCKS_USE_RETURNING = request.param == "returning"
-    return request.param
-
-
 class Contenders:
     """Start worker processes that wait at a start line, then release them together."""
 

@@ -12,7 +12,7 @@ TTL = timedelta(minutes=5)
 pytestmark = pytest.mark.django_db
 
 
-def test_first_acquire_creates_the_row_with_token_one(lock_path):
+def test_first_acquire_creates_the_row_with_token_one():
     lease = api.acquire(job="job", tick=TICK, ttl=TTL, holder="a:1:x")
 
     assert isinstance(lease, api.Lease)
@@ -23,7 +23,7 @@ def test_first_acquire_creates_the_row_with_token_one(lock_path):
     assert lease.acquired_at == row.acquired_at
 
 
-def test_a_second_contender_learns_who_holds_the_lease_until_when(lock_path):
+def test_a_second_contender_learns_who_holds_the_lease_until_when():
     first = api.acquire(job="job", tick=TICK, ttl=TTL, holder="a:1:x")
     second = api.acquire(job="job", tick=TICK + timedelta(hours=1), ttl=TTL, holder="b:2:y")
 
@@ -35,7 +35,7 @@ def test_a_second_contender_learns_who_holds_the_lease_until_when(lock_path):
     assert SyncLock.objects.get().token == 1
 
 
-def test_a_claimed_tick_skips_even_after_release(lock_path):
+def test_a_claimed_tick_skips_even_after_release():
     first = api.acquire(job="job", tick=TICK, ttl=TTL, holder="a:1:x")
     assert api.release(lease=first, status="succeeded")
 
@@ -49,7 +49,7 @@ def test_a_claimed_tick_skips_even_after_release(lock_path):
     assert isinstance(earlier, api.Skip) and earlier.reason == "tick_claimed"
 
 
-def test_the_next_tick_acquires_with_the_next_token(lock_path):
+def test_the_next_tick_acquires_with_the_next_token():
     first = api.acquire(job="job", tick=TICK, ttl=TTL)
     api.release(lease=first, status="succeeded")
 
@@ -61,7 +61,7 @@ def test_the_next_tick_acquires_with_the_next_token(lock_path):
     assert (row.holder, row.tick, row.last_status) == ("b:2:y", TICK + timedelta(hours=1), "running")
 
 
-def test_a_released_lease_keeps_no_holder(lock_path):
+def test_a_released_lease_keeps_no_holder():
     lease = api.acquire(job="job", tick=TICK, ttl=TTL, holder="a:1:x")
     api.release(lease=lease, status="succeeded")
 
@@ -69,7 +69,7 @@ def test_a_released_lease_keeps_no_holder(lock_path):
     assert (row.holder, row.locked_until, row.token, row.last_status) == ("", None, 1, "succeeded")
 
 
-def test_force_ignores_the_tick_but_never_the_mutex(lock_path):
+def test_force_ignores_the_tick_but_never_the_mutex():
     first = api.acquire(job="job", tick=TICK, ttl=TTL, holder="a:1:x")
     forced_while_held = api.acquire(job="job", tick=None, ttl=TTL, holder="b:2:y")
     api.release(lease=first, status="succeeded")
@@ -81,13 +81,13 @@ def test_force_ignores_the_tick_but_never_the_mutex(lock_path):
     assert SyncLock.objects.get().tick == TICK
 
 
-def test_jobs_are_independent(lock_path):
+def test_jobs_are_independent():
     assert isinstance(api.acquire(job="one", tick=TICK, ttl=TTL), api.Lease)
     assert isinstance(api.acquire(job="two", tick=TICK, ttl=TTL), api.Lease)
     assert SyncLock.objects.count() == 2
 
 
-def test_release_and_renew_match_on_the_token(lock_path):
+def test_release_and_renew_match_on_the_token():
     stale = api.acquire(job="job", tick=TICK, ttl=TTL, holder="a:1:x")
     api.force_release(job="job", by="test")
     newer = api.acquire(job="job", tick=TICK + timedelta(hours=1), ttl=TTL, holder="b:2:y")
@@ -103,7 +103,7 @@ def test_release_and_renew_match_on_the_token(lock_path):
     assert stale.lost
 
 
-def test_renew_extends_from_the_database_clock(lock_path):
+def test_renew_extends_from_the_database_clock():
     lease = api.acquire(job="job", tick=TICK, ttl=TTL)
     before = SyncLock.objects.get()
 
@@ -114,7 +114,7 @@ def test_renew_extends_from_the_database_clock(lock_path):
     assert after.locked_until - after.heartbeat_at == TTL
 
 
-def test_renew_after_release_is_refused(lock_path):
+def test_renew_after_release_is_refused():
     lease = api.acquire(job="job", tick=TICK, ttl=TTL)
     api.release(lease=lease, status="succeeded")
 

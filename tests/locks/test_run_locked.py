@@ -62,13 +62,19 @@ def test_an_unexpected_exception_keeps_its_traceback_in_the_log(caplog):
     assert result.outcome == "failed"
     assert result.error == "KeyError: 'missing'"
     [error] = [r for r in caplog.records if r.levelno == logging.ERROR]
-    assert error.exc_info
+    # The original exception and where it was raised, not "NoneType: None".
+    assert error.exc_info[1] is result.exception
+    assert isinstance(result.exception, KeyError)
+    assert error.exc_info[2] is not None
+    logged = logging.Formatter().formatException(error.exc_info)
+    assert 'raise KeyError("missing")' in logged
+    assert "in bug" in logged
 
 
 def test_a_lease_taken_over_inside_the_job_is_recorded_as_lost_lock():
     def job(lease):
         api.force_release(job="job", by="another operator")  # the lease changes hands
-        lease.renew()  # what the write phase does first (fencing)
+        api.renew(lease=lease)  # what the write phase does first (fencing)
         raise AssertionError("unreachable: renew must raise")
 
     result = api.run_locked(job="job", tick=TICK, ttl=TTL, fn=job)

@@ -1,5 +1,5 @@
 """What the lease API costs the database per call, counted as assertNumQueries
-counts (issue 6; latencies are in docs/benchmarks.md, made by ``make bench``).
+counts (latencies are in docs/benchmarks.md, made by ``make bench``).
 
 The happy path is the steady state: the job's row exists and the lease is free.
 Autocommit, as in production (``transaction=True``), so nothing is hidden
@@ -9,10 +9,11 @@ inside a test's transaction.
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from locks import api
+from locks.models import SyncLock
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -22,6 +23,11 @@ TICK = datetime(2030, 1, 1, tzinfo=UTC)
 
 def verbs(queries) -> list[str]:
     return [q["sql"].split(None, 1)[0].upper() for q in queries]
+
+
+def statements(queries) -> list[str]:
+    """Every statement but the transaction's own BEGIN and COMMIT (a SAVEPOINT counts)."""
+    return [verb for verb in verbs(queries) if verb not in {"BEGIN", "COMMIT"}]
 
 
 @pytest.fixture
@@ -34,13 +40,7 @@ def free_row():
 
 @pytest.mark.usefixtures("free_row")
 @pytest.mark.parametrize("tick", [TICK, None], ids=["scheduled", "forced"])
-def test_acquire_and_release_are_one_statement_each_on_the_happy_path(settings, tick):
-    settings.LOCKS_USE_RETURNING = True
-    if connection.vendor not in {"sqlite", "postgresql"}:
-        pytest.skip(
-            f"UPDATE … RETURNING is the SQL backends' path; {connection.vendor} takes the portable one"
-        )
-
+def test_acquire_and_release_take_three_statements_on_the_happy_path(tick):
     with CaptureQueriesContext(connection) as acquiring:
         lease = api.acquire(job=JOB, tick=tick, ttl=TTL)
     with CaptureQueriesContext(connection) as releasing:
@@ -48,9 +48,40 @@ def test_acquire_and_release_are_one_statement_each_on_the_happy_path(settings, 
 
     assert isinstance(lease, api.Lease) and lease.token == 2
     assert released
-    assert verbs(acquiring) == ["UPDATE"], [q["sql"] for q in acquiring]
-    assert "RETURNING" in acquiring[0]["sql"]
-    assert verbs(releasing) == ["UPDATE"], [q["sql"] for q in releasing]
+    # The compare-and-set, then the winner's read of its token.
+    assert statements(acquiring) == ["UPDATE", "SELECT"], [q["sql"] for q in acquiring]
+    assert statements(releasing) == ["UPDATE"], [q["sql"] for q in releasing]
+    assert len(statements(acquiring)) + len(statements(releasing)) <= 3
+
+
+@pytest.mark.usefixtures("free_row")
+def test_the_winner_reads_its_token_in_the_transaction_of_its_update():
+    """So the read sees the state the UPDATE made, not a later one."""
+    seen = []
+
+    def record(execute, sql, params, many, context):
+        seen.append((sql.split(None, 1)[0].upper(), connection.in_atomic_block))
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(record):
+        lease = api.acquire(job=JOB, tick=TICK, ttl=TTL)
+
+    assert isinstance(lease, api.Lease)
+    assert [(verb, atomic) for verb, atomic in seen if verb != "BEGIN"] == [
+        ("UPDATE", True),
+        ("SELECT", True),
+    ]
+    row = SyncLock.objects.get(job_name=JOB)
+    assert (lease.token, lease.acquired_at) == (row.token, row.acquired_at)
+
+
+@pytest.mark.usefixtures("free_row")
+def test_inside_a_callers_transaction_acquire_adds_no_savepoint():
+    with transaction.atomic(), CaptureQueriesContext(connection) as acquiring:
+        lease = api.acquire(job=JOB, tick=TICK, ttl=TTL)
+
+    assert isinstance(lease, api.Lease)
+    assert statements(acquiring) == ["UPDATE", "SELECT"], [q["sql"] for q in acquiring]
 
 
 @pytest.mark.usefixtures("free_row")
@@ -58,29 +89,13 @@ def test_renew_is_one_statement():
     lease = api.acquire(job=JOB, tick=TICK, ttl=TTL)
 
     with CaptureQueriesContext(connection) as renewing:
-        lease.renew()
+        api.renew(lease=lease)
 
     assert verbs(renewing) == ["UPDATE"]
 
 
 @pytest.mark.usefixtures("free_row")
-def test_the_portable_path_acquires_in_an_update_and_a_read(settings):
-    """Backends without RETURNING (MongoDB) read their token back: two statements."""
-    settings.LOCKS_USE_RETURNING = False
-
-    with CaptureQueriesContext(connection) as acquiring:
-        lease = api.acquire(job=JOB, tick=TICK, ttl=TTL)
-    with CaptureQueriesContext(connection) as releasing:
-        assert api.release(lease=lease, status="succeeded")
-
-    assert isinstance(lease, api.Lease) and lease.token == 2
-    assert verbs(acquiring) == ["UPDATE", "SELECT"]
-    assert verbs(releasing) == ["UPDATE"]
-
-
-@pytest.mark.usefixtures("free_row")
-def test_a_loser_learns_why_in_two_statements(settings):
-    settings.LOCKS_USE_RETURNING = True
+def test_a_loser_learns_why_in_two_statements():
     holder = api.acquire(job=JOB, tick=TICK, ttl=TTL)
     assert isinstance(holder, api.Lease)
 
@@ -89,31 +104,11 @@ def test_a_loser_learns_why_in_two_statements(settings):
 
     assert isinstance(skip, api.Skip) and skip.reason == "held"
     # The compare-and-set that matched nothing, then one read of who holds it.
-    assert verbs(losing) == ["UPDATE", "SELECT"]
-
-
-@pytest.mark.parametrize("tick", [TICK, None], ids=["scheduled", "forced"])
-def test_the_reused_acquire_statement_is_the_one_django_compiles(tick):
-    """acquire() compiles its UPDATE once per shape and reuses it with the real
-    holder and tick put back: the result must equal a fresh compilation."""
-    db = "default"
-    api._acquire_templates.clear()
-    first = api._acquire_sql(db=db, job=JOB, tick=tick, ttl=TTL, holder="host:1:aaaaaa")
-    for holder, when in [
-        ("host:2:bbbbbb", TICK + timedelta(hours=5)),
-        ("other:3:cccccc", TICK + timedelta(days=9)),
-    ]:
-        when = None if tick is None else when
-        reused = api._acquire_sql(db=db, job=JOB, tick=when, ttl=TTL, holder=holder)
-        fresh = api._compile_update(*api._acquire_update(db=db, job=JOB, tick=when, ttl=TTL, holder=holder))
-        assert reused == fresh
-    assert first[0] == reused[0]
-    assert api._acquire_templates[(db, JOB, tick is None, TTL, True)] is not None
+    assert statements(losing) == ["UPDATE", "SELECT"]
 
 
 @pytest.mark.usefixtures("free_row")
-def test_reused_statements_still_compare_and_set_on_the_tick(settings):
-    settings.LOCKS_USE_RETURNING = True
+def test_the_compare_and_set_refuses_a_claimed_or_earlier_tick():
     later = TICK + timedelta(hours=2)
     won = api.acquire(job=JOB, tick=later, ttl=TTL, holder="a:1:aaaaaa")
     assert isinstance(won, api.Lease) and api.release(lease=won, status="succeeded")
@@ -125,5 +120,24 @@ def test_reused_statements_still_compare_and_set_on_the_tick(settings):
     assert isinstance(earlier, api.Skip) and earlier.reason == "tick_claimed"
     assert isinstance(again, api.Skip) and again.reason == "tick_claimed"
     assert isinstance(latest, api.Lease) and latest.token == won.token + 1
-    row = api.SyncLock.objects.get(job_name=JOB)
+    row = SyncLock.objects.get(job_name=JOB)
     assert (row.holder, row.tick, row.token) == ("d:4:dddddd", later + timedelta(hours=1), latest.token)
+
+
+def test_acquire_works_without_time_zone_support(settings):
+    """USE_TZ=False: naive datetimes everywhere, the tick included."""
+    settings.USE_TZ = False
+    tick = datetime(2030, 1, 1, 14, 0)
+
+    lease = api.acquire(job=JOB, tick=tick, ttl=TTL, holder="a:1:aaaaaa")
+    skip = api.acquire(job=JOB, tick=tick + timedelta(hours=1), ttl=TTL, holder="b:2:bbbbbb")
+
+    assert isinstance(lease, api.Lease) and lease.token == 1
+    assert lease.acquired_at.tzinfo is None
+    assert isinstance(skip, api.Skip) and (skip.reason, skip.holder) == ("held", "a:1:aaaaaa")
+    assert skip.locked_until - lease.acquired_at == TTL
+    assert api.release(lease=lease, status="succeeded")
+    again = api.acquire(job=JOB, tick=tick, ttl=TTL, holder="c:3:cccccc")
+    assert isinstance(again, api.Skip) and again.reason == "tick_claimed"
+    row = SyncLock.objects.get(job_name=JOB)
+    assert (row.tick, row.token, row.last_status) == (tick, 1, "succeeded")

@@ -1,0 +1,98 @@
+"""How the locks admin shows times, states and counts: relative times are
+measured against the database clock (``now`` is always ``db_now``)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from django.utils import timezone
+from django.utils.formats import date_format
+from django.utils.html import format_html, format_html_join
+from django.utils.text import Truncator
+from django.utils.timesince import timesince
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
+
+from locks.models import EXPIRED, FREE, HELD, OVERDUE, RunStatus
+
+STATE_LABELS = {
+    FREE: _("free"),
+    HELD: _("held"),
+    EXPIRED: _("expired, not released"),
+    OVERDUE: _("heartbeat overdue"),
+}
+# The usual counts of a job (docs/architecture.md, The sync), shown in this order.
+STATS_ORDER = ("fetched", "created", "updated", "unchanged", "invalid", "removed", "pruned")
+ERROR_EXCERPT = 80
+
+
+def ago(when: datetime, *, now: datetime) -> str:
+    """ "3 minutes ago", against ``now`` (the database clock)."""
+    return gettext("%(time)s ago") % {"time": timesince(when, now)}
+
+
+def duration(started: datetime | None, finished: datetime | None) -> str:
+    """ "2.5 s" under a minute (job runs are often that short), else "4 minutes"."""
+    if started is None or finished is None or finished < started:
+        return "—"
+    if finished - started < timedelta(minutes=1):
+        return gettext("%(s).1f s") % {"s": (finished - started).total_seconds()}
+    return timesince(started, finished)
+
+
+def absolute(when: datetime | None) -> str:
+    if when is None:
+        return "—"
+    return date_format(timezone.localtime(when), "Y-m-d H:i:s T")
+
+
+def nowrap(text: str) -> str:
+    return format_html('<span class="nowrap">{}</span>', text)
+
+
+def stacked(main: str, detail: str) -> str:
+    """A relative time over its absolute one."""
+    return format_html('{}<br><small class="nowrap">{}</small>', main, detail)
+
+
+def badge(text: str, kind: str, title: str = "") -> str:
+    return format_html('<span class="lock-badge" data-kind="{}" title="{}">{}</span>', kind, title, text)
+
+
+def state_badge(lock) -> str:
+    """``lock`` comes from ``SyncLock.objects.with_state()``."""
+    title = ""
+    if lock.heartbeat_at is not None and lock.state != FREE:
+        title = gettext("last heartbeat %(when)s") % {"when": ago(lock.heartbeat_at, now=lock.db_now)}
+    return badge(STATE_LABELS[lock.state], lock.state, title)
+
+
+def status_badge(status: str) -> str:
+    if not status:
+        return "—"
+    return badge(RunStatus(status).label, status)
+
+
+def excerpt(text: str) -> str:
+    return Truncator(" ".join(text.split())).chars(ERROR_EXCERPT)
+
+
+def counts(stats: dict, *, zeros: bool = True) -> str:
+    """ "fetched 1758 · created 3 · …"; without ``zeros``, only what is not 0 (and always fetched).
+
+    The JSON column does not keep key order (PostgreSQL's jsonb sorts keys),
+    so the usual keys come first in a fixed order, then any others by name.
+    """
+    stats = stats or {}
+    keys = sorted(
+        stats, key=lambda key: (STATS_ORDER.index(key) if key in STATS_ORDER else len(STATS_ORDER), key)
+    )
+    return format_html_join(
+        " · ",
+        '<span class="nowrap">{} {}</span>',
+        (
+            (key, stats[key])
+            for key in keys
+            if not isinstance(stats[key], dict) and (zeros or stats[key] or key == "fetched")
+        ),
+    )

@@ -1,0 +1,253 @@
+"""Running a job under a lease: the heartbeat, the outcome, the ``JobRun`` record.
+
+See docs/architecture.md, The lock.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Literal
+
+from django.conf import settings
+from django.db import Error, OperationalError, ProgrammingError, connections, router
+from django.db.models import DateTimeField, ExpressionWrapper, Value
+from django.db.models.functions import Now
+
+from locks.leases import (
+    Lease,
+    LockError,
+    LockLost,
+    Skip,
+    acquire,
+    iso,
+    make_holder,
+    release,
+    renew,
+    validate_ttl,
+)
+from locks.models import JobRun, RunStatus, SyncLock
+
+# The name the lock's log lines have always carried (operators filter on it).
+logger = logging.getLogger("locks.api")
+
+Outcome = Literal["succeeded", "failed", "lost_lock", "skipped"]
+
+
+class _Heartbeat(threading.Thread):
+    def __init__(self, lease: Lease) -> None:
+        super().__init__(name=f"heartbeat-{lease.job}", daemon=True)
+        self.lease = lease
+        self.interval = lease.ttl.total_seconds() / 3
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        try:
+            while not self.stopping.wait(self.interval):
+                try:
+                    renew(lease=self.lease)
+                except LockLost:
+                    logger.warning("job=%s heartbeat: %s", self.lease.job, self.lease.lost_reason)
+                    return
+                except Error as exc:
+                    self.lease.mark_lost(f"heartbeat could not renew the lease: {_describe(exc)}")
+                    logger.warning("job=%s heartbeat: %s", self.lease.job, self.lease.lost_reason)
+                    return
+        finally:
+            connections.close_all()
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.join(timeout=self.interval + 5)
+
+
+@dataclass
+class RunResult:
+    job: str
+    tick: datetime | None
+    holder: str
+    outcome: Outcome
+    token: int | None = None
+    skip: Skip | None = None
+    reason: str = ""
+    stats: dict = field(default_factory=dict)
+    error: str = ""
+    duration: float = 0.0
+    # What made the run fail or be skipped for an unreachable database, so callers
+    # can tell causes apart (an HTTP trigger maps them to status codes).
+    exception: BaseException | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome in {"succeeded", "skipped"}
+
+    def describe(self) -> str:
+        parts = [f"job={self.job}", f"tick={iso(self.tick) or 'forced'}", f"holder={self.holder}"]
+        parts.append(f"outcome={self.outcome}")
+        if self.token is not None:
+            parts.append(f"token={self.token}")
+        parts.extend(f"{key}={value}" for key, value in self.stats.items())
+        if self.reason:
+            parts.append(f"reason={self.reason}")
+        if self.error:
+            parts.append(f"error={self.error}")
+        parts.append(f"duration={self.duration:.2f}s")
+        return " ".join(parts)
+
+
+def run_locked(
+    *,
+    job: str,
+    tick: datetime | None,
+    ttl: timedelta,
+    fn: Callable[[Lease], Mapping | None],
+    holder: str | None = None,
+    expected_errors: tuple[type[BaseException], ...] = (),
+) -> RunResult:
+    """Run ``fn(lease)`` if this process wins the lease for ``tick``.
+
+    Never raises for the lock's sake: an unreachable database or a lease held
+    elsewhere is a skip; a failure inside ``fn`` is recorded on a ``JobRun``
+    and returned. A heartbeat thread renews the lease every TTL/3; ``fn``
+    calls ``lease.check()`` (or renews inside its write transaction) before
+    writing. Errors in ``expected_errors`` and database errors are logged
+    without a traceback; anything else is a bug and keeps its traceback.
+    """
+    validate_ttl(ttl)
+    holder = holder or make_holder()
+    started = time.monotonic()
+    result = RunResult(job=job, tick=tick, holder=holder, outcome="skipped")
+    try:
+        connections[router.db_for_write(SyncLock)].ensure_connection()
+        got = acquire(job=job, tick=tick, ttl=ttl, holder=holder)
+    except (ProgrammingError, OperationalError) as exc:
+        if _missing_table(exc):
+            raise LockError(
+                f"the lock table is missing ({_describe(exc)}): run `python manage.py migrate`"
+            ) from exc
+        return _unreachable(result, exc, started)
+    except Error as exc:
+        return _unreachable(result, exc, started)
+
+    if isinstance(got, Skip):
+        result.skip, result.reason = got, str(got)
+        result.duration = time.monotonic() - started
+        logger.info("%s", result.describe())
+        return result
+
+    lease = got
+    result.token = lease.token
+    run_id = _record_start(lease)
+    heartbeat = _Heartbeat(lease)
+    heartbeat.start()
+    unexpected = False
+    interrupted: BaseException | None = None
+    try:
+        result.stats = dict(fn(lease) or {})
+        lease.check()
+        result.outcome = "succeeded"
+    except LockLost as exc:
+        result.outcome, result.error, result.exception = "lost_lock", str(exc) or lease.lost_reason, exc
+    except Error as exc:
+        result.outcome, result.error, result.exception = "failed", f"database error: {_describe(exc)}", exc
+    except expected_errors as exc:
+        result.outcome, result.error, result.exception = "failed", str(exc), exc
+    except Exception as exc:
+        result.outcome, result.error, result.exception, unexpected = "failed", _describe(exc), exc, True
+    except BaseException as exc:  # KeyboardInterrupt, SystemExit (SIGTERM): record, then go on
+        result.outcome, result.error, interrupted = "failed", f"interrupted: {_describe(exc)}", exc
+    finally:
+        heartbeat.stop()
+    result.duration = time.monotonic() - started
+    _record_finish(lease, run_id, result)
+    level = logging.INFO if result.outcome == "succeeded" else logging.ERROR
+    # The exception itself: outside its except block, exc_info=True would log "NoneType: None".
+    logger.log(level, "%s", result.describe(), exc_info=result.exception if unexpected else None)
+    if interrupted is not None:
+        raise interrupted
+    return result
+
+
+def _unreachable(result: RunResult, exc: Exception, started: float) -> RunResult:
+    result.reason = f"database unreachable: {_describe(exc)}"
+    result.exception = exc
+    result.duration = time.monotonic() - started
+    logger.warning("%s", result.describe())
+    return result
+
+
+def _record_start(lease: Lease) -> int | None:
+    try:
+        return JobRun.objects.create(
+            job_name=lease.job,
+            tick=lease.tick,
+            holder=lease.holder,
+            token=lease.token,
+            started_at=lease.acquired_at,
+        ).pk
+    except Error as exc:
+        logger.warning("job=%s could not record the run start: %s", lease.job, _describe(exc))
+        return None
+
+
+def _record_finish(lease: Lease, run_id, result: RunResult) -> None:
+    status = {
+        "succeeded": RunStatus.SUCCEEDED,
+        "failed": RunStatus.FAILED,
+        "lost_lock": RunStatus.LOST_LOCK,
+    }[result.outcome]
+    released: bool | None = None
+    for attempt in range(2):
+        try:
+            if released is None:
+                released = release(lease=lease, status=status, error=result.error)
+                if not released and status == RunStatus.SUCCEEDED:
+                    # The job finished, but the lease had changed hands meanwhile: its
+                    # work may have overlapped another holder's.
+                    status, result.outcome = RunStatus.LOST_LOCK, "lost_lock"
+                    result.error = (
+                        f"lease on {lease.job} (token {lease.token}) was taken over before the run finished"
+                    )
+            if run_id is not None:
+                JobRun.objects.filter(pk=run_id).update(
+                    finished_at=Now(), status=status, stats=result.stats, error=result.error
+                )
+            prune_runs(job=lease.job)
+            return
+        except Error as exc:
+            if attempt == 0:
+                # A fault (network cut, server restart) can leave this connection dead
+                # while the database is reachable again: try once more on a new one.
+                # The statements match on the token or the run's key, so repeating is harmless.
+                connections[router.db_for_write(SyncLock)].close()
+                continue
+            # The lease expires on its own after its TTL (docs/architecture.md, The lock).
+            logger.warning(
+                "job=%s token=%s could not record outcome %s: %s; the lease expires by itself",
+                lease.job,
+                lease.token,
+                status,
+                _describe(exc),
+            )
+
+
+def prune_runs(*, job: str) -> int:
+    """Delete this job's runs older than LOCKS_RUN_RETENTION_DAYS, in one statement."""
+    days = getattr(settings, "LOCKS_RUN_RETENTION_DAYS", 30)
+    cutoff = ExpressionWrapper(Now() - Value(timedelta(days=days)), output_field=DateTimeField())
+    deleted, _ = JobRun.objects.for_job(job).filter(started_at__lt=cutoff).delete()
+    return deleted
+
+
+def _missing_table(exc: Exception) -> bool:
+    text = str(exc).lower()
+    return "no such table" in text or ("relation" in text and "does not exist" in text)
+
+
+def _describe(exc: BaseException) -> str:
+    message = " ".join(str(exc).split()) or "no details"
+    return f"{type(exc).__name__}: {message}"
