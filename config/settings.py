@@ -128,6 +128,9 @@ LOCKS_DEFAULT_TTL = int(os.environ.get("LOCKS_DEFAULT_TTL", "300"))
 LOCKS_RUN_RETENTION_DAYS = int(os.environ.get("LOCKS_RUN_RETENTION_DAYS", "30"))
 # Warn when this host's clock and the database's disagree by more (seconds).
 LOCKS_MAX_CLOCK_SKEW = int(os.environ.get("LOCKS_MAX_CLOCK_SKEW", "120"))
+# A run claims the upcoming slot when it is at most this far ahead (seconds; capped
+# at a quarter of the gap between slots), else the latest slot at or before now.
+LOCKS_TICK_WINDOW = int(os.environ.get("LOCKS_TICK_WINDOW", "300"))
 
 # --- The sync (contests app) ----------------------------------------------
 SYNC_CONTESTS_SCHEDULE = os.environ.get("SYNC_CONTESTS_SCHEDULE", "0 * * * *")
