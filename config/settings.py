@@ -118,6 +118,9 @@ LOCKS_DEFAULT_TTL = env.int("LOCKS_DEFAULT_TTL", 300)
 LOCKS_RUN_RETENTION_DAYS = env.int("LOCKS_RUN_RETENTION_DAYS", 30)
 # Warn when this host's clock and the database's disagree by more (seconds).
 LOCKS_MAX_CLOCK_SKEW = env.int("LOCKS_MAX_CLOCK_SKEW", 120)
+# A run claims the upcoming slot when it is at most this far ahead (seconds; capped
+# at a quarter of the gap between slots), else the latest slot at or before now.
+LOCKS_TICK_WINDOW = env.int("LOCKS_TICK_WINDOW", 300)
 
 # --- The sync (contests app) ----------------------------------------------
 SYNC_CONTESTS_SCHEDULE = env.str("SYNC_CONTESTS_SCHEDULE", "0 * * * *")

@@ -23,4 +23,13 @@ def check_lock_settings(app_configs=None, **kwargs) -> list[Error]:
                 id="locks.E002",
             )
         )
+    window = getattr(settings, "LOCKS_TICK_WINDOW", 300)
+    if not isinstance(window, int) or isinstance(window, bool) or window < 0:
+        errors.append(
+            Error(
+                f"LOCKS_TICK_WINDOW must be a whole number of seconds, 0 or more, got {window!r}.",
+                hint="How early a run may claim the upcoming slot; 300 (5 minutes) is the default.",
+                id="locks.E003",
+            )
+        )
     return errors

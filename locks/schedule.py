@@ -1,34 +1,84 @@
-"""Cron expressions to ticks: the scheduled slot a run belongs to."""
+"""Cron expressions to ticks: the scheduled slot a run belongs to.
 
-from datetime import datetime, timedelta
+Cron expressions are read in UTC, whatever ``TIME_ZONE`` is: croniter is fed
+aware UTC datetimes, iterates in UTC and returns aware UTC slots. UTC has no
+repeated or missing hour, so on a DST night every slot is distinct and real
+(docs/architecture.md, "Which slot a run claims").
+"""
+
+from datetime import UTC, datetime, timedelta
 
 from croniter import croniter
-from django.utils import timezone
 
 
 def is_valid_expression(expression: str) -> bool:
     return isinstance(expression, str) and croniter.is_valid(expression)
 
 
-def nearest_tick(expression: str, *, now: datetime) -> datetime:
-    """The slot of ``expression`` nearest to ``now``.
+def _utc(moment: datetime) -> datetime:
+    if moment.tzinfo is None or moment.utcoffset() is None:
+        raise ValueError(f"{moment.isoformat()} has no time zone: slots are instants, give an aware datetime")
+    return moment.astimezone(UTC)
 
-    A host whose clock is a few minutes fast or slow, or whose cron daemon fires
-    late, still names the same slot as its peers, so the tick deduplicates runs
-    across hosts (docs/architecture.md, The lock).
-    """
-    local = timezone.localtime(now)
-    following = croniter(expression, local - timedelta(microseconds=1)).get_next(datetime)
-    preceding = croniter(expression, local).get_prev(datetime)
-    return following if following - local < local - preceding else preceding
+
+def _prev(expression: str, moment: datetime) -> datetime:
+    # croniter marks some results fold=1; UTC has no fold, so drop it.
+    return croniter(expression, moment).get_prev(datetime).replace(fold=0)
+
+
+def _next(expression: str, moment: datetime) -> datetime:
+    return croniter(expression, moment).get_next(datetime).replace(fold=0)
+
+
+def slot_at_or_before(expression: str, *, now: datetime) -> datetime:
+    """The latest slot at or before ``now`` (``now`` itself when it is a slot)."""
+    now = _utc(now)
+    earlier = _prev(expression, now)  # strictly before now
+    following = _next(expression, earlier)
+    return following if following <= now else earlier
+
+
+def slot_before(expression: str, *, moment: datetime) -> datetime:
+    """The latest slot strictly before ``moment``."""
+    return _prev(expression, _utc(moment))
 
 
 def next_tick(expression: str, *, now: datetime) -> datetime:
-    return croniter(expression, timezone.localtime(now)).get_next(datetime)
+    """The first slot strictly after ``now``."""
+    return _next(expression, _utc(now))
+
+
+def is_slot(expression: str, moment: datetime) -> bool:
+    return slot_at_or_before(expression, now=moment) == _utc(moment)
+
+
+def previous_slots(expression: str, *, now: datetime, count: int) -> list[datetime]:
+    """The ``count`` latest slots at or before ``now``, newest first."""
+    slots = [slot_at_or_before(expression, now=now)]
+    while len(slots) < count:
+        slots.append(slot_before(expression, moment=slots[-1]))
+    return slots
 
 
 def period(expression: str, *, now: datetime) -> timedelta:
-    """The gap between the two slots after ``now`` (an hour for ``0 * * * *``)."""
-    itr = croniter(expression, timezone.localtime(now))
-    first = itr.get_next(datetime)
-    return itr.get_next(datetime) - first
+    """The gap around ``now``: from the latest slot at or before it to the next one.
+
+    An hour for ``0 * * * *``; for ``0 8,9 * * *`` an hour at 08:30 and 23 hours
+    at 10:00. Never zero: the next slot is after ``now``, the latest not.
+    """
+    return next_tick(expression, now=now) - slot_at_or_before(expression, now=now)
+
+
+def current_tick(expression: str, *, now: datetime, window: timedelta) -> datetime:
+    """The slot a run at ``now`` claims.
+
+    The upcoming slot if it is at most ``window`` away, the window capped at a
+    quarter of the gap around ``now`` (so a host a few minutes fast names the slot
+    its peers name); otherwise the latest slot at or before ``now`` (so a late or
+    manual run claims the slot it follows, and catches it up if nobody ran it).
+    """
+    latest = slot_at_or_before(expression, now=now)
+    upcoming = next_tick(expression, now=now)
+    if upcoming - _utc(now) <= min(window, (upcoming - latest) / 4):
+        return upcoming
+    return latest

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import secrets
 import socket
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 import requests
@@ -15,12 +15,15 @@ from django.db.models.functions import Now
 from contests.jobs import JOB_NAME, run_sync_job
 from locks.api import acquire
 from locks.models import JobRun, RunStatus
+from locks.schedule import slot_at_or_before
+from locks.selectors import database_now
 from tests.conftest import gunicorn, project_env
 
 URL = "/healthz"
 TOKEN = secrets.token_urlsafe(32)  # HEALTHZ_TOKEN: read-only health details
 TRIGGER_TOKEN = secrets.token_urlsafe(32)  # SYNC_TRIGGER_TOKEN: starts syncs, shows no details
 HOUR = 3600
+ONE_HOUR = timedelta(hours=1)
 
 
 @pytest.fixture
@@ -31,6 +34,11 @@ def synced(settings, standin, transactional_db):
     result = run_sync_job(force=True)
     assert result.outcome == "succeeded", result.describe()
     return result
+
+
+def finished_at(moment: datetime) -> int:
+    """Set every successful run's end to ``moment``."""
+    return JobRun.objects.filter(status=RunStatus.SUCCEEDED).update(finished_at=moment)
 
 
 def finished_ago(seconds: float) -> int:
@@ -49,8 +57,10 @@ def test_fresh_after_a_sync(client, synced, django_assert_num_queries):
     assert body["database"] is True
     assert body["job"] == JOB_NAME
     assert body["schedule"] == "0 * * * *"
-    assert body["max_age_seconds"] == 2 * HOUR
-    assert body["last_success_at"] == JobRun.objects.get().finished_at.isoformat()
+    finished = JobRun.objects.get().finished_at
+    assert body["last_success_at"] == finished.isoformat()
+    # stale once two hourly slots passed without a success: from the second after it
+    assert body["stale_after"] == (slot_at_or_before("0 * * * *", now=finished) + 2 * ONE_HOUR).isoformat()
     assert 0 <= body["last_success_age_seconds"] < 60
     assert body["lock"]["state"] == "free"
     assert body["lock"]["last_status"] == "succeeded"
@@ -92,11 +102,17 @@ def test_the_health_token_reveals_the_holder(client, running):
     assert lock["last_error"] == ""
 
 
-def test_still_fresh_just_under_two_schedule_periods(client, synced):
-    assert finished_ago(2 * HOUR - 60) == 1
+def test_fresh_while_the_success_is_at_or_after_the_slot_before_the_latest(client, synced):
+    before_latest = slot_at_or_before("0 * * * *", now=database_now()) - ONE_HOUR
+    assert finished_at(before_latest + timedelta(seconds=1)) == 1
     response = client.get(URL)
     assert response.status_code == 200
-    assert 2 * HOUR - 61 < response.json()["last_success_age_seconds"] < 2 * HOUR
+    assert response.json()["stale_after"] == (before_latest + 2 * ONE_HOUR).isoformat()
+
+    finished_at(before_latest - timedelta(seconds=1))
+    response = client.get(URL)
+    assert response.status_code == 503
+    assert response.json()["stale_after"] == (before_latest + ONE_HOUR).isoformat()
 
 
 def test_stale_after_two_schedule_periods(client, synced):
@@ -113,7 +129,9 @@ def test_the_limit_follows_the_schedule(client, synced, settings):
     finished_ago(11 * 60)
     response = client.get(URL)
     assert response.status_code == 503
-    assert response.json()["max_age_seconds"] == 10 * 60
+    finished = JobRun.objects.get().finished_at
+    stale_after = slot_at_or_before("*/5 * * * *", now=finished) + timedelta(minutes=10)
+    assert response.json()["stale_after"] == stale_after.isoformat()
 
 
 def test_a_failed_run_after_a_success_does_not_hide_the_success(client, synced, standin, settings):
@@ -231,3 +249,48 @@ def test_health_token_checks(settings):
     assert ids() == set()
     settings.SYNC_TRIGGER_TOKEN = settings.HEALTHZ_TOKEN = ""
     assert ids() == set()
+
+
+# --- Uneven schedules: stale only once two slots passed without a success -------------
+# The database clock cannot be set, so each schedule is built around its now: slots
+# at the same minute of the day as "now minus a bit", on chosen days of the week.
+
+
+def _cron_weekday(moment: datetime) -> int:
+    return (moment.weekday() + 1) % 7  # cron counts from Sunday = 0
+
+
+def test_two_slots_a_day_fresh_at_1101_after_a_success_at_0900(client, synced, settings):
+    """``0 8,9 * * *`` at 11:01 with a success at 09:00:30: nothing was missed."""
+    now = database_now()
+    nine = (now - timedelta(hours=2, minutes=1)).replace(second=0, microsecond=0)  # "09:00"
+    eight = nine - ONE_HOUR
+    settings.SYNC_CONTESTS_SCHEDULE = f"{nine.minute} {eight.hour},{nine.hour} * * *"
+    finished_at(nine + timedelta(seconds=30))
+    response = client.get(URL)
+    assert response.status_code == 200, response.json()
+    # tomorrow's "08:00" and "09:00" pass without a success: stale at the second
+    assert response.json()["stale_after"] == (nine + timedelta(days=1)).isoformat()
+
+
+def test_weekdays_only_fresh_all_weekend_after_fridays_success(client, synced, settings):
+    """``0 9 * * 1-5`` on a Sunday with a success on Friday at 09:00:30."""
+    now = database_now()
+    friday = (now - timedelta(days=2, hours=1)).replace(second=0, microsecond=0)  # "Friday 09:00"
+    saturday, sunday = now - timedelta(days=1), now
+    weekdays = sorted(set(range(7)) - {_cron_weekday(saturday), _cron_weekday(sunday)})
+    settings.SYNC_CONTESTS_SCHEDULE = f"{friday.minute} {friday.hour} * * {','.join(map(str, weekdays))}"
+    finished_at(friday + timedelta(seconds=30))
+    response = client.get(URL)
+    assert response.status_code == 200, response.json()
+    # "Monday" and "Tuesday" pass without a success: stale at the second
+    assert response.json()["stale_after"] == (friday + timedelta(days=4)).isoformat()
+
+
+def test_hourly_stale_after_two_hours_and_a_minute(client, synced):
+    assert finished_ago(2 * HOUR + 60) == 1
+    response = client.get(URL)
+    assert response.status_code == 503
+    body = response.json()
+    assert body["status"] == "stale"
+    assert datetime.fromisoformat(body["stale_after"]) <= database_now()

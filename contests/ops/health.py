@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime
 
 from django.conf import settings
 from django.utils import timezone
 
 from contests.jobs import JOB_NAME
-from locks.schedule import period
+from locks.schedule import next_tick, previous_slots
 from locks.selectors import JobHealth, job_health
 
 
@@ -17,21 +17,31 @@ from locks.selectors import JobHealth, job_health
 class SyncHealth:
     job: JobHealth
     schedule: str
-    max_age: timedelta
+    # The oldest success that still counts as fresh: the slot before the latest
+    # slot at or before the database's now.
+    fresh_since: datetime
 
     @property
     def fresh(self) -> bool:
-        age = self.job.last_success_age
-        return age is not None and age < self.max_age
+        return self.job.last_success_at is not None and self.job.last_success_at >= self.fresh_since
+
+    @property
+    def stale_after(self) -> datetime | None:
+        """When the last success stops being fresh: at the second slot after it."""
+        if self.job.last_success_at is None:
+            return None
+        return next_tick(self.schedule, now=next_tick(self.schedule, now=self.job.last_success_at))
 
 
 def sync_health() -> SyncHealth:
-    """The last successful sync must be younger than two schedule periods.
+    """Fresh unless two slots passed without a success: the last success is at or
+    after the slot before the latest slot, which suits uneven schedules too
+    (``0 8,9 * * *`` at 11:00, ``0 9 * * 1-5`` over a weekend).
 
-    Ages are measured on the database clock, like the lock's. Raises
+    Slots are taken at the database's now, like the lock's clock. Raises
     ``DatabaseError`` when the database cannot be read.
     """
     job = job_health(job=JOB_NAME)
     schedule = settings.SYNC_CONTESTS_SCHEDULE
-    max_age = 2 * period(schedule, now=job.db_now or timezone.now())
-    return SyncHealth(job=job, schedule=schedule, max_age=max_age)
+    _latest, before_latest = previous_slots(schedule, now=job.db_now or timezone.now(), count=2)
+    return SyncHealth(job=job, schedule=schedule, fresh_since=before_latest)

@@ -115,7 +115,7 @@ def _run_payload(result: RunResult) -> dict:
 
 @never_cache
 def healthz(request: HttpRequest) -> HttpResponse:
-    """200 while the last successful sync is younger than two schedule periods, else 503.
+    """200 until two slots of the schedule passed without a successful sync, then 503.
 
     Holder host names and error texts only for a request that carries ``HEALTHZ_TOKEN``.
     """
@@ -144,7 +144,7 @@ def healthz(request: HttpRequest) -> HttpResponse:
         "database": True,
         "job": job.job,
         "schedule": health.schedule,
-        "max_age_seconds": health.max_age.total_seconds(),
+        "stale_after": _iso(health.stale_after),
         "last_success_at": _iso(job.last_success_at),
         "last_success_age_seconds": round(age.total_seconds(), 3) if age is not None else None,
         "lock": None,

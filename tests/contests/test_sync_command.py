@@ -1,16 +1,23 @@
 """`manage.py sync_contests` as real processes: once per tick, exit codes, broken answers."""
 
 import json
+import shutil
+import socket
+import subprocess
+import sys
 import time
+from datetime import UTC, datetime, timedelta
 from io import StringIO
 
 import pytest
 from django.core.management import call_command
 
-from contests.jobs import current_tick
+from contests.jobs import InvalidTick, checked_tick, current_tick
 from contests.models import Contest, Reminder
 from locks.models import JobRun, SyncLock
-from tests.conftest import manage, project_env, spawn
+from locks.schedule import next_tick
+from locks.selectors import database_now
+from tests.conftest import ROOT, manage, project_env, spawn
 
 TICK = "2026-11-30T14:00:00+00:00"
 pytestmark = pytest.mark.slow
@@ -62,7 +69,7 @@ def test_one_info_line_per_run(env, standin):
     assert "removed=0 pruned=0 duration=" in line
 
 
-def test_the_default_tick_is_the_nearest_slot(env, standin):
+def test_the_default_tick_is_the_current_slot(env, standin):
     before = current_tick()
     proc = manage("sync_contests", env=env)
     after = current_tick()
@@ -98,18 +105,125 @@ def test_dry_run_writes_nothing_and_claims_no_tick(env, standin):
     ("args", "message"),
     [
         (["--tick", "noon"], "argument --tick: 'noon' is not an ISO 8601 date-time"),
-        (["--force", "--tick", TICK], "--force and --tick exclude each other"),
+        (["--force", "--tick", TICK], "CommandError: --force and --tick exclude each other"),
         (["--bogus"], "unrecognized arguments: --bogus"),
+        (
+            ["--tick", "2026-11-30T14:30:00+00:00"],
+            "CommandError: --tick: tick 2026-11-30T14:30:00+00:00 is not a slot of the schedule '0 * * * *' "
+            "(UTC); the nearest valid slots are 2026-11-30T14:00:00+00:00 and 2026-11-30T15:00:00+00:00",
+        ),
+        (
+            ["--tick", "2026-11-30T15:30:00+01:00"],  # 14:30 UTC
+            "tick 2026-11-30T14:30:00+00:00 is not a slot",
+        ),
+        (
+            ["--tick", "2062-12-01T08:00:00+00:00"],
+            "CommandError: --tick: tick 2062-12-01T08:00:00+00:00 is more than one schedule period (1:00:00) "
+            "ahead of the database clock (",
+        ),
     ],
 )
 def test_bad_arguments_are_clear_and_change_nothing(env, standin, args, message):
     proc = manage("sync_contests", *args, env=env)
 
-    assert proc.returncode in {1, 2}
+    assert proc.returncode == 2, proc.stderr
     assert message in proc.stderr
     assert "Traceback" not in proc.stderr
     assert standin.calls == 0
     assert not SyncLock.objects.exists()
+    assert not JobRun.objects.exists()
+
+
+DAILY = "0 0 * * *"
+
+
+def test_a_tick_one_period_ahead_is_claimed_one_further_is_refused(env, standin):
+    """A daily schedule, so that midnight is the only moment the slots shift under the test."""
+    env = {**env, "SYNC_CONTESTS_SCHEDULE": DAILY}
+    upcoming = next_tick(DAILY, now=database_now())
+
+    refused = manage("sync_contests", "--tick", (upcoming + timedelta(days=1)).isoformat(), env=env)
+    assert refused.returncode == 2, refused.stderr
+    assert "is more than one schedule period (1 day, 0:00:00) ahead of the database clock" in refused.stderr
+    assert f"the latest slot it may name is {upcoming.isoformat()}, " in refused.stderr
+    assert "Traceback" not in refused.stderr
+    assert standin.calls == 0
+    assert not SyncLock.objects.exists()
+
+    claimed = manage("sync_contests", "--tick", upcoming.isoformat(), env=env)
+    assert claimed.returncode == 0, claimed.stderr
+    assert f"tick={upcoming.isoformat()} " in claimed.stdout and "outcome=succeeded" in claimed.stdout
+    assert SyncLock.objects.get().tick == upcoming
+
+
+def test_a_tick_without_an_offset_is_utc(env, standin):
+    proc = manage("sync_contests", "--tick", "2026-11-30T14:00", env={**env, "TZ": "Europe/Berlin"})
+
+    assert proc.returncode == 0, proc.stderr
+    assert f"tick={TICK} " in proc.stdout
+    assert SyncLock.objects.get().tick.isoformat() == TICK
+
+
+def test_the_nearest_valid_slot_leaves_out_one_too_far_ahead(db, settings):
+    settings.SYNC_CONTESTS_SCHEDULE = "0 * * * *"
+    upcoming = next_tick("0 * * * *", now=database_now())
+    between = upcoming + timedelta(minutes=30)  # within the hour ahead; its next slot is not
+
+    with pytest.raises(InvalidTick) as refused:
+        checked_tick(between)
+
+    assert str(refused.value) == (
+        f"tick {between.isoformat()} is not a slot of the schedule '0 * * * *' (UTC); the nearest valid slot "
+        f"is {upcoming.isoformat()} (the next, {(upcoming + timedelta(hours=1)).isoformat()}, is too far ahead)"
+    )
+    assert not SyncLock.objects.exists()
+
+
+def test_tick_on_an_unreachable_database_skips_with_one_warning():
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))  # held, never listened on
+        url = f"postgres://nobody@127.0.0.1:{closed.getsockname()[1]}/contests"
+        proc = manage(
+            "sync_contests",
+            "--tick",
+            TICK,
+            env=project_env(DATABASE_URL=url, CODEFORCES_API_URL="http://127.0.0.1:9/api"),
+        )
+
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr
+    [warning] = [line for line in proc.stderr.splitlines() if " WARNING " in line]
+    assert f"job=sync_contests tick={TICK} " in warning
+    assert "outcome=skipped reason=database unreachable: OperationalError:" in warning
+    assert " ERROR " not in proc.stderr
+
+
+FALL_BACK = datetime(2026, 10, 25, 1, 0, tzinfo=UTC)  # Europe/Berlin: 03:00 CEST -> 02:00 CET
+
+
+@pytest.mark.skipif(
+    shutil.which("faketime") is None, reason="faketime (Debian package faketime) is not installed"
+)
+def test_two_hosts_forty_seconds_apart_at_the_fall_back_instant_sync_once(env, standin):
+    """Clocks at 00:59:40 and 01:00:20 UTC, process TZ Europe/Berlin: one tick, one sync.
+
+    On the wall clock these are 02:59:40 CEST and 02:00:20 CET. The offsets are relative
+    (``faketime -f -Ns``): an absolute ``@…`` time would be read in the process's TZ.
+    """
+    env = {**env, "TZ": "Europe/Berlin"}
+    procs = []
+    for moment in (FALL_BACK - timedelta(seconds=20), FALL_BACK + timedelta(seconds=20)):
+        offset = round((moment - datetime.now(UTC)).total_seconds())
+        command = ["faketime", "-f", f"{offset:+d}", sys.executable, str(ROOT / "manage.py"), "sync_contests"]
+        procs.append(subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120))
+
+    first, second = procs
+    assert first.returncode == 0 and second.returncode == 0, (first.stderr, second.stderr)
+    assert f"tick={FALL_BACK.isoformat()} " in first.stdout and "outcome=succeeded" in first.stdout
+    assert f"tick={FALL_BACK.isoformat()} " in second.stdout
+    assert f"outcome=skipped reason=tick {FALL_BACK.isoformat()} already claimed by " in second.stdout
+    assert standin.calls == 1
+    assert list(JobRun.objects.values_list("tick", "status")) == [(FALL_BACK, "succeeded")]
 
 
 def _stock(django_user_model):

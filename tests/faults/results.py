@@ -35,8 +35,9 @@ class Scenario:
 SCENARIOS = [
     Scenario(
         "clock-skew-16",
-        "16 processes whose clocks are 7 min fast, 7 min slow or right (faketime) contend for one tick",
-        "exactly 1 sync, 15 skips; all name the same tick; each skewed process warns about its clock, "
+        "16 processes whose clocks are 7 min fast, 7 min slow or right (faketime) run at a slot",
+        "fast and right name that slot, slow ones (beyond the 5 min tick window) the slot before; "
+        "at most 1 sync per tick, at least 1 in all; each skewed process warns about its clock, "
         "no right one does",
     ),
     Scenario(

@@ -22,6 +22,18 @@ def test_a_bad_retention_fails_the_check(settings):
     assert "locks.E002" in _ids()
 
 
+@pytest.mark.parametrize("window", [-1, 1.5, "300", None, True])
+def test_a_bad_tick_window_fails_the_check(settings, window):
+    settings.LOCKS_TICK_WINDOW = window
+    [error] = [m for m in run_checks() if m.id == "locks.E003"]
+    assert f"LOCKS_TICK_WINDOW must be a whole number of seconds, 0 or more, got {window!r}." == error.msg
+
+
+def test_a_zero_tick_window_passes(settings):
+    settings.LOCKS_TICK_WINDOW = 0
+    assert "locks.E003" not in _ids()
+
+
 @pytest.mark.parametrize("expression", ["every hour", "61 * * * *", "", None])
 def test_a_bad_schedule_fails_the_check(settings, expression):
     settings.SYNC_CONTESTS_SCHEDULE = expression

@@ -1,40 +1,103 @@
+import time
 from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
 
 import pytest
+from django.utils import timezone
 
-from locks.schedule import is_valid_expression, nearest_tick, next_tick, period
+from locks.schedule import (
+    current_tick,
+    is_slot,
+    is_valid_expression,
+    next_tick,
+    period,
+    previous_slots,
+    slot_at_or_before,
+    slot_before,
+)
 
 HOURLY = "0 * * * *"
+WINDOW = timedelta(minutes=5)
 
 
-def at(hour: int, minute: int, second: int = 0) -> datetime:
-    return datetime(2026, 11, 30, hour, minute, second, tzinfo=UTC)
+def at(hour: int, minute: int, second: int = 0, *, day: int = 30) -> datetime:
+    return datetime(2026, 11, day, hour, minute, second, tzinfo=UTC)
 
 
 @pytest.mark.parametrize(
     ("now", "tick"),
     [
-        (at(14, 0), at(14, 0)),  # on time
-        (at(13, 53), at(14, 0)),  # a host 7 minutes fast
-        (at(14, 7), at(14, 0)),  # a host 7 minutes slow, or cron firing late
-        (at(14, 29, 59), at(14, 0)),
-        (at(14, 30, 1), at(15, 0)),
-        (at(23, 45), datetime(2026, 12, 1, 0, 0, tzinfo=UTC)),  # across midnight
+        (at(7, 37), at(7, 0)),  # a manual or late run claims the slot it follows
+        (at(7, 56), at(8, 0)),  # a host 4 minutes fast names the slot its peers name
+        (at(7, 55), at(8, 0)),  # the window's edge is inside
+        (at(7, 54, 59), at(7, 0)),
+        (at(8, 0), at(8, 0)),  # a slot exactly at now is at or before now
+        (at(8, 4, 59), at(8, 0)),  # a host 5 minutes slow, or cron firing late
+        (at(8, 54, 59), at(8, 0)),
+        (at(8, 55), at(9, 0)),
+        (at(23, 57), datetime(2026, 12, 1, 0, 0, tzinfo=UTC)),  # across midnight and month
     ],
 )
-def test_the_tick_is_the_nearest_slot(now, tick):
-    assert nearest_tick(HOURLY, now=now) == tick
+def test_the_tick_is_the_upcoming_slot_within_the_window_else_the_latest(now, tick):
+    assert current_tick(HOURLY, now=now, window=WINDOW) == tick
 
 
-def test_other_schedules():
-    assert nearest_tick("*/15 * * * *", now=at(14, 8)) == at(14, 15)
-    assert nearest_tick("30 2 * * *", now=at(2, 31)) == at(2, 30)
+def test_the_window_is_capped_at_a_quarter_of_the_gap():
+    every_15 = "*/15 * * * *"
+    assert current_tick(every_15, now=at(14, 11, 15), window=WINDOW) == at(14, 15)  # 3:45 ahead
+    assert current_tick(every_15, now=at(14, 11, 14), window=WINDOW) == at(14, 0)  # 3:46 ahead
 
 
-def test_next_tick_and_period():
+def test_a_zero_window_never_claims_ahead():
+    assert current_tick(HOURLY, now=at(7, 59, 59), window=timedelta(0)) == at(7, 0)
+    assert current_tick(HOURLY, now=at(8, 0), window=timedelta(0)) == at(8, 0)
+
+
+def test_a_daily_schedule_claims_todays_slot_once_passed_else_yesterdays():
+    daily = "30 7 * * *"
+    assert current_tick(daily, now=at(7, 37), window=WINDOW) == at(7, 30)
+    assert current_tick(daily, now=at(7, 20), window=WINDOW) == at(7, 30, day=29)
+    assert current_tick(daily, now=at(7, 26), window=WINDOW) == at(7, 30)
+
+
+def test_an_uneven_schedule_caps_the_window_by_the_gap_around_now():
+    # 08:00 and 09:00 daily: an hour's gap before 09:00, 23 hours before 08:00.
+    uneven = "0 8,9 * * *"
+    window = timedelta(minutes=20)
+    assert current_tick(uneven, now=at(8, 44), window=window) == at(8, 0)  # cap 15 min
+    assert current_tick(uneven, now=at(8, 46), window=window) == at(9, 0)
+    assert current_tick(uneven, now=at(7, 41), window=window) == at(8, 0)  # cap 5 h 45 min
+    assert period(uneven, now=at(8, 30)) == timedelta(hours=1)
+    assert period(uneven, now=at(10, 0)) == timedelta(hours=23)
+
+
+def test_slot_helpers():
+    assert slot_at_or_before(HOURLY, now=at(8, 0)) == at(8, 0)
+    assert slot_at_or_before(HOURLY, now=at(8, 0) - timedelta(microseconds=1)) == at(7, 0)
+    assert slot_before(HOURLY, moment=at(8, 0)) == at(7, 0)
+    assert slot_before(HOURLY, moment=at(8, 0, 1)) == at(8, 0)
     assert next_tick(HOURLY, now=at(14, 0)) == at(15, 0)
+    assert previous_slots("0 8,9 * * *", now=at(11, 1), count=3) == [at(9, 0), at(8, 0), at(9, 0, day=29)]
+    assert is_slot(HOURLY, at(8, 0)) and not is_slot(HOURLY, at(8, 0, 1))
+    assert is_slot(HOURLY, at(8, 0).astimezone(ZoneInfo("Asia/Kolkata")))  # 13:30 there
+
+
+def test_period():
     assert period(HOURLY, now=at(14, 10)) == timedelta(hours=1)
+    assert period(HOURLY, now=at(14, 0)) == timedelta(hours=1)
     assert period("*/15 * * * *", now=at(14, 10)) == timedelta(minutes=15)
+
+
+def test_results_are_aware_utc_whatever_the_input_zone():
+    berlin = at(8, 37).astimezone(ZoneInfo("Europe/Berlin"))
+    tick = current_tick(HOURLY, now=berlin, window=WINDOW)
+    assert tick == at(8, 0)
+    assert tick.tzinfo is UTC and tick.fold == 0
+
+
+def test_a_naive_now_is_refused():
+    with pytest.raises(ValueError, match="has no time zone"):
+        current_tick(HOURLY, now=datetime(2026, 11, 30, 8, 0), window=WINDOW)
 
 
 @pytest.mark.parametrize(
@@ -43,3 +106,70 @@ def test_next_tick_and_period():
 )
 def test_expression_validation(expression, valid):
     assert is_valid_expression(expression) is valid
+
+
+# --- DST nights in Europe/Berlin: cron expressions name UTC times ------------------
+
+
+@pytest.fixture
+def berlin(settings):
+    """TIME_ZONE and the process's TZ (Django's test signal sets both) in Europe/Berlin."""
+    settings.TIME_ZONE = "Europe/Berlin"
+    assert time.tzname == ("CET", "CEST")
+    assert timezone.get_current_timezone_name() == "Europe/Berlin"
+    yield
+    # the settings fixture restores TIME_ZONE, and with it TZ, afterwards
+
+
+def utc_hours(start: datetime, count: int) -> list[datetime]:
+    return [start + timedelta(hours=n) for n in range(count)]
+
+
+# Fall back: 2026-10-25 03:00 CEST -> 02:00 CET at 01:00 UTC. Spring forward:
+# 2026-03-29 02:00 CET -> 03:00 CEST at 01:00 UTC.
+NIGHTS = {
+    "fall-back": datetime(2026, 10, 24, 22, 0, tzinfo=UTC),
+    "spring-forward": datetime(2026, 3, 28, 22, 0, tzinfo=UTC),
+}
+
+
+@pytest.mark.parametrize("night", list(NIGHTS))
+def test_hourly_every_utc_hour_of_a_dst_night_is_its_own_slot(berlin, night):
+    hours = utc_hours(NIGHTS[night], 7)  # 22:00 .. 04:00 UTC, the change at 01:00
+    claimed = []
+    for hour in hours:
+        assert is_slot(HOURLY, hour)
+        assert period(HOURLY, now=hour) == timedelta(hours=1)
+        for offset in (timedelta(0), timedelta(minutes=37), timedelta(minutes=59, seconds=59)):
+            assert period(HOURLY, now=hour + offset) == timedelta(hours=1)
+        assert current_tick(HOURLY, now=hour + timedelta(minutes=37), window=WINDOW) == hour
+        assert current_tick(HOURLY, now=hour - timedelta(seconds=20), window=WINDOW) == hour
+        assert current_tick(HOURLY, now=hour + timedelta(seconds=20), window=WINDOW) == hour
+        claimed.append(current_tick(HOURLY, now=hour, window=WINDOW))
+        assert next_tick(HOURLY, now=hour) == hour + timedelta(hours=1)
+    assert claimed == hours  # seven distinct slots, one per UTC hour
+    assert previous_slots(HOURLY, now=hours[-1], count=7) == hours[::-1]
+
+
+def test_two_copies_forty_seconds_apart_at_fall_back_name_one_slot(berlin):
+    change = datetime(2026, 10, 25, 1, 0, tzinfo=UTC)
+    # 02:59:40 CEST and 02:00:20 CET on the wall clock: an hour apart there, 40 s here.
+    early, late = change - timedelta(seconds=20), change + timedelta(seconds=20)
+    assert timezone.localtime(early).hour == 2 and timezone.localtime(late).hour == 2
+    assert current_tick(HOURLY, now=early, window=WINDOW) == change
+    assert current_tick(HOURLY, now=late, window=WINDOW) == change
+
+
+@pytest.mark.parametrize("night", list(NIGHTS))
+def test_daily_at_0230_is_0230_utc_on_a_dst_night(berlin, night):
+    daily = "30 2 * * *"
+    day = NIGHTS[night] + timedelta(hours=2)  # midnight UTC of the night's date
+    slot = day + timedelta(hours=2, minutes=30)
+    assert is_slot(daily, slot)
+    assert current_tick(daily, now=slot + timedelta(minutes=7), window=WINDOW) == slot
+    assert current_tick(daily, now=slot - timedelta(minutes=4), window=WINDOW) == slot
+    assert current_tick(daily, now=slot - timedelta(minutes=6), window=WINDOW) == slot - timedelta(days=1)
+    for hour in utc_hours(NIGHTS[night], 7):  # 01:00 UTC is when Berlin's clocks change
+        assert period(daily, now=hour) == timedelta(days=1)
+        assert slot_at_or_before(daily, now=hour).time() == slot.time()
+    assert next_tick(daily, now=day) == slot

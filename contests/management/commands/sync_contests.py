@@ -1,31 +1,46 @@
 import argparse
 import signal
 import sys
-from datetime import datetime
+from datetime import UTC, datetime
 
 from django.core.management.base import BaseCommand, CommandError
 from django.db import Error as DBError  # DatabaseError and InterfaceError
-from django.utils import timezone
 
 from contests.codeforces import CodeforcesError
-from contests.jobs import preview_sync, run_sync_job
+from contests.jobs import InvalidTick, checked_tick, preview_sync, run_sync_job
 from locks.api import LockError
 
 
 class Command(BaseCommand):
     help = (
         "Sync the Codeforces contest list, at most once per scheduled tick across every host. "
-        "Exit 0 when it synced or skipped; 1 when a sync that held the lock failed."
+        "Exit 0 when it synced or skipped; 1 when a sync that held the lock failed; 2 for bad arguments."
     )
 
     def add_arguments(self, parser) -> None:
         parser.add_argument("--force", action="store_true", help="Ignore the tick (still needs the lock).")
         parser.add_argument("--dry-run", action="store_true", help="Fetch and count; write nothing.")
-        parser.add_argument("--tick", type=_tick, help="Claim this ISO 8601 slot instead of the nearest one.")
+        parser.add_argument(
+            "--tick",
+            type=_tick,
+            help=(
+                "Claim this ISO 8601 slot of the schedule (UTC unless it names an offset) instead of "
+                "the current one; at most one schedule period ahead of the database clock."
+            ),
+        )
 
     def handle(self, *args, force: bool, dry_run: bool, tick: datetime | None, **options) -> None:
         if force and tick:
-            raise CommandError("--force and --tick exclude each other: a forced run claims no tick.")
+            raise CommandError(
+                "--force and --tick exclude each other: a forced run claims no tick.", returncode=2
+            )
+        if tick:
+            try:
+                tick = checked_tick(tick)
+            except InvalidTick as exc:
+                raise CommandError(f"--tick: {exc}", returncode=2) from exc
+            except DBError:
+                pass  # the run below meets the same database: it skips with one WARNING, exit 0
         if dry_run:
             try:
                 counts = preview_sync()
@@ -57,4 +72,5 @@ def _tick(value: str) -> datetime:
         raise argparse.ArgumentTypeError(
             f"{value!r} is not an ISO 8601 date-time (e.g. 2026-11-30T14:00:00+00:00)"
         ) from None
-    return timezone.make_aware(parsed) if timezone.is_naive(parsed) else parsed
+    # Slots are UTC (locks.schedule), so a tick without an offset is read as UTC.
+    return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed
