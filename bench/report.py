@@ -232,7 +232,7 @@ def table_rows(results: dict) -> list[list[str]]:
                         f"{latency['cycles']} cycles",
                         f"p50 {latency[step]['p50_ms']:.3f} ms",
                         f"p99 {latency[step]['p99_ms']:.3f} ms",
-                        str(latency["statements"].get(step, ["-"])),
+                        str(latency["statements"].get(step, "-")),
                         "",
                         "",
                     ]
@@ -372,14 +372,14 @@ def markdown(results: dict, *, plot_name: str) -> str:
                 f"the measuring process used {latency.get('cpu_ms_per_cycle', float('nan')):.3f} ms of CPU "
                 "per cycle.",
                 "",
-                "| step | statements | p50 ms | p99 ms | max ms |",
-                "|---|---:|---:|---:|---:|",
+                "| step | statements | besides BEGIN and COMMIT | p50 ms | p99 ms | max ms |",
+                "|---|---:|---:|---:|---:|---:|",
             ]
+            besides = latency.get("besides_begin_commit", {})
             for step in ("acquire", "release", "cycle"):
-                counts = latency["statements"].get(step)
                 out.append(
                     f"| {step if step != 'cycle' else 'acquire + release'} | "
-                    f"{', '.join(map(str, counts)) if counts else '2'} | "
+                    f"{_counts(latency['statements'].get(step))} | {_counts(besides.get(step))} | "
                     f"{latency[step]['p50_ms']:.3f} | {latency[step]['p99_ms']:.3f} | "
                     f"{latency[step]['max_ms']:.3f} |"
                 )
@@ -421,6 +421,10 @@ def markdown(results: dict, *, plot_name: str) -> str:
             ]
     out += ["", f"![Sync time against number of contests]({plot_name})", "", END]
     return "\n".join(out)
+
+
+def _counts(counts: list[int] | None) -> str:
+    return ", ".join(map(str, counts)) if counts else "-"
 
 
 def _when(backend: dict, part: str) -> str:

@@ -347,11 +347,11 @@ def lock_latency(*, cycles: int, warmup: int) -> dict:
     first = acquire(job=job, tick=base, ttl=ttl)  # creates the row: not the happy path
     release(lease=first, status="succeeded")
     # Every statement, and those besides BEGIN and COMMIT, per step of each warm-up cycle.
-    statements: dict[str, set[int]] = {"acquire": set(), "release": set()}
+    statements: dict[str, set[int]] = {"acquire": set(), "release": set(), "cycle": set()}
     besides: dict[str, set[int]] = {"acquire": set(), "release": set(), "cycle": set()}
     kinds: dict[str, dict[str, int]] = {}
     for index in range(1, warmup + 1):
-        cycle = 0
+        cycle = every = 0
         for step in ("acquire", "release"):
             with Meter(connection) as meter:
                 if step == "acquire":
@@ -363,7 +363,9 @@ def lock_latency(*, cycles: int, warmup: int) -> dict:
             besides[step].add(count)
             kinds[step] = meter.kinds
             cycle += count
+            every += meter.statements
         besides["cycle"].add(cycle)
+        statements["cycle"].add(every)
     acquire_ns, release_ns, cycle_ns = [], [], []
     clock = time.perf_counter_ns
     cpu = cpu_seconds()
