@@ -1,6 +1,6 @@
 """python -m bench [--postgres URL | --postgres throwaway] [options]
 
-Runs the sync, lock and pruning benchmarks on SQLite (a file under var/bench/)
+Runs the skip, sync, lock and pruning benchmarks on SQLite (a file under var/bench/)
 and, when given, on PostgreSQL; prints one table; writes docs/benchmarks.md
 (between its bench markers) and docs/benchmarks.png. The PostgreSQL database
 named by URL has its tables emptied: give it a throwaway one.
@@ -23,6 +23,8 @@ if str(ROOT) not in sys.path:
 from bench import report, runner  # noqa: E402
 from bench.backends import WORK, PostgreSQL, SQLite, throwaway_postgres  # noqa: E402
 
+PARTS = ("skip", "sync", "lock", "prune")
+
 
 def _ints(text: str) -> list[int]:
     return [int(item) for item in text.split(",") if item.strip()]
@@ -37,7 +39,12 @@ def main(argv: list[str] | None = None) -> int:
         "to start a temporary cluster with initdb. Default: $BENCH_POSTGRES_URL.",
     )
     parser.add_argument("--no-sqlite", action="store_true", help="Skip the SQLite default.")
-    parser.add_argument("--parts", default="sync,lock,prune", help="Comma-separated: sync, lock, prune.")
+    parser.add_argument(
+        "--parts", default=",".join(PARTS), help=f"Comma-separated: {', '.join(PARTS)} (run in that order)."
+    )
+    parser.add_argument(
+        "--skip-runs", type=int, default=10, help="Runs of the skipping command and of bare Django (median)."
+    )
     parser.add_argument("--scales", type=_ints, default=[1, 10, 100], help="Copies of the 1,758 contests.")
     parser.add_argument("--repeat", type=int, default=3, help="Runs per timing (median); naive runs once.")
     parser.add_argument("--naive-max-scale", type=int, default=100, help="Skip the naive loop above this.")
@@ -52,30 +59,38 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--no-docs", action="store_true", help="Print only; leave docs/ alone.")
     parser.add_argument(
+        "--results",
+        type=Path,
+        default=WORK / "results.json",
+        help="Raw numbers to write (and to read for --merge and --report-only). "
+        "Default: var/bench/results.json.",
+    )
+    parser.add_argument(
         "--report-only",
         action="store_true",
-        help="Measure nothing: print and write the docs from var/bench/results.json.",
+        help="Measure nothing: print and write the docs from the results file.",
     )
     parser.add_argument(
         "--merge",
         action="store_true",
-        help="Keep the other parts' results from the last run (var/bench/results.json): rerun one "
+        help="Keep the other parts' results from the last run (the results file): rerun one "
         "part when the machine is quieter without redoing the rest.",
     )
     args = parser.parse_args(argv)
     parts = {part.strip() for part in args.parts.split(",") if part.strip()}
-    unknown = parts - {"sync", "lock", "prune"}
+    unknown = parts - set(PARTS)
     if unknown:
         parser.error(f"unknown part(s): {', '.join(sorted(unknown))}")
 
     if args.report_only:
-        results = json.loads((WORK / "results.json").read_text())
+        results = json.loads(args.results.read_text())
         report.print_table(results)
         if not args.no_docs:
             report.plot(results, args.docs.with_suffix(".png"))
             report.write_markdown(results, args.docs, plot_name=args.docs.with_suffix(".png").name)
         return 0
     settings = {
+        "skip": f"median of {args.skip_runs} runs of each, alternating",
         "sync": f"{', '.join(f'{1758 * s:,}' for s in args.scales)} contests; median of {args.repeat} runs, "
         f"{3 * args.repeat} for 1,758 (the naive loop runs once)",
         "lock": f"{args.cycles} cycles; {', '.join(map(str, args.contenders))} contenders, "
@@ -83,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         "prune": f"{args.reminders:,} reminders; median of {args.repeat} runs",
     }
     results: dict = {"environment": report.environment(), "backends": {}}
-    previous = WORK / "results.json"
+    previous = args.results
     if args.merge and previous.exists():
         kept = json.loads(previous.read_text())
         results["backends"] = kept.get("backends", {})
@@ -101,6 +116,7 @@ def main(argv: list[str] | None = None) -> int:
             found: dict = results["backends"].setdefault(backend.name, {})
             found["version"] = backend.version
             jobs = {
+                "skip": lambda backend=backend: runner.skip(backend, runs=args.skip_runs),
                 "sync": lambda backend=backend: runner.sync(
                     backend, scales=args.scales, repeat=args.repeat, naive_max_scale=args.naive_max_scale
                 ),
@@ -124,15 +140,15 @@ def main(argv: list[str] | None = None) -> int:
             backend.reset()
     results["environment"]["load_after"] = os.getloadavg()
 
-    WORK.mkdir(parents=True, exist_ok=True)
-    (WORK / "results.json").write_text(json.dumps(results, indent=2, default=str))
+    args.results.parent.mkdir(parents=True, exist_ok=True)
+    args.results.write_text(json.dumps(results, indent=2, default=str))
     report.print_table(results)
     if not args.no_docs:
         args.docs.parent.mkdir(parents=True, exist_ok=True)
         plot_path = args.docs.with_suffix(".png")
         report.plot(results, plot_path)
         report.write_markdown(results, args.docs, plot_name=plot_path.name)
-        print(f"\nwrote {args.docs} and {plot_path} (raw numbers: {WORK / 'results.json'})")
+        print(f"\nwrote {args.docs} and {plot_path} (raw numbers: {args.results})")
     return 0
 
 

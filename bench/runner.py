@@ -7,6 +7,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from datetime import UTC, datetime, timedelta
 
@@ -21,46 +22,51 @@ def log(message: str) -> None:
     print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
-def worker(backend: Backend, *args: str, timeout: float = 3600) -> dict:
-    done = subprocess.run(
-        [sys.executable, "-m", "bench.worker", *args],
-        cwd=ROOT,
-        env=backend.env(),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-    if done.returncode:
+def spawn(argv: list[str], *, env: dict[str, str]) -> dict:
+    """Run ``argv`` as a process: wall time from spawn to exit, its CPU time and peak
+    memory (from wait4), its output (through files, so a chatty process cannot block)."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        started = time.perf_counter()
+        process = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=out, stderr=err)
+        _pid, status, usage = os.wait4(process.pid, 0)
+        seconds = time.perf_counter() - started
+        process.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        return {
+            "returncode": process.returncode,
+            "seconds": seconds,
+            "cpu": usage.ru_utime + usage.ru_stime,
+            "peak_mb": round(usage.ru_maxrss / 1024, 1),
+            "stdout": out.read().decode(errors="replace"),
+            "stderr": err.read().decode(errors="replace"),
+        }
+
+
+def worker(backend: Backend, *args: str) -> dict:
+    """One ``bench.worker`` task; its own figures, plus ``process_seconds``: the whole
+    process from spawn to exit (interpreter, Django start-up and the task)."""
+    done = spawn([sys.executable, "-m", "bench.worker", *args], env=backend.env())
+    if done["returncode"]:
         raise RuntimeError(
-            f"bench.worker {' '.join(args)} failed ({done.returncode}):\n{done.stderr[-3000:]}"
+            f"bench.worker {' '.join(args)} failed ({done['returncode']}):\n{done['stderr'][-3000:]}"
         )
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    result = json.loads(done["stdout"].strip().splitlines()[-1])
+    result["process_seconds"], result["process_cpu"] = done["seconds"], done["cpu"]
+    return result
 
 
-def command(backend: Backend, api: str) -> dict:
-    """``manage.py sync_contests --force`` as an operator runs it: wall time from
-    spawn to exit, and the process's peak memory (from wait4)."""
-    started = time.perf_counter()
-    process = subprocess.Popen(
-        [sys.executable, str(ROOT / "manage.py"), "sync_contests", "--force"],
-        cwd=ROOT,
+def command(backend: Backend, api: str, *args: str) -> dict:
+    """``manage.py sync_contests`` as an operator or cron runs it, spawn to exit."""
+    done = spawn(
+        [sys.executable, str(ROOT / "manage.py"), "sync_contests", *args],
         env=backend.env(CODEFORCES_API_URL=api),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
     )
-    _pid, status, usage = os.wait4(process.pid, 0)
-    seconds = time.perf_counter() - started
-    process.returncode = os.waitstatus_to_exitcode(status)
-    out, err = process.stdout.read(), process.stderr.read()
-    if process.returncode:
-        raise RuntimeError(f"sync_contests exited {process.returncode}:\n{out}\n{err[-3000:]}")
-    return {
-        "seconds": seconds,
-        "cpu": usage.ru_utime + usage.ru_stime,
-        "peak_mb": round(usage.ru_maxrss / 1024, 1),
-        "output": out.strip()[-300:],
-    }
+    out = done.pop("stdout").strip()
+    if done.pop("returncode"):
+        raise RuntimeError(f"sync_contests {' '.join(args)} failed:\n{out}\n{done['stderr'][-3000:]}")
+    del done["stderr"]
+    return {**done, "output": out[-300:]}
 
 
 def _median(runs: list[dict]) -> dict:
@@ -93,7 +99,7 @@ def sync(backend: Backend, *, scales: list[int], repeat: int, naive_max_scale: i
                     backend.reset()
                     for phase in ("first", "resync"):
                         if approach == "command":
-                            result = command(backend, api)
+                            result = command(backend, api, "--force")
                         elif approach == "floor":
                             args = ["floor", "--api", api, *backend.floor_args]
                             result = worker(backend, *args, *(["--resync"] if phase == "resync" else []))
@@ -110,6 +116,62 @@ def sync(backend: Backend, *, scales: list[int], repeat: int, naive_max_scale: i
         server.shutdown()
         server.server_close()
     return results
+
+
+# --- a copy that skips a claimed tick ---------------------------------------------------
+
+# The floor for a skipping run: bare Django (bench/minimal_settings.py) and one query.
+BARE_DJANGO = (
+    "import django; django.setup(); from django.db import connection; "
+    "cursor = connection.cursor(); "
+    "cursor.execute(\"SELECT tick FROM locks_synclock WHERE job_name = 'sync_contests'\"); "
+    "cursor.fetchall()"
+)
+
+
+def skip(backend: Backend, *, runs: int) -> dict:
+    """``sync_contests`` on a tick another copy already claimed, against bare Django.
+
+    One run claims this hour's tick (and syncs the 1,758 contests); then ``runs``
+    runs of the command, each of which must skip, alternate with ``runs`` runs of
+    the bare baseline, so both see the same machine.
+    """
+    standin = Standin(contest_list_body(1))
+    server = serve(standin)
+    api = f"http://127.0.0.1:{server.server_port}/api"
+    backend.reset()
+    bare_env = {**backend.env(), "DJANGO_SETTINGS_MODULE": "bench.minimal_settings"}
+    skipped: list[dict] = []
+    bare: list[dict] = []
+    turned = 0
+    try:
+        command(backend, api)  # claims this hour's tick, and syncs
+        while len(skipped) < runs:
+            run = command(backend, api)
+            if "already claimed" not in run["output"]:
+                # The hour turned and this run claimed the new slot: measure again from here.
+                turned += 1
+                if turned > 1:
+                    raise RuntimeError(f"sync_contests did not skip: {run['output']}")
+                skipped.clear()
+                bare.clear()
+                continue
+            skipped.append(run)
+            done = spawn([sys.executable, "-c", BARE_DJANGO], env=bare_env)
+            if done.pop("returncode"):
+                raise RuntimeError(f"the bare Django baseline failed:\n{done['stderr'][-3000:]}")
+            del done["stdout"], done["stderr"]
+            bare.append(done)
+    finally:
+        server.shutdown()
+        server.server_close()
+    result = {"command": _median(skipped), "bare": _median(bare)}
+    log(
+        f"{backend.name}: skipping run {result['command']['seconds']:.3f} s, "
+        f"bare Django {result['bare']['seconds']:.3f} s "
+        f"({result['command']['seconds'] / result['bare']['seconds']:.2f}x)"
+    )
+    return result
 
 
 # --- the lock -----------------------------------------------------------------------

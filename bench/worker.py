@@ -346,14 +346,26 @@ def lock_latency(*, cycles: int, warmup: int) -> dict:
     base = datetime(2030, 1, 1, tzinfo=UTC)
     first = acquire(job=job, tick=base, ttl=ttl)  # creates the row: not the happy path
     release(lease=first, status="succeeded")
-    statements: dict[str, set[int]] = {"acquire": set(), "release": set()}
+    # Every statement, and those besides BEGIN and COMMIT, per step of each warm-up cycle.
+    statements: dict[str, set[int]] = {"acquire": set(), "release": set(), "cycle": set()}
+    besides: dict[str, set[int]] = {"acquire": set(), "release": set(), "cycle": set()}
+    kinds: dict[str, dict[str, int]] = {}
     for index in range(1, warmup + 1):
-        with Meter(connection) as meter:
-            lease = acquire(job=job, tick=base + timedelta(hours=index), ttl=ttl)
-        statements["acquire"].add(meter.statements)
-        with Meter(connection) as meter:
-            release(lease=lease, status="succeeded")
-        statements["release"].add(meter.statements)
+        cycle = every = 0
+        for step in ("acquire", "release"):
+            with Meter(connection) as meter:
+                if step == "acquire":
+                    lease = acquire(job=job, tick=base + timedelta(hours=index), ttl=ttl)
+                else:
+                    release(lease=lease, status="succeeded")
+            statements[step].add(meter.statements)
+            count = meter.statements - meter.kinds.get("BEGIN", 0) - meter.kinds.get("COMMIT", 0)
+            besides[step].add(count)
+            kinds[step] = meter.kinds
+            cycle += count
+            every += meter.statements
+        besides["cycle"].add(cycle)
+        statements["cycle"].add(every)
     acquire_ns, release_ns, cycle_ns = [], [], []
     clock = time.perf_counter_ns
     cpu = cpu_seconds()
@@ -377,6 +389,8 @@ def lock_latency(*, cycles: int, warmup: int) -> dict:
         "acquire": _percentiles(acquire_ns),
         "release": _percentiles(release_ns),
         "statements": {key: sorted(value) for key, value in statements.items()},
+        "besides_begin_commit": {key: sorted(value) for key, value in besides.items()},
+        "kinds": kinds,
     }
 
 
