@@ -11,11 +11,12 @@ import logging
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
 
-import requests
-import urllib3
 from django.conf import settings
-from urllib3.exceptions import ConnectTimeoutError, ReadTimeoutError
+
+if TYPE_CHECKING:
+    import requests
 
 logger = logging.getLogger(__name__)
 
@@ -110,6 +111,10 @@ class CodeforcesClient:
 
     def _get_json(self, url: str, params: dict, *, deadline: Deadline) -> object:
         """One request. Raises ``_Retryable`` for what another attempt may cure."""
+        # requests (and urllib3) are imported only when a fetch happens: a copy that
+        # skips a claimed tick never needs them (docs/benchmarks.md, the skip part).
+        import requests
+
         with requests.Session() as session:
             session.headers["User-Agent"] = USER_AGENT
             session.headers["Accept"] = "application/json"
@@ -167,6 +172,8 @@ class CodeforcesClient:
                 f"Codeforces API response is {int(declared):,} bytes, over the "
                 f"{self.max_bytes:,}-byte cap (CODEFORCES_MAX_BYTES)"
             )
+        from urllib3.exceptions import HTTPError  # imported with the fetch, as in _get_json
+
         chunks, size = [], 0
         try:
             # read1() returns what one read of the socket gave, so a server that
@@ -181,7 +188,7 @@ class CodeforcesClient:
                     )
                 chunks.append(chunk)
                 deadline.check()
-        except (urllib3.exceptions.HTTPError, OSError) as exc:
+        except (HTTPError, OSError) as exc:
             deadline.check()
             raise CodeforcesError(
                 f"reading the Codeforces API response from {url} failed: {_reason(exc)}"
@@ -336,6 +343,9 @@ def _is_int(value: object) -> bool:
 
 
 def _timed_out(exc: BaseException) -> bool:
+    import requests
+    from urllib3.exceptions import ConnectTimeoutError, ReadTimeoutError
+
     if isinstance(exc, requests.exceptions.Timeout):
         return True
     reason: object = exc.args[0] if exc.args else None

@@ -166,6 +166,21 @@ def test_manage_py_refuses_a_bad_value_in_one_line(name, value, message):
     assert result.stdout == ""
 
 
+def test_a_copy_that_skips_never_imports_the_http_client():
+    """A skipped tick is most runs of most copies: it loads no HTTP client (issue 11's start-up target)."""
+    script = (
+        "import django, os, sys; os.environ.setdefault('DJANGO_SETTINGS_MODULE', 'config.settings'); "
+        "django.setup(); import contests.jobs, contests.management.commands.sync_contests; "
+        "print('requests' in sys.modules, 'urllib3' in sys.modules)"
+    )
+    env = {name: value for name, value in project_env().items() if name != "DATABASE_URL"}
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "False False\n"
+
+
 def test_an_sql_database_never_imports_the_mongodb_backend():
     """pymongo and django-mongodb-backend cost start-up time: only a MongoDB URL loads them."""
     script = (
