@@ -48,8 +48,9 @@ def reminder_message(*, reminder: Reminder, now: datetime | None = None) -> Emai
     name = " ".join(contest.name.split())  # a header is one line
     start = contest.start_time.astimezone(UTC)
     when = f"{start:%A %d %B %Y, %H:%M} UTC"
+    until = timeuntil(start, now=now).replace("\xa0", " ")  # plain text: plain spaces
     body = (
-        f"{name} starts on {when}, in {timeuntil(start, now=now)}.\n\n"
+        f"{name} starts on {when}, in {until}.\n\n"
         f"Contest page: {contest.url}\n\n"
         f"You get this email because {reminder.user.get_username()} asked for a reminder.\n"
     )
