@@ -40,6 +40,15 @@ class Env(environ.Env):
         except ValueError as exc:
             raise ImproperlyConfigured(f"{var}={value!r}: {EXPECTED.get(cast) or exc}") from None
 
+    def email_url(self, var="EMAIL_URL", default=environ.Env.NOTSET, backend=None) -> dict:
+        """``environ.Env.email_url``, with a bad URL named (its password is not shown)."""
+        try:
+            return super().email_url(var, default=default, backend=backend)
+        except (ValueError, ImproperlyConfigured) as exc:
+            raise ImproperlyConfigured(
+                f"{var}: {exc}; expected e.g. smtp+tls://user:password@host:587 or consolemail://"
+            ) from None
+
     @classmethod
     def parse_value(cls, value, cast):
         if cast is bool:

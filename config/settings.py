@@ -139,6 +139,35 @@ CODEFORCES_MAX_ATTEMPTS = env.int("CODEFORCES_MAX_ATTEMPTS", 3)
 CODEFORCES_BACKOFF = env.float("CODEFORCES_BACKOFF", 2.0)
 CODEFORCES_MAX_BYTES = env.int("CODEFORCES_MAX_BYTES", 20 * 1024 * 1024)
 
+# --- Reminders: the send_reminders job (contests app; docs/reminders.md) --------
+# Every minute by default: delivers each due reminder once, by email.
+SEND_REMINDERS_SCHEDULE = env.str("SEND_REMINDERS_SCHEDULE", "* * * * *")
+SEND_REMINDERS_LOCK_TTL = env.int("SEND_REMINDERS_LOCK_TTL", 120)
+# A run that claims a reminder has this long (seconds, database clock) to send it and
+# record that; afterwards a later run may claim it again. So a crash between sending
+# and recording means at most one resend, this long later. Keep it well above EMAIL_TIMEOUT.
+SEND_REMINDERS_CLAIM_TTL = env.int("SEND_REMINDERS_CLAIM_TTL", 600)
+# Tries (claims) per reminder before it is marked failed for good.
+SEND_REMINDERS_MAX_ATTEMPTS = env.int("SEND_REMINDERS_MAX_ATTEMPTS", 5)
+
+# --- Email (the reminders' delivery; docs/reminders.md) -----------------------
+# EMAIL_URL names the backend and its server, e.g. smtp+tls://user:password@host:587
+# (STARTTLS), smtp+ssl://…:465, smtp://host:25, consolemail://, filemail:// (one file per
+# connection in EMAIL_FILE_PATH), memorymail://. Unset: the console (stdout) with DJANGO_DEBUG=1, else SMTP on localhost:25.
+# EMAIL_BACKEND (a dotted path) overrides the URL's backend; EMAIL_FILE_PATH its directory.
+_email = env.email_url("EMAIL_URL", default="consolemail://" if DEBUG else "smtp://localhost:25")
+EMAIL_BACKEND = env.str("EMAIL_BACKEND", _email["EMAIL_BACKEND"])
+EMAIL_HOST = _email["EMAIL_HOST"] or "localhost"
+EMAIL_PORT = _email["EMAIL_PORT"] or 25
+EMAIL_HOST_USER = _email["EMAIL_HOST_USER"] or ""
+EMAIL_HOST_PASSWORD = _email["EMAIL_HOST_PASSWORD"] or ""
+EMAIL_USE_TLS = _email.get("EMAIL_USE_TLS", False)
+EMAIL_USE_SSL = _email.get("EMAIL_USE_SSL", False)
+EMAIL_FILE_PATH = env.str("EMAIL_FILE_PATH", _email["EMAIL_FILE_PATH"] or str(BASE_DIR / "var" / "mail"))
+# Seconds per SMTP operation; Django's default (none) would let a hung server hold a run.
+EMAIL_TIMEOUT = env.int("EMAIL_TIMEOUT", 10)
+DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", "reminders@localhost")
+
 # django-crontab writes one crontab line per host; the lock makes it run once.
 CRONJOBS = [
     (
@@ -158,7 +187,10 @@ CRONTAB_DJANGO_MANAGE_PATH = str(BASE_DIR / "manage.py")
 # /proc/*/cmdline would see it. `manage.py crontab_env` writes the variables with these
 # prefixes to CRONTAB_ENV_FILE (mode 0600) and the line sources that file. umask 027:
 # the log the line appends to is created 0640. % is escaped: cron turns it into a newline.
-CRONTAB_ENV_PREFIXES = ("DATABASE_URL", "DJANGO_", "CODEFORCES_", "SYNC_", "LOCKS_", "MONGODB_")
+CRONTAB_ENV_PREFIXES = (
+    *("DATABASE_URL", "DJANGO_", "CODEFORCES_", "SYNC_", "LOCKS_", "MONGODB_"),
+    *("SEND_REMINDERS_", "EMAIL_", "DEFAULT_FROM_EMAIL"),
+)
 # A relative DJANGO_CRONTAB_ENV_FILE is under BASE_DIR; an absolute one is used as is.
 CRONTAB_ENV_FILE = BASE_DIR / env.str("DJANGO_CRONTAB_ENV_FILE", "var/crontab.env")
 CRONTAB_COMMAND_PREFIX = f"umask 027; set -a; . {shlex.quote(str(CRONTAB_ENV_FILE))}; set +a;".replace(

@@ -4,21 +4,26 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from django.contrib import admin
-from django.db.models import Case, CharField, Value, When
+from django.contrib import admin, messages
+from django.db.models import Case, CharField, Q, Value, When
 from django.db.models.functions import Now
 from django.http import HttpRequest
 from django.utils.html import format_html
-from django.utils.translation import gettext
+from django.utils.text import Truncator
+from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
 from contests.models import Contest, Reminder
+from contests.reminders import retry_reminders
 from contests.services import SYNCED_FIELDS
 from locks.admin import ReadOnlyAdminMixin
 
 UPCOMING, DUE, STALE = "upcoming", "due", "stale"
 REMINDER_STATES = {UPCOMING: _("upcoming"), DUE: _("due"), STALE: _("stale")}
 REMINDER_COLOURS = {UPCOMING: "#15803d", DUE: "#1d4ed8", STALE: "#6b7280"}
+DELIVERED, PENDING, FAILED = "delivered", "pending", "failed"
+DELIVERY_STATES = {DELIVERED: _("delivered"), PENDING: _("pending"), FAILED: _("failed")}
+DELIVERY_COLOURS = {DELIVERED: "#15803d", PENDING: "#b45309", FAILED: "#b91c1c"}
 
 
 def length(delta: timedelta | None) -> str:
@@ -107,12 +112,26 @@ class ContestAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 
 
 def reminder_state() -> Case:
-    """upcoming / due / stale, by the database clock. Stale is exactly what
-    the sync prunes (``Reminder.objects.stale()``)."""
+    """upcoming / due / stale, by the database clock, for reminders not yet delivered
+    or given up (those have none: their delivery state says it all). Stale is exactly
+    what the sync prunes (``Reminder.objects.stale()``), due exactly what the next
+    send_reminders run sends (``Reminder.objects.due()``)."""
     return Case(
         When(pk__in=Reminder.objects.stale().values("pk"), then=Value(STALE)),
-        When(remind_at__lte=Now(), then=Value(DUE)),
-        default=Value(UPCOMING),
+        When(Q(delivered_at__isnull=False) | Q(failed_at__isnull=False), then=Value(None)),
+        When(remind_at__gt=Now(), then=Value(UPCOMING)),
+        When(pk__in=Reminder.objects.due().values("pk"), then=Value(DUE)),
+        default=Value(None),
+        output_field=CharField(),
+    )
+
+
+def delivery_state() -> Case:
+    """delivered / pending / failed: what send_reminders recorded."""
+    return Case(
+        When(delivered_at__isnull=False, then=Value(DELIVERED)),
+        When(failed_at__isnull=False, then=Value(FAILED)),
+        default=Value(PENDING),
         output_field=CharField(),
     )
 
@@ -120,38 +139,94 @@ def reminder_state() -> Case:
 class ReminderStateFilter(admin.SimpleListFilter):
     title = _("state")
     parameter_name = "state"
+    states = REMINDER_STATES
 
     def lookups(self, request, model_admin):
-        return list(REMINDER_STATES.items())
+        return list(self.states.items())
 
     def queryset(self, request, queryset):
-        if self.value() in REMINDER_STATES:
-            return queryset.filter(state=self.value())
+        if self.value() in self.states:
+            return queryset.filter(**{self.parameter_name: self.value()})
         return queryset
+
+
+class DeliveryFilter(ReminderStateFilter):
+    title = _("delivery")
+    parameter_name = "delivery"
+    states = DELIVERY_STATES
+
+
+def badge(label: str, colour: str) -> str:
+    return format_html(
+        '<span style="display:inline-block;padding:1px 8px;border-radius:9px;color:#fff;'
+        'background:{};font-weight:600">{}</span>',
+        colour,
+        label,
+    )
 
 
 @admin.register(Reminder)
 class ReminderAdmin(admin.ModelAdmin):
     empty_value_display = "—"
-    list_display = ("user", "contest", "remind_at", "reminder_state", "created_at")
+    list_display = (
+        "user",
+        "contest",
+        "remind_at",
+        "reminder_state",
+        "delivery",
+        "attempts",
+        "delivered_at",
+        "short_error",
+        "created_at",
+    )
     list_select_related = ("user", "contest")
-    list_filter = (ReminderStateFilter,)
+    list_filter = (ReminderStateFilter, DeliveryFilter)
     search_fields = ("user__username", "contest__name")
     autocomplete_fields = ("user", "contest")
     date_hierarchy = "remind_at"
-    readonly_fields = ("reminder_state", "created_at")
+    # Delivery is written by send_reminders only (docs/reminders.md).
+    readonly_fields = (
+        "reminder_state",
+        "delivery",
+        "created_at",
+        "delivered_at",
+        "attempts",
+        "last_error",
+        "claimed_until",
+        "claimed_by",
+        "failed_at",
+    )
+    actions = ("retry_delivery",)
 
     def get_queryset(self, request: HttpRequest):
-        return super().get_queryset(request).annotate(state=reminder_state())
+        return super().get_queryset(request).annotate(state=reminder_state(), delivery=delivery_state())
 
     @admin.display(description=_("state"), ordering="state")
     def reminder_state(self, reminder: Reminder) -> str:
         state = getattr(reminder, "state", None)
         if state is None:
             return "—"
-        return format_html(
-            '<span style="display:inline-block;padding:1px 8px;border-radius:9px;color:#fff;'
-            'background:{};font-weight:600">{}</span>',
-            REMINDER_COLOURS[state],
-            REMINDER_STATES[state],
+        return badge(REMINDER_STATES[state], REMINDER_COLOURS[state])
+
+    @admin.display(description=_("delivery"), ordering="delivery")
+    def delivery(self, reminder: Reminder) -> str:
+        state = getattr(reminder, "delivery", None)
+        if state is None:
+            return "—"
+        return badge(DELIVERY_STATES[state], DELIVERY_COLOURS[state])
+
+    @admin.display(description=_("last error"), ordering="last_error")
+    def short_error(self, reminder: Reminder) -> str:
+        return Truncator(reminder.last_error).chars(80) or "—"
+
+    @admin.action(description=_("Retry delivery of the selected failed reminders"), permissions=["change"])
+    def retry_delivery(self, request: HttpRequest, queryset) -> None:
+        count = retry_reminders(
+            reminders=Reminder.objects.filter(pk__in=list(queryset.values_list("pk", flat=True)))
+        )
+        self.message_user(
+            request,
+            ngettext("%(count)d reminder is pending again.", "%(count)d reminders are pending again.", count)
+            % {"count": count},
+            messages.SUCCESS,
         )

@@ -52,6 +52,28 @@ class Contest(models.Model):
 
 
 class ReminderQuerySet(models.QuerySet):
+    def due(self, *, now=None) -> "ReminderQuerySet":
+        """Reminders to send now: their time has come, their contest has not started
+        and was not removed, and they were neither delivered nor given up.
+        (Claimed ones are due too: ``claimable()`` tells which a run may take.)"""
+        now = now or Now()
+        return self.filter(
+            remind_at__lte=now,
+            contest__start_time__gt=now,
+            contest__removed_at__isnull=True,
+            delivered_at__isnull=True,
+            failed_at__isnull=True,
+        )
+
+    def claimable(self) -> "ReminderQuerySet":
+        """Not delivered, not given up, and not claimed by a run right now (by the
+        database clock). Only the reminder's own fields: a claim can filter on it."""
+        return self.filter(
+            Q(claimed_until__isnull=True) | Q(claimed_until__lt=Now()),
+            delivered_at__isnull=True,
+            failed_at__isnull=True,
+        )
+
     def stale(self, *, now=None) -> "ReminderQuerySet":
         """Reminders that can no longer fire: the contest started, finished or was removed."""
         return self.filter(
@@ -66,6 +88,42 @@ class Reminder(models.Model):
     contest = models.ForeignKey(Contest, on_delete=models.CASCADE, related_name="reminders")
     remind_at = models.DateTimeField()
     created_at = models.DateTimeField(auto_now_add=True)
+    # Delivery, written by the send_reminders job only (docs/reminders.md).
+    delivered_at = models.DateTimeField(
+        "delivered at",
+        null=True,
+        blank=True,
+        help_text="When its email was handed to the mail server (database clock); it is never sent again.",
+    )
+    attempts = models.PositiveIntegerField(
+        default=0, help_text="Claims by send_reminders runs so far, each one try to send it."
+    )
+    last_error = models.TextField(
+        "last error",
+        blank=True,
+        default="",
+        help_text="Why the last try did not deliver it; kept after a success.",
+    )
+    claimed_until = models.DateTimeField(
+        "claimed until",
+        null=True,
+        blank=True,
+        help_text="A run is sending it until then (database clock); afterwards a later run may claim it again.",
+    )
+    claimed_by = models.CharField(
+        "claimed by",
+        max_length=200,
+        blank=True,
+        default="",
+        help_text="The run (host:pid:suffix) that claimed it.",
+    )
+    failed_at = models.DateTimeField(
+        "failed at",
+        null=True,
+        blank=True,
+        help_text="When it was given up without a message: every attempt failed, or the user has no email "
+        "address (the last error says which). The admin's retry action clears it.",
+    )
 
     objects = ReminderQuerySet.as_manager()
 

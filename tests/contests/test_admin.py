@@ -9,6 +9,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.html import escape
+from django.utils.text import Truncator
 
 from contests.models import Contest, Platform, Reminder
 from tests.standin import FIXTURE
@@ -260,3 +262,99 @@ def test_reminder_list_runs_a_bounded_number_of_queries(
     assert len(response.context["cl"].result_list) == 100
     with django_assert_max_num_queries(7):
         assert admin_client.get(REMINDERS_URL, {"state": "stale", "q": "user1"}).status_code == 200
+
+
+def test_reminder_delivery_column_and_filter(admin_client, alice):
+    soon = contest(1, start=timedelta(days=2))
+    now = timezone.now()
+    Reminder.objects.bulk_create(
+        [
+            Reminder(
+                user=alice, contest=soon, remind_at=now - timedelta(minutes=9), delivered_at=now, attempts=1
+            ),
+            Reminder(
+                user=alice,
+                contest=soon,
+                remind_at=now - timedelta(minutes=8),
+                failed_at=now,
+                attempts=5,
+                last_error="attempt 5: SMTPRecipientsRefused: {'alice@example.com': (550, b'5.1.1 <alice@example.com>: no such user')}",
+            ),
+            Reminder(
+                user=alice,
+                contest=soon,
+                remind_at=now - timedelta(minutes=7),
+                attempts=1,
+                last_error="attempt 1: SMTPRecipientsRefused: retry me",
+            ),
+            Reminder(user=alice, contest=soon, remind_at=now + timedelta(hours=1)),
+        ]
+    )
+    response = admin_client.get(REMINDERS_URL)
+    found = {(r.attempts, r.delivery, r.state) for r in response.context["cl"].result_list}
+    # Delivered and failed ones have no upcoming/due state: their delivery says it all.
+    assert found == {
+        (1, "delivered", None),
+        (5, "failed", None),
+        (1, "pending", "due"),
+        (0, "pending", "upcoming"),
+    }
+    table = results(response)
+    assert table.count(">delivered</span>") == 1
+    assert table.count(">failed</span>") == 1
+    assert table.count(">pending</span>") == 2
+    assert "attempt 1: SMTPRecipientsRefused: retry me" in table
+    long_error = Reminder.objects.get(attempts=5).last_error
+    assert len(long_error) > 80
+    assert escape(Truncator(long_error).chars(80)) in table
+    assert escape(long_error) not in table
+
+    def attempts(**query):
+        return sorted(r.attempts for r in listed(admin_client, REMINDERS_URL, **query))
+
+    assert attempts(delivery="delivered") == [1]
+    assert attempts(delivery="failed") == [5]
+    assert attempts(delivery="pending") == [0, 1]
+    # "due" is exactly what the next send_reminders run sends.
+    assert attempts(state="due") == [1]
+    assert {r.pk for r in Reminder.objects.due()} == {
+        r.pk for r in listed(admin_client, REMINDERS_URL, state="due")
+    }
+
+
+def test_reminder_delivery_fields_are_read_only(admin_client, alice):
+    target = contest(1843, start=timedelta(days=2))
+    reminder = Reminder.objects.create(user=alice, contest=target, remind_at=timezone.now())
+    page = admin_client.get(reverse("admin:contests_reminder_change", args=[reminder.pk])).content.decode()
+    assert 'name="remind_at_0"' in page
+    for field in ("delivered_at", "attempts", "last_error", "claimed_until", "claimed_by", "failed_at"):
+        assert f'name="{field}"' not in page, field
+        assert f"field-{field}" in page, field
+
+
+def test_the_retry_action_makes_failed_reminders_pending_again(admin_client, alice):
+    soon = contest(1, start=timedelta(days=2))
+    now = timezone.now()
+    failed = Reminder.objects.create(
+        user=alice,
+        contest=soon,
+        remind_at=now - timedelta(minutes=2),
+        failed_at=now,
+        attempts=5,
+        last_error="x",
+    )
+    delivered = Reminder.objects.create(
+        user=alice, contest=soon, remind_at=now - timedelta(minutes=1), delivered_at=now, attempts=1
+    )
+    response = admin_client.post(
+        REMINDERS_URL,
+        {"action": "retry_delivery", "_selected_action": [failed.pk, delivered.pk]},
+        follow=True,
+    )
+    assert response.status_code == 200
+    assert "1 reminder is pending again." in [str(m) for m in response.context["messages"]]
+    failed.refresh_from_db()
+    delivered.refresh_from_db()
+    assert (failed.failed_at, failed.attempts, failed.last_error) == (None, 0, "x")
+    assert list(Reminder.objects.due()) == [failed]
+    assert delivered.delivered_at is not None  # a delivered one is never sent again
