@@ -199,12 +199,16 @@ def test_a_second_job_runs_through_the_same_endpoint(client, second_job):
     assert (body["job"], body["outcome"], body["counts"], body["forced"]) == (
         "record",
         "succeeded",
-        {"recorded": 1},
+        {"recorded": 1, "ttl": 60},
         False,
     )
     assert body["tick"].endswith(":00+00:00") and int(body["tick"][14:16]) % 5 == 0  # */5 * * * *
     run = JobRun.objects.get()
-    assert (run.job_name, run.status, run.stats) == ("record", RunStatus.SUCCEEDED, {"recorded": 1})
+    assert (run.job_name, run.status, run.stats) == (
+        "record",
+        RunStatus.SUCCEEDED,
+        {"recorded": 1, "ttl": 60},
+    )
     assert second_job.calls == 0  # the sync did not run
 
     # Its own tick, its own rate-limit window: the sync is not limited by it.

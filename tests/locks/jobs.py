@@ -15,7 +15,7 @@ class Refused(RuntimeError):
 
 def record(lease) -> dict:
     lease.check()  # before "writing": the lease is still ours
-    return {"recorded": 1}
+    return {"recorded": 1, "ttl": int(lease.ttl.total_seconds())}  # the job's TTL reached the lease
 
 
 def refuse(lease) -> None:
