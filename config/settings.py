@@ -19,6 +19,7 @@ from config.database import (
     is_mongodb,
 )
 from config.env import Env, log_level
+from locks.crontab import cronjobs
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 env = Env()
@@ -143,6 +144,7 @@ CODEFORCES_MAX_BYTES = env.int("CODEFORCES_MAX_BYTES", 20 * 1024 * 1024)
 # Every minute by default: delivers each due reminder once, by email.
 SEND_REMINDERS_SCHEDULE = env.str("SEND_REMINDERS_SCHEDULE", "* * * * *")
 SEND_REMINDERS_LOCK_TTL = env.int("SEND_REMINDERS_LOCK_TTL", 120)
+SEND_REMINDERS_MAX_RUN_TIME = env.int("SEND_REMINDERS_MAX_RUN_TIME", 600)
 # A run that claims a reminder has this long (seconds, database clock) to send it and
 # record that; afterwards a later run may claim it again. So a crash between sending
 # and recording means at most one resend, this long later. Keep it well above EMAIL_TIMEOUT.
@@ -168,16 +170,38 @@ EMAIL_FILE_PATH = env.str("EMAIL_FILE_PATH", _email["EMAIL_FILE_PATH"] or str(BA
 EMAIL_TIMEOUT = env.int("EMAIL_TIMEOUT", 10)
 DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", "reminders@localhost")
 
-# django-crontab writes one crontab line per host; the lock makes it run once.
-CRONJOBS = [
-    (
-        SYNC_CONTESTS_SCHEDULE,
-        "django.core.management.call_command",
-        ["sync_contests"],
-        {"verbosity": 0},  # the log line on stderr is the record
-        f">> {BASE_DIR / 'var' / 'sync_contests.log'} 2>&1",
-    ),
-]
+# Longest the heartbeat keeps one sync's lease alive (seconds).
+SYNC_CONTESTS_MAX_RUN_TIME = env.int("SYNC_CONTESTS_MAX_RUN_TIME", 1800)
+
+# --- Jobs (locks app; docs/jobs.md) ------------------------------------------------
+# Every scheduled job, by name (its lock's name): the one list that django-crontab's
+# CRONJOBS, the admin's summary, `locks status`, /healthz, the HTTP trigger and
+# `manage.py run_job NAME` read. Times in seconds; schedules are cron expressions in UTC.
+LOCKS_JOBS = {
+    "sync_contests": {
+        "schedule": SYNC_CONTESTS_SCHEDULE,
+        "callable": "contests.tasks.sync_contests",
+        "ttl": SYNC_CONTESTS_LOCK_TTL,
+        "max_run_time": SYNC_CONTESTS_MAX_RUN_TIME,
+        # A failed tick is tried again after 1, 5 and 15 minutes (by run_scheduler).
+        "retry": {"delays": [60, 300, 900]},
+        "expected_errors": ["contests.codeforces.CodeforcesError"],
+        "dry_run": "contests.jobs.preview_sync",
+    },
+    "send_reminders": {
+        "schedule": SEND_REMINDERS_SCHEDULE,
+        "callable": "contests.reminder_job.send_reminders",
+        "ttl": SEND_REMINDERS_LOCK_TTL,
+        "max_run_time": SEND_REMINDERS_MAX_RUN_TIME,
+        # A failed minute is tried again once, 20 s later (by run_scheduler).
+        "retry": {"delays": [20]},
+        "expected_errors": ["contests.reminders.ReminderDeliveryError"],
+        "dry_run": "contests.reminder_job.preview_reminders",
+    },
+}
+
+# django-crontab writes one crontab line per job and host; the lock makes each run once.
+CRONJOBS = cronjobs(LOCKS_JOBS, log_dir=BASE_DIR / "var")
 CRONTAB_PYTHON_EXECUTABLE = sys.executable
 CRONTAB_DJANGO_MANAGE_PATH = str(BASE_DIR / "manage.py")
 
@@ -196,12 +220,6 @@ CRONTAB_ENV_FILE = BASE_DIR / env.str("DJANGO_CRONTAB_ENV_FILE", "var/crontab.en
 CRONTAB_COMMAND_PREFIX = f"umask 027; set -a; . {shlex.quote(str(CRONTAB_ENV_FILE))}; set +a;".replace(
     "%", "\\%"
 )
-
-# --- Admin (locks app) -------------------------------------------------------
-# Cron expression of each scheduled job, by lock name: the locks admin shows
-# the next tick from it. Named here because `locks` never imports the apps
-# whose jobs it runs.
-LOCKS_SCHEDULES = {"sync_contests": SYNC_CONTESTS_SCHEDULE}
 
 # --- Admin login: passwords and lockouts (docs/security.md) ---------------------
 AUTH_PASSWORD_VALIDATORS = [

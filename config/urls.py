@@ -5,6 +5,6 @@ from contests.ops import views as ops
 
 urlpatterns = [
     path("admin/", admin.site.urls),
-    path("api/jobs/sync_contests/run", ops.trigger_sync, name="sync-contests-trigger"),
+    path("api/jobs/<str:job>/run", ops.trigger_job, name="job-trigger"),
     path("healthz", ops.healthz, name="healthz"),
 ]

@@ -82,3 +82,44 @@ def current_tick(expression: str, *, now: datetime, window: timedelta) -> dateti
     if upcoming - _utc(now) <= min(window, (upcoming - latest) / 4):
         return upcoming
     return latest
+
+
+class InvalidTick(ValueError):
+    """A tick that is no slot of the schedule, or too far ahead of the database clock."""
+
+
+def check_tick(
+    expression: str, tick: datetime, *, db_now: datetime | None = None, window: timedelta = timedelta(0)
+) -> datetime:
+    """``tick`` in UTC, if a run may claim it: a slot of ``expression``, and, when the
+    database's now is given, at most one period ahead of it (a tick further ahead would
+    make every real tick look already claimed until it arrives).
+
+    Raises ``InvalidTick`` naming the nearest valid slots. ``window`` is the tick
+    window, for naming the slot a run claims now.
+    """
+    tick = _utc(tick)
+    latest_allowed = None
+    if db_now is not None:
+        ahead = period(expression, now=db_now)
+        latest_allowed = db_now + ahead
+        if tick > latest_allowed:
+            latest = slot_at_or_before(expression, now=latest_allowed)
+            claimed = current_tick(expression, now=db_now, window=window)
+            raise InvalidTick(
+                f"tick {tick.isoformat()} is more than one schedule period ({ahead}) ahead of the "
+                f"database clock ({db_now.isoformat(timespec='seconds')}); the latest slot it may name "
+                f"is {latest.isoformat()}, the one a run claims now is {claimed.isoformat()}"
+            )
+    if not is_slot(expression, tick):
+        before = slot_at_or_before(expression, now=tick)
+        after = next_tick(expression, now=tick)
+        nearest = (
+            f"the nearest valid slots are {before.isoformat()} and {after.isoformat()}"
+            if latest_allowed is None or after <= latest_allowed
+            else f"the nearest valid slot is {before.isoformat()} (the next, {after.isoformat()}, is too far ahead)"
+        )
+        raise InvalidTick(
+            f"tick {tick.isoformat()} is not a slot of the schedule {expression!r} (UTC); {nearest}"
+        )
+    return tick

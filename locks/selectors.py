@@ -2,18 +2,36 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 
-from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 from django.db.models import Count, Max
 from django.db.models.functions import Coalesce, Now
-from django.utils.translation import gettext
 
+from locks.clock import database_now
 from locks.models import EXPIRED, FREE, HELD, OVERDUE, STUCK_Q, JobRun, SyncLock
-from locks.schedule import is_valid_expression, next_tick
+from locks.registry import jobs as registered_jobs
+from locks.schedule import next_tick
 
-__all__ = ["EXPIRED", "FREE", "HELD", "OVERDUE", "JobHealth", "LockState", "job_health", "lock_states"]
+# A registered job without a lock row: it creates its lock on its first run.
+NEVER_RUN = "never run"
+
+__all__ = [
+    "EXPIRED",
+    "FREE",
+    "HELD",
+    "NEVER_RUN",
+    "OVERDUE",
+    "JobHealth",
+    "LockState",
+    "database_now",
+    "job_health",
+    "job_states",
+    "jobs_health",
+    "lock_states",
+]
 
 
 @dataclass(frozen=True)
@@ -21,7 +39,7 @@ class LockState:
     job: str
     state: str
     holder: str
-    token: int
+    token: int | None  # None: never run
     locked_until: datetime | None
     heartbeat_at: datetime | None
     tick: datetime | None
@@ -29,7 +47,7 @@ class LockState:
     last_started_at: datetime | None
     last_finished_at: datetime | None
     last_error: str
-    db_now: datetime
+    db_now: datetime | None
 
     def as_json(self) -> dict:
         return {
@@ -41,6 +59,18 @@ class LockState:
 def lock_states() -> list[LockState]:
     """Every lock with its state, in one query."""
     return [_lock_state_of(row) for row in SyncLock.objects.with_state().order_by("job_name")]
+
+
+def job_states() -> list[LockState]:
+    """Every lock, and every job in ``LOCKS_JOBS`` that never ran, by job name; one query."""
+    states = {state.job: state for state in lock_states()}
+    for name in registered_jobs():
+        states.setdefault(name, _never_run(name))
+    return [states[name] for name in sorted(states)]
+
+
+def _never_run(job: str) -> LockState:
+    return LockState(job, NEVER_RUN, "", None, None, None, None, "", None, None, "", None)
 
 
 def _lock_state_of(row: SyncLock) -> LockState:
@@ -78,20 +108,38 @@ class JobHealth:
 
 
 def job_health(*, job: str) -> JobHealth:
-    """Two queries: the lock row and the newest successful run, each with the database's now."""
-    row = SyncLock.objects.for_job(job).with_state().first()
-    lock = _lock_state_of(row) if row is not None else None
-    success = (
-        JobRun.objects.for_job(job)
+    return jobs_health(jobs=[job])[job]
+
+
+def jobs_health(*, jobs: Iterable[str]) -> dict[str, JobHealth]:
+    """Two queries whatever the number of jobs: their lock rows, and each one's newest
+    successful run, each with the database's now."""
+    jobs = list(jobs)
+    locks = {
+        row.job_name: _lock_state_of(row) for row in SyncLock.objects.filter(job_name__in=jobs).with_state()
+    }
+    successes = {
+        row["job_name"]: row
+        for row in JobRun.objects.filter(job_name__in=jobs, finished_at__isnull=False)
         .succeeded()
-        .filter(finished_at__isnull=False)
-        .annotate(db_now=Now())
-        .order_by("-finished_at")
-        .values_list("finished_at", "db_now")
-        .first()
+        .order_by()
+        .values("job_name")
+        .annotate(last_success_at=Max("finished_at"), db_now=Max(Now()))
+    }
+    any_now = next(
+        (row["db_now"] for row in successes.values()),
+        next((lock.db_now for lock in locks.values()), None),
     )
-    last_success_at, db_now = success or (None, lock.db_now if lock else None)
-    return JobHealth(job=job, db_now=db_now, last_success_at=last_success_at, lock=lock)
+    health = {}
+    for job in jobs:
+        success = successes.get(job, {})
+        health[job] = JobHealth(
+            job=job,
+            db_now=success.get("db_now") or any_now,
+            last_success_at=success.get("last_success_at"),
+            lock=locks.get(job),
+        )
+    return health
 
 
 # --- the summary above the admin's list of locks ----------------------------------
@@ -101,8 +149,7 @@ def job_health(*, job: str) -> JobHealth:
 class ScheduledJob:
     job: str
     last_success: datetime | None
-    next_tick: datetime | None
-    error: str = ""
+    next_tick: datetime
 
 
 @dataclass(frozen=True)
@@ -110,35 +157,27 @@ class Summary:
     jobs: list[ScheduledJob]
     stuck: int
     db_now: datetime
+    error: str = ""  # LOCKS_JOBS is invalid: the jobs cannot be listed
 
 
 def lock_summary() -> Summary:
-    """Last success and next tick of each job in ``LOCKS_SCHEDULES``, and the
-    number of stuck locks; one query for the locks and the database's now,
-    plus one per scheduled job."""
+    """Last success and next tick of each job in ``LOCKS_JOBS``, and the number of
+    stuck locks; one query for the locks and the database's now, plus one per job."""
     # An aggregate answers with one row even when there are no locks yet.
     locks = SyncLock.objects.aggregate(stuck=Count("pk", filter=STUCK_Q), db_now=Coalesce(Max(Now()), Now()))
     db_now = locks["db_now"]
+    try:
+        registered = registered_jobs()
+    except ImproperlyConfigured as exc:  # the page still shows the locks, and why no jobs
+        return Summary(jobs=[], stuck=locks["stuck"], db_now=db_now, error=str(exc))
     jobs = []
-    for job, expression in getattr(settings, "LOCKS_SCHEDULES", {}).items():
+    for job in registered.values():
         last = (
-            JobRun.objects.for_job(job)
+            JobRun.objects.for_job(job.name)
             .succeeded()
             .order_by("-started_at")
             .values_list("finished_at", flat=True)
             .first()
         )
-        if not is_valid_expression(expression):
-            error = gettext("schedule %(expression)r is not a valid cron expression") % {
-                "expression": expression
-            }
-            jobs.append(ScheduledJob(job, last, None, error))
-            continue
-        jobs.append(ScheduledJob(job, last, next_tick(expression, now=db_now)))
+        jobs.append(ScheduledJob(job.name, last, next_tick(job.schedule, now=db_now)))
     return Summary(jobs=jobs, stuck=locks["stuck"], db_now=db_now)
-
-
-def database_now() -> datetime:
-    """The database's clock, in one query. An aggregate answers with one row even
-    when the table is empty, so this works before any job has run."""
-    return SyncLock.objects.aggregate(now=Max(Now(), default=Now()))["now"]

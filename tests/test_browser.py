@@ -18,6 +18,7 @@ import unittest
 from datetime import timedelta
 from pathlib import Path
 
+from django.conf import settings
 from django.contrib.admin.models import LogEntry
 from django.contrib.auth import get_user_model
 from django.contrib.staticfiles.testing import StaticLiveServerTestCase
@@ -94,7 +95,7 @@ def chromium_options(profile: str) -> Options:
 @unittest.skipUnless(webdriver is not None and CHROMIUM.exists() and CHROMEDRIVER.exists(), MISSING)
 @override_settings(
     PASSWORD_HASHERS=["django.contrib.auth.hashers.MD5PasswordHasher"],
-    LOCKS_SCHEDULES={"sync_contests": "0 * * * *"},
+    LOCKS_JOBS={"sync_contests": {**settings.LOCKS_JOBS["sync_contests"], "schedule": "0 * * * *"}},
 )
 class ForceReleaseInTheBrowser(StaticLiveServerTestCase):
     host = "127.0.0.1"

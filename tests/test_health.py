@@ -1,4 +1,4 @@
-"""GET /healthz: is the sync keeping up, is the database there, what is the lock doing."""
+"""GET /healthz: is each job keeping up, is the database there, what are the locks doing."""
 
 from __future__ import annotations
 
@@ -12,12 +12,14 @@ from django.core.checks import run_checks
 from django.db.models import DateTimeField, ExpressionWrapper, Value
 from django.db.models.functions import Now
 
-from contests.jobs import JOB_NAME, run_sync_job
+from contests.jobs import JOB_NAME
 from locks.api import acquire
 from locks.models import JobRun, RunStatus
+from locks.registry import run_job
 from locks.schedule import slot_at_or_before
 from locks.selectors import database_now
 from tests.conftest import gunicorn, project_env
+from tests.locks.jobs import RECORD, register, reschedule
 
 URL = "/healthz"
 TOKEN = secrets.token_urlsafe(32)  # HEALTHZ_TOKEN: read-only health details
@@ -31,19 +33,19 @@ def synced(settings, standin, transactional_db):
     """One real, successful sync against the Codeforces stand-in."""
     settings.HEALTHZ_TOKEN = TOKEN
     settings.SYNC_TRIGGER_TOKEN = TRIGGER_TOKEN
-    result = run_sync_job(force=True)
+    result = run_job(name=JOB_NAME, force=True)
     assert result.outcome == "succeeded", result.describe()
     return result
 
 
-def finished_at(moment: datetime) -> int:
+def finished_at(moment: datetime, *, job: str = JOB_NAME) -> int:
     """Set every successful run's end to ``moment``."""
-    return JobRun.objects.filter(status=RunStatus.SUCCEEDED).update(finished_at=moment)
+    return JobRun.objects.filter(job_name=job, status=RunStatus.SUCCEEDED).update(finished_at=moment)
 
 
-def finished_ago(seconds: float) -> int:
+def finished_ago(seconds: float, *, job: str = JOB_NAME) -> int:
     """Move every successful run's end ``seconds`` into the past, on the database clock."""
-    return JobRun.objects.filter(status=RunStatus.SUCCEEDED).update(
+    return JobRun.objects.filter(job_name=job, status=RunStatus.SUCCEEDED).update(
         finished_at=ExpressionWrapper(Now() - Value(timedelta(seconds=seconds)), output_field=DateTimeField())
     )
 
@@ -66,6 +68,18 @@ def test_fresh_after_a_sync(client, synced, django_assert_num_queries):
     assert body["lock"]["last_status"] == "succeeded"
     assert body["lock"]["token"] == synced.token
     assert "no-store" in response["Cache-Control"]
+    # The same, per job: the sync is the only registered job here.
+    [(name, job)] = body["jobs"].items()
+    assert name == JOB_NAME
+    assert job == {"status": "ok", **{key: body[key] for key in job if key != "status"}}
+    assert set(job) == {
+        "status",
+        "schedule",
+        "stale_after",
+        "last_success_at",
+        "last_success_age_seconds",
+        "lock",
+    }
 
 
 @pytest.fixture
@@ -125,7 +139,7 @@ def test_stale_after_two_schedule_periods(client, synced):
 
 
 def test_the_limit_follows_the_schedule(client, synced, settings):
-    settings.SYNC_CONTESTS_SCHEDULE = "*/5 * * * *"
+    reschedule(settings, JOB_NAME, "*/5 * * * *")
     finished_ago(11 * 60)
     response = client.get(URL)
     assert response.status_code == 503
@@ -137,7 +151,7 @@ def test_the_limit_follows_the_schedule(client, synced, settings):
 def test_a_failed_run_after_a_success_does_not_hide_the_success(client, synced, standin, settings):
     settings.CODEFORCES_MAX_ATTEMPTS = 1
     standin.status = 500
-    assert run_sync_job(force=True).outcome == "failed"
+    assert run_job(name=JOB_NAME, force=True).outcome == "failed"
     response = client.get(URL)
     assert response.status_code == 200
     body = response.json()
@@ -265,7 +279,7 @@ def test_two_slots_a_day_fresh_at_1101_after_a_success_at_0900(client, synced, s
     now = database_now()
     nine = (now - timedelta(hours=2, minutes=1)).replace(second=0, microsecond=0)  # "09:00"
     eight = nine - ONE_HOUR
-    settings.SYNC_CONTESTS_SCHEDULE = f"{nine.minute} {eight.hour},{nine.hour} * * *"
+    reschedule(settings, JOB_NAME, f"{nine.minute} {eight.hour},{nine.hour} * * *")
     finished_at(nine + timedelta(seconds=30))
     response = client.get(URL)
     assert response.status_code == 200, response.json()
@@ -279,7 +293,7 @@ def test_weekdays_only_fresh_all_weekend_after_fridays_success(client, synced, s
     friday = (now - timedelta(days=2, hours=1)).replace(second=0, microsecond=0)  # "Friday 09:00"
     saturday, sunday = now - timedelta(days=1), now
     weekdays = sorted(set(range(7)) - {_cron_weekday(saturday), _cron_weekday(sunday)})
-    settings.SYNC_CONTESTS_SCHEDULE = f"{friday.minute} {friday.hour} * * {','.join(map(str, weekdays))}"
+    reschedule(settings, JOB_NAME, f"{friday.minute} {friday.hour} * * {','.join(map(str, weekdays))}")
     finished_at(friday + timedelta(seconds=30))
     response = client.get(URL)
     assert response.status_code == 200, response.json()
@@ -294,3 +308,59 @@ def test_hourly_stale_after_two_hours_and_a_minute(client, synced):
     body = response.json()
     assert body["status"] == "stale"
     assert datetime.fromisoformat(body["stale_after"]) <= database_now()
+
+
+# --- every registered job ---------------------------------------------------------------
+
+
+def test_a_second_job_that_never_ran_makes_the_whole_answer_stale(client, synced, settings):
+    register(settings, record=RECORD)
+    response = client.get(URL)
+    assert response.status_code == 503
+    body = response.json()
+    assert body["status"] == "stale"  # the top level speaks for every job
+    assert (body["job"], body["last_success_at"]) == (JOB_NAME, body["jobs"][JOB_NAME]["last_success_at"])
+    assert body["jobs"][JOB_NAME]["status"] == "ok"
+    assert body["jobs"]["record"] == {
+        "status": "stale",
+        "schedule": "*/5 * * * *",
+        "stale_after": None,
+        "last_success_at": None,
+        "last_success_age_seconds": None,
+        "lock": None,
+    }
+
+
+def test_each_job_is_fresh_by_its_own_schedule(client, synced, settings, django_assert_num_queries):
+    register(settings, record=RECORD)
+    assert run_job(name="record", force=True).outcome == "succeeded"
+    with django_assert_num_queries(2):  # whatever the number of jobs
+        response = client.get(URL)
+    assert response.status_code == 200, response.json()
+    jobs = response.json()["jobs"]
+    assert [jobs[name]["status"] for name in (JOB_NAME, "record")] == ["ok", "ok"]
+    assert jobs["record"]["lock"]["last_status"] == "succeeded"
+    assert "holder" not in jobs["record"]["lock"]
+
+    # Eleven minutes without a success: two of record's five-minute slots, not two hours.
+    finished_ago(11 * 60, job="record")
+    response = client.get(URL)
+    assert response.status_code == 503
+    body = response.json()
+    assert (body["status"], body["jobs"][JOB_NAME]["status"], body["jobs"]["record"]["status"]) == (
+        "stale",
+        "ok",
+        "stale",
+    )
+    trusted = client.get(URL, HTTP_AUTHORIZATION=f"Bearer {TOKEN}").json()
+    assert {"holder", "last_error"} <= set(trusted["jobs"]["record"]["lock"])  # released: both ""
+
+
+def test_without_the_sync_registered_only_the_jobs_are_reported(client, synced, settings):
+    settings.LOCKS_JOBS = {"record": RECORD}
+    run_job(name="record", force=True)
+    response = client.get(URL)
+    assert response.status_code == 200
+    body = response.json()
+    assert set(body) == {"status", "database", "jobs"}
+    assert list(body["jobs"]) == ["record"]

@@ -1,4 +1,4 @@
-"""POST /api/jobs/sync_contests/run: the HTTP trigger for external schedulers."""
+"""POST /api/jobs/<job>/run: the HTTP trigger for external schedulers, for every registered job."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from contests.ops.models import Throttle
 from locks.api import acquire
 from locks.models import JobRun, RunStatus, SyncLock
 from tests.conftest import ROOT, gunicorn, project_env
+from tests.locks.jobs import TEST_JOBS, register
 
 URL = "/api/jobs/sync_contests/run"
 TOKEN = secrets.token_urlsafe(32)
@@ -180,6 +181,68 @@ def test_502_when_codeforces_fails_and_nothing_is_written(client, trigger):
     assert trigger.calls == 1
     assert not Contest.objects.exists()
     assert JobRun.objects.get().status == RunStatus.FAILED
+
+
+# --- every registered job ------------------------------------------------------------
+
+
+@pytest.fixture
+def second_job(trigger, settings):
+    register(settings, **TEST_JOBS)
+    return trigger
+
+
+def test_a_second_job_runs_through_the_same_endpoint(client, second_job):
+    response = client.post("/api/jobs/record/run", REMOTE_ADDR="192.0.2.1", **AUTH)
+    assert response.status_code == 200, response.content
+    body = response.json()
+    assert (body["job"], body["outcome"], body["counts"], body["forced"]) == (
+        "record",
+        "succeeded",
+        {"recorded": 1, "ttl": 60},
+        False,
+    )
+    assert body["tick"].endswith(":00+00:00") and int(body["tick"][14:16]) % 5 == 0  # */5 * * * *
+    run = JobRun.objects.get()
+    assert (run.job_name, run.status, run.stats) == (
+        "record",
+        RunStatus.SUCCEEDED,
+        {"recorded": 1, "ttl": 60},
+    )
+    assert second_job.calls == 0  # the sync did not run
+
+    # Its own tick, its own rate-limit window: the sync is not limited by it.
+    assert client.post("/api/jobs/record/run", REMOTE_ADDR="192.0.2.1", **AUTH).status_code == 429
+    assert post(client, addr="192.0.2.1").status_code == 200
+    assert sorted(Throttle.objects.values_list("key", flat=True)) == [
+        "record:192.0.2.1",
+        f"{JOB_NAME}:192.0.2.1",
+    ]
+
+
+def test_an_expected_failure_of_a_job_is_502(client, second_job):
+    response = client.post("/api/jobs/refuse/run", REMOTE_ADDR="192.0.2.1", **AUTH)
+    assert response.status_code == 502
+    body = response.json()
+    assert (body["job"], body["outcome"], body["error"]) == ("refuse", "failed", "nothing to record today")
+    assert JobRun.objects.get().status == RunStatus.FAILED
+
+
+def test_an_unknown_job_is_404_with_the_registered_names(client, second_job):
+    response = client.post("/api/jobs/nope/run", REMOTE_ADDR="192.0.2.1", **AUTH)
+    assert response.status_code == 404
+    assert response["Content-Type"] == "application/json"
+    assert response.json() == {
+        "error": "no job named 'nope' in LOCKS_JOBS (registered: sync_contests, record, refuse, linger)"
+    }
+    assert not Throttle.objects.exists()
+    assert not SyncLock.objects.exists()
+
+
+def test_an_unknown_job_without_the_token_is_401_and_names_nothing(client, second_job):
+    response = client.post("/api/jobs/nope/run")
+    assert response.status_code == 401
+    assert response.json() == {"error": "authentication required"}
 
 
 # --- rate limit ---------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""``POST /api/jobs/sync_contests/run`` for external schedulers, and ``GET /healthz``."""
+"""``POST /api/jobs/<job>/run`` for external schedulers, and ``GET /healthz``."""
 
 from __future__ import annotations
 
@@ -11,12 +11,12 @@ from django.http import Http404, HttpRequest, HttpResponse, HttpResponsePermanen
 from django.views.decorators.cache import never_cache
 from django.views.decorators.csrf import csrf_exempt
 
-from contests.codeforces import CodeforcesError
-from contests.jobs import JOB_NAME, run_sync_job
+from contests.jobs import JOB_NAME
 from contests.ops.auth import bearer_token_matches, client_address
-from contests.ops.health import sync_health
+from contests.ops.health import Freshness, jobs_freshness
 from contests.ops.throttle import throttle_claim
 from locks.api import LockError, RunResult
+from locks.registry import Job, UnknownJob, get_job, run_job
 
 logger = logging.getLogger(__name__)
 
@@ -25,11 +25,12 @@ FLAG_VALUES = {"1": True, "true": True, "yes": True, "0": False, "false": False,
 
 @csrf_exempt  # a machine endpoint authenticated by its bearer token, not by a session cookie
 @never_cache
-def trigger_sync(request: HttpRequest) -> JsonResponse:
-    """Run the guarded sync for the tick of now (or ``?force=1``), as ``sync_contests`` does."""
+def trigger_job(request: HttpRequest, job: str) -> JsonResponse:
+    """Run the registered ``job`` under its lease for the tick of now (or ``?force=1``),
+    as ``run_job`` does."""
     token = settings.SYNC_TRIGGER_TOKEN
     if not token:
-        raise Http404("The sync trigger is disabled: SYNC_TRIGGER_TOKEN is not set.")
+        raise Http404("The job trigger is disabled: SYNC_TRIGGER_TOKEN is not set.")
     if request.method != "POST":
         response = JsonResponse({"error": f"method {request.method} not allowed; use POST"}, status=405)
         response["Allow"] = "POST"
@@ -39,6 +40,11 @@ def trigger_sync(request: HttpRequest) -> JsonResponse:
         response = JsonResponse({"error": "authentication required"}, status=401)
         response["WWW-Authenticate"] = 'Bearer realm="sync trigger"'
         return response
+    # After the token: only a caller that may run jobs learns which ones exist.
+    try:
+        registered = get_job(job)
+    except UnknownJob as exc:
+        return JsonResponse({"error": exc.args[0]}, status=404)
     force = FLAG_VALUES.get(request.GET.get("force", "").strip().lower())
     if force is None:
         return JsonResponse(
@@ -49,11 +55,11 @@ def trigger_sync(request: HttpRequest) -> JsonResponse:
     address = client_address(request)
     window = timedelta(seconds=settings.SYNC_TRIGGER_RATE_WINDOW)
     try:
-        claim = throttle_claim(key=f"{JOB_NAME}:{address}", window=window)
+        claim = throttle_claim(key=f"{job}:{address}", window=window)
     except DBError as exc:
         reason = f"database unreachable: {_describe(exc)}"
-        logger.warning("job=%s trigger from %s skipped: %s", JOB_NAME, address, reason)
-        return JsonResponse({"job": JOB_NAME, "outcome": "skipped", "reason": reason}, status=503)
+        logger.warning("job=%s trigger from %s skipped: %s", job, address, reason)
+        return JsonResponse({"job": job, "outcome": "skipped", "reason": reason}, status=503)
     if not claim.allowed:
         response = JsonResponse(
             {
@@ -67,21 +73,21 @@ def trigger_sync(request: HttpRequest) -> JsonResponse:
         response["Retry-After"] = str(claim.retry_after)
         return response
 
-    logger.info("job=%s triggered over HTTP by %s%s", JOB_NAME, address, " (forced)" if force else "")
+    logger.info("job=%s triggered over HTTP by %s%s", job, address, " (forced)" if force else "")
     try:
-        result = run_sync_job(force=force)
+        result = run_job(name=job, force=force)
     except LockError as exc:  # the lock table is missing: a deployment without `migrate`
-        return JsonResponse({"job": JOB_NAME, "outcome": "failed", "error": str(exc)}, status=503)
-    return JsonResponse(_run_payload(result), status=_run_status(result))
+        return JsonResponse({"job": job, "outcome": "failed", "error": str(exc)}, status=503)
+    return JsonResponse(_run_payload(result), status=_run_status(result, registered))
 
 
-def _run_status(result: RunResult) -> int:
+def _run_status(result: RunResult, job: Job) -> int:
     if result.outcome == "succeeded":
         return 200
     if result.outcome == "skipped":
         return 409 if result.skip is not None else 503  # no Skip: the database was unreachable
-    if isinstance(result.exception, CodeforcesError):
-        return 502
+    if isinstance(result.exception, job.error_classes()):
+        return 502  # an outside system failed the way the job expects (the sync: Codeforces)
     if isinstance(result.exception, DBError):
         return 503
     return 500  # the lease was lost mid-run, or a bug (logged with its traceback)
@@ -115,7 +121,9 @@ def _run_payload(result: RunResult) -> dict:
 
 @never_cache
 def healthz(request: HttpRequest) -> HttpResponse:
-    """200 until two slots of the schedule passed without a successful sync, then 503.
+    """200 while every job of ``LOCKS_JOBS`` succeeded within two slots of its schedule,
+    else 503. ``jobs`` reports each one; the top-level fields describe the sync, as
+    they always have.
 
     Holder host names and error texts only for a request that carries ``HEALTHZ_TOKEN``.
     """
@@ -130,19 +138,28 @@ def healthz(request: HttpRequest) -> HttpResponse:
         return response
     trusted = bearer_token_matches(request, settings.HEALTHZ_TOKEN)
     try:
-        health = sync_health()
+        freshness = jobs_freshness()
     except DBError as exc:
         body = {"status": "database unreachable", "database": False, "job": JOB_NAME}
         if trusted:
             body["error"] = _describe(exc)
         return JsonResponse(body, status=503)
 
+    fresh = all(job.fresh for job in freshness.values())
+    body = {"status": "ok" if fresh else "stale", "database": True}
+    if JOB_NAME in freshness:  # the fields /healthz had before it reported every job
+        sync = _job_health(freshness[JOB_NAME], trusted=trusted)
+        del sync["status"]  # the top-level status is every job's
+        body.update(job=JOB_NAME, **sync)
+    body["jobs"] = {name: _job_health(job, trusted=trusted) for name, job in freshness.items()}
+    return JsonResponse(body, status=200 if fresh else 503)
+
+
+def _job_health(health: Freshness, *, trusted: bool) -> dict:
     job, lock = health.job, health.job.lock
     age = job.last_success_age
     body = {
         "status": "ok" if health.fresh else "stale",
-        "database": True,
-        "job": job.job,
         "schedule": health.schedule,
         "stale_after": _iso(health.stale_after),
         "last_success_at": _iso(job.last_success_at),
@@ -163,7 +180,7 @@ def healthz(request: HttpRequest) -> HttpResponse:
         if trusted:
             body["lock"]["holder"] = lock.holder
             body["lock"]["last_error"] = lock.last_error
-    return JsonResponse(body, status=200 if health.fresh else 503)
+    return body
 
 
 def _iso(value: datetime | None) -> str | None:

@@ -21,6 +21,7 @@ from django.utils import timezone
 
 from locks import api
 from locks.models import JobRun, RunStatus, SyncLock
+from tests.locks.jobs import RECORD, register, reschedule
 
 pytestmark = pytest.mark.django_db
 
@@ -264,7 +265,7 @@ def test_running_job_shows_how_long_it_has_been_running(admin_client):
 
 
 def test_summary_names_last_success_next_tick_and_stuck_locks(admin_client, settings):
-    settings.LOCKS_SCHEDULES = {"sync_contests": "0 * * * *"}
+    reschedule(settings, "sync_contests", "0 * * * *")
     free("sync_contests")
     JobRun.objects.create(
         job_name="sync_contests",
@@ -305,17 +306,36 @@ def test_summary_names_last_success_next_tick_and_stuck_locks(admin_client, sett
 
 
 def test_summary_without_history(admin_client, settings):
-    settings.LOCKS_SCHEDULES = {"sync_contests": "*/15 * * * *"}
+    reschedule(settings, "sync_contests", "*/15 * * * *")
     line = text(admin_client.get(LIST_URL))
     assert "no successful run on record" in line
     assert "no stuck locks" in line
 
 
 def test_summary_reports_a_bad_schedule_instead_of_failing(admin_client, settings):
-    settings.LOCKS_SCHEDULES = {"sync_contests": "every hour"}
+    reschedule(settings, "sync_contests", "every hour")
+    free("sync_contests")
     response = admin_client.get(LIST_URL)
     assert response.status_code == 200
-    assert "is not a valid cron expression" in text(response)
+    assert (
+        "LOCKS_JOBS[&#x27;sync_contests&#x27;]: schedule &#x27;every hour&#x27; is not a valid cron expression"
+        in (text(response))
+    )
+    assert response.context["lock_summary"].jobs == []
+    assert [lock.job_name for lock in response.context["cl"].result_list] == ["sync_contests"]
+
+
+def test_summary_lists_every_registered_job(admin_client, settings):
+    register(settings, record=RECORD)
+    reschedule(settings, "sync_contests", "0 * * * *")
+    response = admin_client.get(LIST_URL)
+    summary = response.context["lock_summary"]
+    assert [job.job for job in summary.jobs] == ["sync_contests", "record"]
+    record = summary.jobs[1]
+    assert record.next_tick.minute % 5 == 0  # */5 * * * *
+    assert timedelta(0) < record.next_tick - summary.db_now <= timedelta(minutes=5)
+    line = re.sub(r"\s+", " ", re.search(r'<p id="lock-summary".*?</p>', text(response)).group(0))
+    assert "<strong>record</strong>: no successful run on record" in line
 
 
 @pytest.mark.parametrize(
@@ -545,7 +565,7 @@ def test_run_history_filters_and_date_hierarchy(admin_client):
 
 
 def test_locks_list_runs_a_bounded_number_of_queries(admin_client, django_assert_max_num_queries, settings):
-    settings.LOCKS_SCHEDULES = {"sync_contests": "0 * * * *"}
+    reschedule(settings, "sync_contests", "0 * * * *")
     now = timezone.now()
     SyncLock.objects.bulk_create(
         [

@@ -13,6 +13,7 @@ from locks import api
 from locks.models import SyncLock
 from tests.conftest import manage, project_env
 from tests.locks.conftest import TICK
+from tests.locks.jobs import RECORD, register
 
 TTL = timedelta(minutes=5)
 pytestmark = pytest.mark.django_db
@@ -24,8 +25,46 @@ def _call(*args) -> str:
     return out.getvalue()
 
 
-def test_status_without_locks_says_so():
-    assert _call("status") == "No locks yet: a job creates its lock on its first run.\n"
+def test_status_without_locks_or_jobs_says_so(settings):
+    settings.LOCKS_JOBS = {}
+    assert _call("status") == "No locks and no jobs in LOCKS_JOBS: a job creates its lock on its first run.\n"
+
+
+def test_status_lists_registered_jobs_that_never_ran(settings):
+    register(settings, record=RECORD)
+    api.acquire(job="held_job", tick=TICK, ttl=TTL, holder="web-1:42:abc")
+
+    lines = _call("status").splitlines()
+
+    rows = {line.split()[0]: line.split() for line in lines[1:]}
+    assert list(rows) == ["held_job", "record", "sync_contests"]  # by name, locks and jobs alike
+    assert rows["record"] == ["record", "never", "run", "-", "-", "-", "-", "-", "-"]
+    assert rows["sync_contests"][1:3] == ["never", "run"]
+    assert rows["held_job"][1] == "held"
+
+
+def test_status_json_lists_registered_jobs_that_never_ran(settings):
+    register(settings, record=RECORD)
+    api.acquire(job="record", tick=TICK, ttl=TTL, holder="web-1:42:abc")
+
+    entries = {entry["job"]: entry for entry in json.loads(_call("status", "--json"))}
+
+    assert entries["record"]["state"] == "held"
+    assert entries["sync_contests"] == {
+        "job": "sync_contests",
+        "state": "never run",
+        "holder": "",
+        "token": None,
+        "locked_until": None,
+        "heartbeat_at": None,
+        "tick": None,
+        "last_status": "",
+        "last_started_at": None,
+        "last_finished_at": None,
+        "last_error": "",
+        "db_now": None,
+    }
+    assert set(entries["sync_contests"]) == set(entries["record"])  # one shape for both
 
 
 def test_status_lists_each_lock_with_its_state():
@@ -59,7 +98,8 @@ def test_status_lists_each_lock_with_its_state():
     assert rows["stuck_job"][1] == "expired"
 
 
-def test_status_json():
+def test_status_json(settings):
+    settings.LOCKS_JOBS = {}
     api.acquire(job="held_job", tick=TICK, ttl=TTL, holder="web-1:42:abc")
 
     [entry] = json.loads(_call("status", "--json"))

@@ -6,6 +6,8 @@ import pytest
 from django.utils import timezone
 
 from locks.schedule import (
+    InvalidTick,
+    check_tick,
     current_tick,
     is_slot,
     is_valid_expression,
@@ -173,3 +175,39 @@ def test_daily_at_0230_is_0230_utc_on_a_dst_night(berlin, night):
         assert period(daily, now=hour) == timedelta(days=1)
         assert slot_at_or_before(daily, now=hour).time() == slot.time()
     assert next_tick(daily, now=day) == slot
+
+
+# --- check_tick: may a run claim this tick? -------------------------------------------
+
+
+def test_a_slot_is_returned_in_utc():
+    berlin = at(15, 0).astimezone(ZoneInfo("Europe/Berlin"))
+    checked = check_tick(HOURLY, berlin)
+    assert (checked, checked.tzinfo, str(berlin.tzinfo)) == (at(15, 0), UTC, "Europe/Berlin")
+
+
+def test_a_tick_that_is_no_slot_names_the_nearest_slots():
+    with pytest.raises(InvalidTick) as refused:
+        check_tick(HOURLY, at(14, 30))
+    assert isinstance(refused.value, ValueError)
+    assert str(refused.value) == (
+        "tick 2026-11-30T14:30:00+00:00 is not a slot of the schedule '0 * * * *' (UTC); "
+        "the nearest valid slots are 2026-11-30T14:00:00+00:00 and 2026-11-30T15:00:00+00:00"
+    )
+
+
+def test_with_the_database_clock_a_tick_more_than_one_period_ahead_is_refused():
+    db_now = at(14, 57)
+    assert check_tick(HOURLY, at(15, 0), db_now=db_now) == at(15, 0)
+    with pytest.raises(InvalidTick) as refused:
+        check_tick(HOURLY, at(16, 0), db_now=db_now, window=WINDOW)
+    assert str(refused.value) == (
+        "tick 2026-11-30T16:00:00+00:00 is more than one schedule period (1:00:00) ahead of the database "
+        "clock (2026-11-30T14:57:00+00:00); the latest slot it may name is 2026-11-30T15:00:00+00:00, "
+        "the one a run claims now is 2026-11-30T15:00:00+00:00"
+    )
+    with pytest.raises(InvalidTick) as between:
+        check_tick(HOURLY, at(15, 30), db_now=db_now)
+    assert str(between.value).endswith(
+        "the nearest valid slot is 2026-11-30T15:00:00+00:00 (the next, 2026-11-30T16:00:00+00:00, is too far ahead)"
+    )

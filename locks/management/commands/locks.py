@@ -4,7 +4,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import Error as DBError  # DatabaseError and InterfaceError
 
 from locks import api
-from locks.selectors import lock_states
+from locks.selectors import job_states
 
 
 class Command(BaseCommand):
@@ -12,7 +12,9 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser) -> None:
         actions = parser.add_subparsers(dest="action", required=True, metavar="{status,release}")
-        status = actions.add_parser("status", help="List every lock and its state.")
+        status = actions.add_parser(
+            "status", help="List every lock and its state, and the registered jobs that never ran."
+        )
         status.add_argument("--json", action="store_true", help="Print JSON instead of a table.")
         release = actions.add_parser("release", help="Force-release a lock (bumps its fencing token).")
         release.add_argument("job", help="Job name, e.g. sync_contests.")
@@ -27,12 +29,12 @@ class Command(BaseCommand):
             raise CommandError(f"cannot read the locks: {' '.join(str(exc).split())}") from exc
 
     def status(self, *, as_json: bool) -> None:
-        states = lock_states()
+        states = job_states()
         if as_json:
             self.stdout.write(json.dumps([state.as_json() for state in states], indent=2))
             return
         if not states:
-            self.stdout.write("No locks yet: a job creates its lock on its first run.")
+            self.stdout.write("No locks and no jobs in LOCKS_JOBS: a job creates its lock on its first run.")
             return
         header = ("JOB", "STATE", "HOLDER", "TOKEN", "LOCKED UNTIL", "TICK", "LAST RUN", "FINISHED")
         rows = [
@@ -40,7 +42,7 @@ class Command(BaseCommand):
                 s.job,
                 s.state,
                 s.holder or "-",
-                str(s.token),
+                str(s.token) if s.token is not None else "-",
                 _fmt(s.locked_until),
                 _fmt(s.tick),
                 s.last_status or "-",

@@ -1,0 +1,240 @@
+"""LOCKS_JOBS read into the registry: jobs, their defaults and errors, running one, CRONJOBS."""
+
+import json
+import logging
+import os
+import runpy
+import subprocess
+import sys
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from django.conf import settings as django_settings
+from django.core.exceptions import ImproperlyConfigured
+
+from contests import jobs as contest_jobs
+from locks.crontab import cronjobs
+from locks.models import JobRun, SyncLock
+from locks.registry import (
+    InvalidTick,
+    Job,
+    NoDryRun,
+    UnknownJob,
+    checked_tick,
+    get_job,
+    jobs,
+    preview_job,
+    run_job,
+)
+from locks.selectors import database_now
+from tests.conftest import ROOT, project_env
+from tests.locks.conftest import TICK
+from tests.locks.jobs import RECORD, TEST_JOBS, register
+
+SETTINGS = str(ROOT / "config" / "settings.py")
+
+
+def test_the_sync_is_registered_from_its_environment_variables(settings):
+    assert get_job("sync_contests") == Job(
+        name="sync_contests",
+        schedule=settings.SYNC_CONTESTS_SCHEDULE,
+        callable_path="contests.tasks.sync_contests",
+        ttl=timedelta(seconds=settings.SYNC_CONTESTS_LOCK_TTL),
+        max_run_time=timedelta(seconds=settings.SYNC_CONTESTS_MAX_RUN_TIME),
+        retry_delays=(timedelta(minutes=1), timedelta(minutes=5), timedelta(minutes=15)),
+        expected_errors=("contests.codeforces.CodeforcesError",),
+        dry_run_path="contests.jobs.preview_sync",
+    )
+
+
+def test_environment_variables_reach_the_registered_sync(monkeypatch):
+    for name, value in {
+        "SYNC_CONTESTS_SCHEDULE": "15 */2 * * *",
+        "SYNC_CONTESTS_LOCK_TTL": "900",
+        "SYNC_CONTESTS_MAX_RUN_TIME": "3600",
+        "DJANGO_DEBUG": "1",
+    }.items():
+        monkeypatch.setenv(name, value)
+    ns = runpy.run_path(SETTINGS)
+    sync = ns["LOCKS_JOBS"]["sync_contests"]
+    assert (sync["schedule"], sync["ttl"], sync["max_run_time"]) == ("15 */2 * * *", 900, 3600)
+    assert ns["CRONJOBS"] == [
+        (
+            "15 */2 * * *",
+            "django.core.management.call_command",
+            ["run_job", "sync_contests"],
+            {"verbosity": 0},
+            f">> {ROOT / 'var' / 'sync_contests.log'} 2>&1",
+        )
+    ]
+    assert "LOCKS_SCHEDULES" not in ns  # the registry replaced it
+
+
+def test_only_schedule_and_callable_are_required(settings):
+    settings.LOCKS_DEFAULT_TTL = 240
+    register(settings, minimal={"schedule": "0 3 * * *", "callable": "tests.locks.jobs.record"})
+    job = get_job("minimal")
+    assert (job.ttl, job.max_run_time, job.retry_delays) == (timedelta(minutes=4), None, ())
+    assert (job.expected_errors, job.dry_run_path) == ((), None)
+
+
+def test_jobs_keep_the_order_of_the_setting(settings):
+    register(settings, **TEST_JOBS)
+    assert list(jobs()) == ["sync_contests", "record", "refuse", "linger"]
+
+
+def test_an_unknown_job_lists_the_registered_ones(settings):
+    register(settings, record=RECORD)
+    with pytest.raises(UnknownJob) as unknown:
+        get_job("recrod")
+    assert str(unknown.value) == "no job named 'recrod' in LOCKS_JOBS (registered: sync_contests, record)"
+    settings.LOCKS_JOBS = {}
+    with pytest.raises(UnknownJob, match=r"\(registered: none\)"):
+        get_job("sync_contests")
+
+
+def test_an_invalid_setting_is_refused_with_its_first_problem(settings):
+    settings.LOCKS_JOBS = {"a": {"schedule": "every hour", "callable": "x.y", "ttl": 0}}
+    with pytest.raises(ImproperlyConfigured) as refused:
+        jobs()
+    assert str(refused.value) == (
+        "LOCKS_JOBS['a']: schedule 'every hour' is not a valid cron expression. "
+        "(and 1 more: run `python manage.py check`)"
+    )
+    settings.LOCKS_JOBS = [("a", {})]
+    with pytest.raises(ImproperlyConfigured, match=r"^LOCKS_JOBS must be a dict of job name to job settings"):
+        get_job("a")
+
+
+def test_reading_the_registry_imports_nothing(settings):
+    register(settings, later={"schedule": "0 * * * *", "callable": "not_a_module_yet.run"})
+    job = get_job("later")  # the system check (locks.E012) is what refuses it
+    assert job.callable_path == "not_a_module_yet.run"
+    with pytest.raises(ImportError):
+        job.function()
+
+
+# --- running a registered job ---------------------------------------------------------
+
+
+@pytest.fixture
+def registered(settings, transactional_db):
+    register(settings, **TEST_JOBS)
+
+
+def test_run_job_claims_the_current_tick_and_records_the_stats(registered):
+    before = get_job("record").current_tick()
+    result = run_job(name="record")
+    assert (result.outcome, result.stats) == ("succeeded", {"recorded": 1, "ttl": 60})
+    assert result.tick in {before, get_job("record").current_tick()}
+    run = JobRun.objects.get()
+    assert (run.job_name, run.tick, run.stats, run.token) == (
+        "record",
+        result.tick,
+        {"recorded": 1, "ttl": 60},
+        result.token,
+    )
+    assert run_job(name="record", tick=result.tick).outcome == "skipped"  # that slot succeeded
+
+
+def test_force_claims_no_tick(registered):
+    assert run_job(name="record", tick=TICK).outcome == "succeeded"
+    result = run_job(name="record", force=True)
+    assert (result.outcome, result.tick) == ("succeeded", None)
+    assert SyncLock.objects.get(job_name="record").tick == TICK  # the claimed slot stays
+    assert list(JobRun.objects.order_by("started_at").values_list("tick", flat=True)) == [TICK, None]
+
+
+def test_an_expected_error_is_a_failure_without_a_traceback(registered, caplog):
+    caplog.set_level(logging.INFO, logger="locks")
+    result = run_job(name="refuse", force=True)
+    assert (result.outcome, result.error) == ("failed", "nothing to record today")
+    [record] = [r for r in caplog.records if r.name == "locks.api"]
+    assert record.levelno == logging.ERROR and record.exc_info is None
+    assert JobRun.objects.get().error == "nothing to record today"
+
+
+def test_an_explicit_tick_must_be_a_slot(registered):
+    with pytest.raises(InvalidTick) as refused:
+        run_job(name="record", tick=TICK + timedelta(minutes=2))
+    assert str(refused.value) == (
+        "tick 2026-11-30T14:02:00+00:00 is not a slot of the schedule '*/5 * * * *' (UTC); "
+        "the nearest valid slots are 2026-11-30T14:00:00+00:00 and 2026-11-30T14:05:00+00:00"
+    )
+    with pytest.raises(InvalidTick, match=r"^force and tick exclude each other"):
+        run_job(name="record", tick=TICK, force=True)
+    assert not SyncLock.objects.exists()
+
+
+def test_the_tick_check_says_what_the_sync_command_says(registered):
+    """contests.jobs.checked_tick's messages, word for word: sync_contests can become run_job."""
+    sync = get_job("sync_contests")
+    upcoming = sync.current_tick(now=database_now()) + timedelta(hours=1)
+    for tick in (
+        TICK,
+        TICK + timedelta(minutes=30),
+        upcoming + timedelta(minutes=30),
+        upcoming + timedelta(days=40),
+    ):
+        try:
+            expected = contest_jobs.checked_tick(tick)
+        except contest_jobs.InvalidTick as exc:
+            expected = str(exc)
+        try:
+            got = checked_tick(sync, tick)
+        except InvalidTick as exc:
+            got = str(exc)
+        assert got == expected
+
+
+def test_the_dry_run_callable_is_the_preview(registered):
+    assert preview_job(name="record") == {"would_record": 1}
+    with pytest.raises(
+        NoDryRun, match=r"^job 'linger' has no dry run \(no 'dry_run' in its LOCKS_JOBS entry\)$"
+    ):
+        preview_job(name="linger")
+    assert not JobRun.objects.exists()
+
+
+# --- CRONJOBS: one line per job ---------------------------------------------------------
+
+
+def test_the_settings_build_cronjobs_from_the_registry():
+    assert cronjobs(django_settings.LOCKS_JOBS, log_dir=ROOT / "var") == django_settings.CRONJOBS
+
+
+def test_one_cron_line_per_registered_job(tmp_path):
+    log_dir = tmp_path / "a 100% odd dir"
+    lines = cronjobs({**TEST_JOBS, "broken": "not a dict"}, log_dir=log_dir)
+    assert [line[2] for line in lines] == [
+        ["run_job", "record"],
+        ["run_job", "refuse"],
+        ["run_job", "linger"],
+    ]
+    schedule, function, _args, kwargs, suffix = lines[0]
+    assert (schedule, function, kwargs) == (
+        "*/5 * * * *",
+        "django.core.management.call_command",
+        {"verbosity": 0},
+    )
+    # Shell-quoted, with cron's % escaped.
+    assert suffix == f">> '{log_dir}/record.log' 2>&1".replace("%", "\\%")
+
+
+def test_a_project_with_two_jobs_has_two_cron_lines(transactional_db):
+    """The settings a deployment would have: the sync and the test jobs, read in a new process."""
+    code = "import django, json; django.setup(); from django.conf import settings; print(json.dumps(settings.CRONJOBS))"
+    env = {**project_env(), "DJANGO_SETTINGS_MODULE": "tests.locks.settings"}
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+    lines = json.loads(proc.stdout)
+    assert [(line[0], line[2]) for line in lines] == [
+        (os.environ.get("SYNC_CONTESTS_SCHEDULE", "0 * * * *"), ["run_job", "sync_contests"]),
+        ("*/5 * * * *", ["run_job", "record"]),
+        ("*/5 * * * *", ["run_job", "refuse"]),
+        ("*/5 * * * *", ["run_job", "linger"]),
+    ]
+    assert lines[1][4] == f">> {Path(ROOT) / 'var' / 'record.log'} 2>&1"

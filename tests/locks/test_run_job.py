@@ -1,0 +1,149 @@
+"""`manage.py run_job NAME` as real processes: any registered job, sync_contests' exit codes."""
+
+import signal
+import socket
+import time
+
+import pytest
+
+from locks.models import JobRun, SyncLock
+from tests.conftest import manage, project_env, spawn
+
+TICK = "2026-11-30T14:00:00+00:00"
+REGISTERED = "sync_contests, record, refuse, linger"
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def env(db_url, standin):
+    """The project with the test jobs of tests/locks/jobs.py registered beside the sync."""
+    return project_env(
+        DATABASE_URL=db_url, CODEFORCES_API_URL=standin.url, DJANGO_SETTINGS_MODULE="tests.locks.settings"
+    )
+
+
+def test_a_registered_job_runs_once_per_tick(env):
+    procs = [spawn(["manage.py", "run_job", "record", "--tick", TICK], env=env) for _ in range(4)]
+    outputs = [proc.communicate(timeout=120) for proc in procs]
+
+    assert [proc.returncode for proc in procs] == [0] * 4, outputs
+    outcomes = sorted(out.split(" outcome=")[1].split()[0] for out, _err in outputs)
+    assert outcomes == ["skipped"] * 3 + ["succeeded"]
+    [succeeded] = [out for out, _err in outputs if "outcome=succeeded" in out]
+    assert succeeded.startswith(f"job=record tick={TICK} holder=")
+    assert " recorded=1 ttl=60 " in succeeded
+    run = JobRun.objects.get()
+    assert (run.job_name, run.status, run.stats, run.tick.isoformat()) == (
+        "record",
+        "succeeded",
+        {"recorded": 1, "ttl": 60},
+        TICK,
+    )
+
+
+def test_the_sync_runs_through_run_job(env, standin):
+    proc = manage("run_job", "sync_contests", "--tick", TICK, env=env)
+
+    assert proc.returncode == 0, proc.stderr
+    assert f"job=sync_contests tick={TICK} " in proc.stdout
+    assert "outcome=succeeded" in proc.stdout and "created=1758" in proc.stdout
+    assert standin.calls == 1
+
+
+def test_a_failed_run_exits_1_with_one_error_line_and_no_traceback(env):
+    proc = manage("run_job", "refuse", "--force", env=env)
+
+    assert proc.returncode == 1, proc.stderr
+    assert "Traceback" not in proc.stderr + proc.stdout
+    [error] = [line for line in proc.stderr.splitlines() if " ERROR " in line]
+    assert " ERROR locks.api job=refuse tick=forced holder=" in error
+    assert "outcome=failed" in error and "error=nothing to record today" in error
+    assert SyncLock.objects.get(job_name="refuse").locked_until is None  # released
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["nope"], f"CommandError: no job named 'nope' in LOCKS_JOBS (registered: {REGISTERED})"),
+        (["record", "--force", "--tick", TICK], "CommandError: --force and --tick exclude each other"),
+        (["record", "--tick", "noon"], "argument --tick: 'noon' is not an ISO 8601 date-time"),
+        ([], "the following arguments are required: job"),
+        (
+            ["record", "--tick", "2026-11-30T14:02:00+00:00"],
+            "CommandError: --tick: tick 2026-11-30T14:02:00+00:00 is not a slot of the schedule '*/5 * * * *' "
+            "(UTC); the nearest valid slots are 2026-11-30T14:00:00+00:00 and 2026-11-30T14:05:00+00:00",
+        ),
+        (
+            ["record", "--tick", "2062-12-01T08:00:00+00:00"],
+            "CommandError: --tick: tick 2062-12-01T08:00:00+00:00 is more than one schedule period (0:05:00) "
+            "ahead of the database clock (",
+        ),
+        (
+            ["record", "--dry-run", "--tick", "2026-11-30T14:02:00+00:00"],
+            "CommandError: --tick: tick 2026-11-30T14:02:00+00:00 is not a slot",
+        ),
+        (
+            ["linger", "--dry-run"],
+            "CommandError: --dry-run: job 'linger' has no dry run (no 'dry_run' in its LOCKS_JOBS entry)",
+        ),
+    ],
+)
+def test_bad_arguments_exit_2_clearly_and_change_nothing(env, standin, args, message):
+    proc = manage("run_job", *args, env=env)
+
+    assert proc.returncode == 2, proc.stderr
+    assert message in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert standin.calls == 0
+    assert not SyncLock.objects.exists()
+    assert not JobRun.objects.exists()
+
+
+def test_dry_run_shows_the_preview_and_takes_no_lock(env, standin):
+    record = manage("run_job", "record", "--dry-run", env=env)
+    sync = manage("run_job", "sync_contests", "--dry-run", env=env)
+
+    assert record.returncode == 0, record.stderr
+    assert record.stdout.strip() == "dry run, nothing written: would_record=1"
+    assert sync.returncode == 0, sync.stderr
+    assert sync.stdout.strip() == (
+        "dry run, nothing written: fetched=1758 created=1758 updated=0 unchanged=0 invalid=0 removed=0 pruned=0"
+    )
+    assert not SyncLock.objects.exists()
+    assert not JobRun.objects.exists()
+
+
+def test_an_unreachable_database_skips_with_one_warning():
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))  # held, never listened on
+        url = f"postgres://nobody@127.0.0.1:{closed.getsockname()[1]}/contests"
+        proc = manage(
+            "run_job",
+            "record",
+            "--tick",
+            TICK,
+            env=project_env(DATABASE_URL=url, DJANGO_SETTINGS_MODULE="tests.locks.settings"),
+        )
+
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr
+    [warning] = [line for line in proc.stderr.splitlines() if " WARNING " in line]
+    assert f"job=record tick={TICK} " in warning
+    assert "outcome=skipped reason=database unreachable: OperationalError:" in warning
+    assert " ERROR " not in proc.stderr
+
+
+def test_sigterm_mid_run_records_the_run_and_releases_the_lease(env):
+    proc = spawn(["manage.py", "run_job", "linger", "--tick", TICK], env=env)
+    deadline = time.monotonic() + 60
+    while not JobRun.objects.filter(job_name="linger").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    _out, err = proc.communicate(timeout=60)
+
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert "Traceback" not in err
+    assert "outcome=failed" in err and "error=interrupted: SystemExit: 143" in err
+    lock = SyncLock.objects.get(job_name="linger")
+    assert (lock.locked_until, lock.last_status) == (None, "failed")
+    assert JobRun.objects.get().status == "failed"
