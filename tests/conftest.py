@@ -20,6 +20,14 @@ from tests.standin import Standin, serve
 ROOT = Path(__file__).resolve().parent.parent
 
 
+@pytest.fixture(autouse=True)
+def only_the_sync_is_registered(settings) -> None:
+    """In-process tests see one registered job, the sync, and register more where they
+    need them (tests.locks.jobs.register); tests/locks/test_registry.py checks that the
+    project's own LOCKS_JOBS has both jobs. Processes a test starts use the real setting."""
+    settings.LOCKS_JOBS = {"sync_contests": settings.LOCKS_JOBS["sync_contests"]}
+
+
 @pytest.fixture
 def standin(settings) -> Iterator[Standin]:
     """A local Codeforces API serving the bundled real contest list."""

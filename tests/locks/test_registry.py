@@ -10,9 +10,9 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from django.conf import settings as django_settings
 from django.core.exceptions import ImproperlyConfigured
 
+from config import settings as project  # the module: what the tests' overrides leave alone
 from contests import jobs as contest_jobs
 from locks.crontab import cronjobs
 from locks.models import JobRun, SyncLock
@@ -33,6 +33,19 @@ from tests.locks.conftest import TICK
 from tests.locks.jobs import RECORD, TEST_JOBS, register
 
 SETTINGS = str(ROOT / "config" / "settings.py")
+
+
+def test_the_project_registers_the_sync_and_the_reminders():
+    assert list(project.LOCKS_JOBS) == ["sync_contests", "send_reminders"]
+    assert project.LOCKS_JOBS["send_reminders"] == {
+        "schedule": project.SEND_REMINDERS_SCHEDULE,
+        "callable": "contests.reminder_job.send_reminders",
+        "ttl": project.SEND_REMINDERS_LOCK_TTL,
+        "max_run_time": project.SEND_REMINDERS_MAX_RUN_TIME,
+        "retry": {"delays": [20]},
+        "expected_errors": ["contests.reminders.ReminderDeliveryError"],
+        "dry_run": "contests.reminder_job.preview_reminders",
+    }
 
 
 def test_the_sync_is_registered_from_its_environment_variables(settings):
@@ -59,7 +72,7 @@ def test_environment_variables_reach_the_registered_sync(monkeypatch):
     ns = runpy.run_path(SETTINGS)
     sync = ns["LOCKS_JOBS"]["sync_contests"]
     assert (sync["schedule"], sync["ttl"], sync["max_run_time"]) == ("15 */2 * * *", 900, 3600)
-    assert ns["CRONJOBS"] == [
+    assert ns["CRONJOBS"][:1] == [
         (
             "15 */2 * * *",
             "django.core.management.call_command",
@@ -201,7 +214,11 @@ def test_the_dry_run_callable_is_the_preview(registered):
 
 
 def test_the_settings_build_cronjobs_from_the_registry():
-    assert cronjobs(django_settings.LOCKS_JOBS, log_dir=ROOT / "var") == django_settings.CRONJOBS
+    assert cronjobs(project.LOCKS_JOBS, log_dir=ROOT / "var") == project.CRONJOBS
+    assert [line[2] for line in project.CRONJOBS] == [
+        ["run_job", "sync_contests"],
+        ["run_job", "send_reminders"],
+    ]
 
 
 def test_one_cron_line_per_registered_job(tmp_path):
@@ -233,8 +250,9 @@ def test_a_project_with_two_jobs_has_two_cron_lines(transactional_db):
     lines = json.loads(proc.stdout)
     assert [(line[0], line[2]) for line in lines] == [
         (os.environ.get("SYNC_CONTESTS_SCHEDULE", "0 * * * *"), ["run_job", "sync_contests"]),
+        (os.environ.get("SEND_REMINDERS_SCHEDULE", "* * * * *"), ["run_job", "send_reminders"]),
         ("*/5 * * * *", ["run_job", "record"]),
         ("*/5 * * * *", ["run_job", "refuse"]),
         ("*/5 * * * *", ["run_job", "linger"]),
     ]
-    assert lines[1][4] == f">> {Path(ROOT) / 'var' / 'record.log'} 2>&1"
+    assert lines[2][4] == f">> {Path(ROOT) / 'var' / 'record.log'} 2>&1"
