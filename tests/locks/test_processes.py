@@ -28,7 +28,7 @@ def test_sixteen_processes_one_tick_exactly_one_acquires(contenders):
     # Every loser says why: held by the winner, or (if it lost after the release) the tick is claimed.
     for loser in losers:
         assert loser["reason"].startswith(
-            (f"held by {holder} until ", f"tick {TICK.isoformat()} already claimed by {holder}")
+            (f"held by {holder} until ", f"tick {TICK.isoformat()} already done by {holder}")
         ), loser
     lock = SyncLock.objects.get(job_name="race")
     assert (lock.token, lock.holder, lock.locked_until, lock.last_status) == (1, "", None, "succeeded")
@@ -38,7 +38,7 @@ def test_sixteen_processes_one_tick_exactly_one_acquires(contenders):
     contenders.start(1, "--job", "race", "--tick", TICK.isoformat())
     [late] = contenders.results()
     assert (late["outcome"], late["skip"]) == ("skipped", "tick_claimed")
-    assert late["reason"] == f"tick {TICK.isoformat()} already claimed by {holder}"
+    assert late["reason"] == f"tick {TICK.isoformat()} already done by {holder}"
     assert JobRun.objects.filter(job_name="race").count() == 1
 
 

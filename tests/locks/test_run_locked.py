@@ -80,7 +80,7 @@ def test_a_lease_taken_over_inside_the_job_is_recorded_as_lost_lock():
     result = api.run_locked(job="job", tick=TICK, ttl=TTL, fn=job)
 
     assert result.outcome == "lost_lock"
-    assert "taken over or released" in result.error
+    assert result.error == "lease on job (token 1) was taken over, released or expired"
     run = JobRun.objects.get()
     assert run.status == "lost_lock"
     lock = SyncLock.objects.get()
@@ -117,7 +117,7 @@ def test_the_heartbeat_marks_a_taken_over_lease_lost():
     result = api.run_locked(job="job", tick=TICK, ttl=ttl, fn=job)
 
     assert result.outcome == "lost_lock"
-    assert result.error == "lease on job (token 1) was taken over or released"
+    assert result.error == "lease on job (token 1) was taken over, released or expired"
     assert JobRun.objects.get().status == "lost_lock"
 
 
