@@ -379,8 +379,8 @@ def force_release(*, job: str, expected_token: int | None = None, by: str = "") 
             raise UnknownJob(f"no lock named {job!r} (known jobs: {known})")
         holder, token = row["holder"], row["token"]
         if expected_token is not None and token != expected_token:
-            now = f"held by {holder}" if row["state"] in {HELD, OVERDUE} else _not_held(row)
-            detail = f"lease on {job} is now token {token} {now}; nothing released"
+            now = f" held by {holder}" if row["state"] in {HELD, OVERDUE} else f", not held {_not_held(row)}"
+            detail = f"lease on {job} is now token {token}{now}; nothing released"
             return ForcedRelease(job, holder, token, False, token, detail)
         if row["state"] not in {HELD, OVERDUE}:
             detail = (

@@ -227,3 +227,18 @@ def test_release_token_must_be_a_number_exit_2(db_url):
 
     assert proc.returncode == 2
     assert "argument --token: invalid int value: 'abc'" in proc.stderr
+
+
+def test_release_with_a_token_whose_successor_already_finished_says_so():
+    old = api.acquire(job="sync_contests", tick=TICK, ttl=TTL, holder="web-1:42:abc")
+    api.release(lease=old, status="failed")
+    retry = api.acquire(job="sync_contests", tick=TICK, ttl=TTL, holder="web-2:7:def")
+    api.release(lease=retry, status="succeeded")
+
+    with pytest.raises(CommandError) as refused:
+        _call("release", "sync_contests", "--token", str(old.token))
+
+    assert str(refused.value) == (
+        "lease on sync_contests is now token 2, not held (finished as succeeded); nothing released"
+    )
+    assert SyncLock.objects.get().last_status == "succeeded"
