@@ -198,6 +198,18 @@ def test_no_button_for_a_lock_nobody_holds(admin_client):
     assert 'id="force-release"' not in admin_client.get(detail_url()).content.decode()
 
 
+def test_no_button_for_an_expired_lock_and_releasing_it_changes_nothing(admin_client):
+    lease = expired()  # already free for the next run
+    assert 'id="force-release"' not in admin_client.get(detail_url()).content.decode()
+
+    response = admin_client.post(release_url(), follow=True)
+
+    assert "is not held any more (its lease expired at " in text(response)
+    lock = SyncLock.objects.get()
+    assert (lock.token, lock.last_status, lock.holder) == (lease.token, RunStatus.RUNNING, HOLDER)
+    assert not LogEntry.objects.exists()
+
+
 # --- state and relative time, from the database clock ---------------------------------
 
 
