@@ -321,7 +321,7 @@ def markdown(results: dict, *, plot_name: str) -> str:
                 "|---|---:|---:|---:|---|",
             ]
             for who, label in (
-                ("command", "`manage.py sync_contests`, tick already claimed"),
+                ("command", "`manage.py sync_contests`, tick already done"),
                 ("bare", "bare Django: `django.setup()` (bench/minimal_settings.py) and one query"),
             ):
                 found = skip[who]

@@ -148,7 +148,7 @@ def skip(backend: Backend, *, runs: int) -> dict:
         command(backend, api)  # claims this hour's tick, and syncs
         while len(skipped) < runs:
             run = command(backend, api)
-            if "already claimed" not in run["output"]:
+            if "already done" not in run["output"]:
                 # The hour turned and this run claimed the new slot: measure again from here.
                 turned += 1
                 if turned > 1:

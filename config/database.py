@@ -16,7 +16,8 @@ from django.core.exceptions import ImproperlyConfigured
 
 # Seconds to wait for a connection before a tick is skipped (docs/architecture.md, The lock).
 CONNECT_TIMEOUT = 5
-# Seconds an SQLite writer waits for another process's write transaction.
+# Seconds an SQLite writer waits for another process's write transaction
+# (``?timeout=S`` in DATABASE_URL overrides it).
 SQLITE_BUSY_TIMEOUT = 30
 # Seconds a MongoDB operation may wait on a silent peer before it fails.
 MONGODB_SOCKET_TIMEOUT = 30
@@ -49,15 +50,23 @@ def _sqlite(config: dict, *, base_dir: Path) -> dict:
     if not name.is_absolute():
         name = base_dir / name
     config["NAME"] = str(name)
+    # ``?timeout=S`` in the URL sets the busy timeout (seconds); other options are not taken.
+    given = (config.get("OPTIONS") or {}).get("timeout", SQLITE_BUSY_TIMEOUT)
+    try:
+        timeout = float(given)
+    except ValueError:
+        timeout = 0.0
+    if not timeout > 0:  # also NaN
+        raise ImproperlyConfigured(
+            f"DATABASE_URL sets timeout={given}: the SQLite busy timeout is a positive number of seconds"
+        )
     config["OPTIONS"] = {
         # BEGIN IMMEDIATE takes the write lock up front: two writers never
         # deadlock on a read-to-write upgrade, they queue on the busy timeout.
         "transaction_mode": "IMMEDIATE",
-        "timeout": SQLITE_BUSY_TIMEOUT,
+        "timeout": timeout,
         "init_command": (
-            "PRAGMA journal_mode=WAL;"
-            "PRAGMA synchronous=NORMAL;"
-            f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT * 1000};"
+            f"PRAGMA journal_mode=WAL;PRAGMA synchronous=NORMAL;PRAGMA busy_timeout={round(timeout * 1000)};"
         ),
     }
     config["TEST"] = {"NAME": str(name.with_name(f"test_{name.name}"))}

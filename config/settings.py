@@ -126,6 +126,8 @@ LOCKS_TICK_WINDOW = env.int("LOCKS_TICK_WINDOW", 300)
 # --- The sync (contests app) ----------------------------------------------
 SYNC_CONTESTS_SCHEDULE = env.str("SYNC_CONTESTS_SCHEDULE", "0 * * * *")
 SYNC_CONTESTS_LOCK_TTL = env.int("SYNC_CONTESTS_LOCK_TTL", 600)
+# A sync running longer (seconds) stops renewing its lease and ends lost_lock.
+SYNC_CONTESTS_MAX_RUN_TIME = env.int("SYNC_CONTESTS_MAX_RUN_TIME", 1800)
 CODEFORCES_API_URL = env.str("CODEFORCES_API_URL", "https://codeforces.com/api")
 # (connect, read) seconds per request.
 CODEFORCES_TIMEOUT = (

@@ -11,8 +11,7 @@ from django.utils import timezone
 from contests.codeforces import CodeforcesClient, CodeforcesError
 from contests.services import sync_codeforces_contests
 from locks import schedule
-from locks.api import RunResult, run_locked
-from locks.selectors import database_now
+from locks.api import RunResult, Skip, run_locked
 
 logger = logging.getLogger(__name__)
 
@@ -20,7 +19,7 @@ JOB_NAME = "sync_contests"
 
 
 class InvalidTick(ValueError):
-    """A ``--tick`` that is no slot of the schedule, or too far ahead."""
+    """A ``--tick`` that is no slot of the schedule."""
 
 
 def current_tick(*, now: datetime | None = None) -> datetime:
@@ -33,36 +32,30 @@ def current_tick(*, now: datetime | None = None) -> datetime:
 
 
 def checked_tick(tick: datetime) -> datetime:
-    """``tick`` in UTC, if a run may claim it: a slot of the schedule, at most one
-    period ahead of the database clock (a tick further ahead would make every real
-    tick look already claimed until it arrives).
-
-    Raises ``InvalidTick`` naming the nearest valid slots, or ``DatabaseError``
-    when the database clock cannot be read.
-    """
+    """``tick`` in UTC, if it is a slot of the schedule; else ``InvalidTick``
+    naming the nearest slots. How far ahead it may lie is the lock's to judge,
+    on the database clock (``run_sync_job``'s horizon; ``tick_ahead_message``)."""
     expression = settings.SYNC_CONTESTS_SCHEDULE
     tick = tick.astimezone(UTC)
-    db_now = database_now()
-    ahead = schedule.period(expression, now=db_now)
-    if tick > db_now + ahead:
-        latest = schedule.slot_at_or_before(expression, now=db_now + ahead)
-        raise InvalidTick(
-            f"tick {tick.isoformat()} is more than one schedule period ({ahead}) ahead of the "
-            f"database clock ({db_now.isoformat(timespec='seconds')}); the latest slot it may name "
-            f"is {latest.isoformat()}, the one a run claims now is {current_tick(now=db_now).isoformat()}"
-        )
     if not schedule.is_slot(expression, tick):
         before = schedule.slot_at_or_before(expression, now=tick)
         after = schedule.next_tick(expression, now=tick)
-        nearest = (
-            f"the nearest valid slots are {before.isoformat()} and {after.isoformat()}"
-            if after <= db_now + ahead
-            else f"the nearest valid slot is {before.isoformat()} (the next, {after.isoformat()}, is too far ahead)"
-        )
         raise InvalidTick(
-            f"tick {tick.isoformat()} is not a slot of the schedule {expression!r} (UTC); {nearest}"
+            f"tick {tick.isoformat()} is not a slot of the schedule {expression!r} (UTC); "
+            f"the nearest valid slots are {before.isoformat()} and {after.isoformat()}"
         )
     return tick
+
+
+def tick_ahead_message(skip: Skip) -> str:
+    """Why a tick was refused as too far ahead, with the slots a run may name."""
+    db_now = skip.db_now
+    latest = schedule.slot_at_or_before(settings.SYNC_CONTESTS_SCHEDULE, now=db_now + skip.horizon)
+    return (
+        f"tick {skip.tick.isoformat()} is more than one schedule period ({skip.horizon}) ahead of the "
+        f"database clock ({db_now.isoformat(timespec='seconds')}); the latest slot it may name "
+        f"is {latest.isoformat()}, the one a run claims now is {current_tick(now=db_now).isoformat()}"
+    )
 
 
 def run_sync_job(
@@ -71,16 +64,22 @@ def run_sync_job(
     force: bool = False,
     client: CodeforcesClient | None = None,
 ) -> RunResult:
-    """One scheduled (or forced) run: at most one per tick across every host.
+    """One scheduled (or forced) run: at most one success per tick across every host.
 
-    ``force`` ignores the tick (a manual run) but still needs the lease.
+    ``force`` ignores the tick (a manual run) but still needs the lease. A tick
+    more than one period of the schedule ahead of the database clock is refused.
     """
     client = client or CodeforcesClient()
-    tick = None if force else (tick or current_tick())
+    now = timezone.now()
+    tick = None if force else (tick or current_tick(now=now))
     return run_locked(
         job=JOB_NAME,
         tick=tick,
         ttl=timedelta(seconds=settings.SYNC_CONTESTS_LOCK_TTL),
+        # The period around now, not around the tick: on an uneven schedule the
+        # upcoming slot can lie further ahead than the gap that follows it.
+        horizon=schedule.period(settings.SYNC_CONTESTS_SCHEDULE, now=now),
+        max_run_time=timedelta(seconds=settings.SYNC_CONTESTS_MAX_RUN_TIME),
         fn=lambda lease: sync_codeforces_contests(client=client, lease=lease).as_dict(),
         expected_errors=(CodeforcesError,),
     )

@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from contests.codeforces import CodeforcesClient, CodeforcesError, ContestRecord
 from contests.models import Contest, Platform, Reminder
-from locks.api import Lease, renew
+from locks.api import Lease, fenced
 
 logger = logging.getLogger(__name__)
 
@@ -61,9 +61,9 @@ def sync_codeforces_contests(
     """Bring the stored contests in line with Codeforces.
 
     A failed fetch or validation raises ``CodeforcesError`` before any write.
-    Contest writes happen in one transaction that starts by renewing ``lease``
-    (fencing: docs/architecture.md, The lock), so a process that lost its
-    lease writes nothing. A resync of an unchanged list is one read and the prune: no
+    Contest writes happen in one ``fenced(lease)`` transaction that starts by
+    renewing ``lease`` (fencing: docs/architecture.md, The lock), so a process
+    that lost its lease writes nothing. A resync of an unchanged list is one read and the prune: no
     contest row is written.
     """
     now = now or timezone.now()
@@ -123,9 +123,9 @@ def sync_codeforces_contests(
         # at one read and one delete (docs/architecture.md, The sync).
         stats.pruned = prune_stale_reminders(now=now)
         return stats
-    with transaction.atomic():
-        if lease is not None:
-            renew(lease=lease)  # raises LockLost: nothing below runs
+    # fenced(): the transaction starts by renewing the lease (LockLost: nothing
+    # below runs) and, for a scheduled run, marks its tick done as it commits.
+    with fenced(lease) if lease is not None else transaction.atomic():
         Contest.objects.bulk_create(
             [_contest(record, digest, platform=platform, now=now) for record, digest in to_create],
             batch_size=BATCH_SIZE,

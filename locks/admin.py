@@ -1,8 +1,8 @@
 """Admin for job locks and their run history.
 
 Lock and run rows are written only by ``locks.leases``: here they are read-only.
-The one write is the force release, which goes through ``force_release``
-(the same service as ``manage.py locks release``) and is permission-gated.
+The two writes, force release and reset of the claimed tick, live in
+``locks.admin_actions`` (the same services as ``manage.py locks release``).
 Every state and relative time is computed against the database clock
 (``db_now``, annotated on the queryset), never this host's clock.
 """
@@ -11,18 +11,16 @@ from __future__ import annotations
 
 from urllib.parse import urlencode
 
-from django.contrib import admin, messages
+from django.contrib import admin
 from django.contrib.admin.utils import unquote
-from django.core.exceptions import PermissionDenied
-from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
-from django.template.response import TemplateResponse
-from django.urls import path, reverse
+from django.http import HttpRequest, HttpResponse
+from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.timesince import timesince, timeuntil
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
-from locks import leases
+from locks.admin_actions import LeaseActionsMixin
 from locks.display import (
     STATE_LABELS,
     absolute,
@@ -34,8 +32,9 @@ from locks.display import (
     stacked,
     state_badge,
     status_badge,
+    tick_progress,
 )
-from locks.models import EXPIRED, JobRun, RunStatus, SyncLock
+from locks.models import EXPIRED, HELD, OVERDUE, JobRun, RunStatus, SyncLock
 from locks.selectors import lock_summary
 
 RECENT_RUNS = 20
@@ -93,7 +92,7 @@ class ReadOnlyAdminMixin:
 
 
 @admin.register(SyncLock)
-class SyncLockAdmin(ReadOnlyAdminMixin, Styled, admin.ModelAdmin):
+class SyncLockAdmin(LeaseActionsMixin, ReadOnlyAdminMixin, Styled, admin.ModelAdmin):
     empty_value_display = "—"
     list_display = (
         "job_name",
@@ -109,7 +108,7 @@ class SyncLockAdmin(ReadOnlyAdminMixin, Styled, admin.ModelAdmin):
     list_display_links = ("job_name",)
     list_filter = (LockStateFilter, "last_status")
     search_fields = ("job_name", "holder")
-    actions = ("force_release",)
+    actions = ("force_release", "reset_tick")
     fieldsets = (
         (
             _("Lease"),
@@ -123,19 +122,22 @@ class SyncLockAdmin(ReadOnlyAdminMixin, Styled, admin.ModelAdmin):
     readonly_fields = [name for _title, section in fieldsets for name in section["fields"]]
 
     # Rows are written by the lock API only; deleting one would restart its
-    # fencing token at 1, so nobody may add, edit or delete them here.
-
-    def has_force_release_permission(self, request: HttpRequest, obj: SyncLock | None = None) -> bool:
-        return request.user.has_perm(f"{self.opts.app_label}.force_release_synclock")
+    # fencing token at 1, so nobody may add, edit or delete them here. The two
+    # writes an operator may make are in locks/admin_actions.py.
 
     def get_queryset(self, request: HttpRequest):
         return super().get_queryset(request).with_state()
 
     # --- columns
 
-    tick_at = timestamp("tick", _("tick"))
     acquired = timestamp("acquired_at", _("acquired"))
     last_started = timestamp("last_started_at", _("last started"))
+
+    @admin.display(description=_("tick"), ordering="tick")
+    def tick_at(self, lock: SyncLock) -> str:
+        if lock.tick is None:
+            return "—"
+        return stacked(nowrap(absolute(lock.tick)), tick_progress(lock))
 
     @admin.display(description=_("holder"), ordering="holder")
     def lock_holder(self, lock: SyncLock) -> str:
@@ -198,85 +200,11 @@ class SyncLockAdmin(ReadOnlyAdminMixin, Styled, admin.ModelAdmin):
                 + "?"
                 + urlencode({"job_name": lock.job_name}),
                 can_force_release=(
-                    lock.locked_until is not None and self.has_force_release_permission(request, lock)
+                    lock.state in {HELD, OVERDUE} and self.has_force_release_permission(request, lock)
                 ),
                 force_release_url=reverse("admin:locks_synclock_force_release", args=[lock.pk]),
             )
         return super().change_view(request, object_id, form_url, extra_context)
-
-    def get_urls(self):
-        view = self.admin_site.admin_view(self.force_release_view)
-        return [
-            path("<path:object_id>/force-release/", view, name="locks_synclock_force_release"),
-            *super().get_urls(),
-        ]
-
-    # --- force release: the action and the button share the confirmation page
-
-    @admin.action(description=_("Force-release the selected locks"), permissions=["force_release"])
-    def force_release(self, request: HttpRequest, queryset) -> HttpResponse | None:
-        if request.POST.get("post") == "yes":
-            self._release(request, list(queryset))
-            return None  # back to the list, with the messages
-        return self._confirm(request, list(queryset), action=True)
-
-    def force_release_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
-        lock = self.get_object(request, unquote(object_id))
-        if lock is None:
-            return self._get_obj_does_not_exist_redirect(request, self.opts, object_id)
-        if not self.has_force_release_permission(request, lock):
-            raise PermissionDenied
-        if request.method == "POST":
-            self._release(request, [lock])
-            return HttpResponseRedirect(reverse("admin:locks_synclock_changelist"))
-        return self._confirm(request, [lock], action=False)
-
-    def _confirm(self, request: HttpRequest, locks: list[SyncLock], *, action: bool) -> TemplateResponse:
-        context = {
-            **self.admin_site.each_context(request),
-            "title": gettext("Force-release job locks?"),
-            "opts": self.opts,
-            "locks": [{"lock": lock, "state": self.state(lock), "lease": self.lease(lock)} for lock in locks],
-            "action": action,
-            "action_checkbox_name": admin.helpers.ACTION_CHECKBOX_NAME,
-            "media": self.media,
-        }
-        return TemplateResponse(request, "admin/locks/synclock/force_release_confirmation.html", context)
-
-    def _release(self, request: HttpRequest, locks: list[SyncLock]) -> None:
-        by = f"admin user {request.user.get_username()}"
-        for lock in locks:
-            try:
-                result = leases.force_release(job=lock.job_name, by=by)
-            except (leases.UnknownJob, leases.LockError) as exc:
-                self.message_user(request, str(exc), messages.ERROR)
-                continue
-            values = {
-                "job": result.job,
-                "holder": result.previous_holder or "—",
-                "old": result.previous_token,
-                "new": result.token,
-            }
-            if not result.was_held:
-                self.message_user(
-                    request, gettext("Nothing to release: %(job)s was not held.") % values, messages.WARNING
-                )
-                continue
-            self.log_change(
-                request,
-                lock,
-                gettext("Force-released; previous holder %(holder)s (token %(old)s), new token %(new)s.")
-                % values,
-            )
-            self.message_user(
-                request,
-                gettext(
-                    "Released %(job)s: holder was %(holder)s (token %(old)s); new token %(new)s. "
-                    "The old holder can no longer renew or release it."
-                )
-                % values,
-                messages.SUCCESS,
-            )
 
 
 # --- run history ----------------------------------------------------------------------

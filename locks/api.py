@@ -9,12 +9,15 @@ from locks.leases import (
     LockError,
     LockLost,
     Skip,
+    TickReset,
     UnknownJob,
     acquire,
+    fenced,
     force_release,
     make_holder,
     release,
     renew,
+    reset_tick,
 )
 from locks.runner import RunResult, prune_runs, run_locked
 
@@ -25,12 +28,15 @@ __all__ = [
     "LockLost",
     "RunResult",
     "Skip",
+    "TickReset",
     "UnknownJob",
     "acquire",
+    "fenced",
     "force_release",
     "make_holder",
     "prune_runs",
     "release",
     "renew",
+    "reset_tick",
     "run_locked",
 ]

@@ -67,6 +67,15 @@ def state_badge(lock) -> str:
     return badge(STATE_LABELS[lock.state], lock.state, title)
 
 
+def tick_progress(lock) -> str:
+    """Whether the claimed tick is done; ``lock`` comes from ``with_state()``."""
+    if lock.tick_done:
+        return gettext("done")
+    if lock.state in {HELD, OVERDUE}:
+        return gettext("not done yet")
+    return gettext("not done: a later run may retry it")
+
+
 def status_badge(status: str) -> str:
     if not status:
         return "—"

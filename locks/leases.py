@@ -12,17 +12,22 @@ import os
 import secrets
 import socket
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Literal
 
 from django.conf import settings
 from django.db import IntegrityError, connections, router, transaction
 from django.db.models import DateTimeField, ExpressionWrapper, F, Q, Value
 from django.db.models.functions import Now
+from django.db.models.lookups import GreaterThanOrEqual
 from django.utils import timezone
 
-from locks.models import JobRun, RunStatus, SyncLock
+from locks.models import EXPIRED, FREE, HELD, OVERDUE, JobRun, RunStatus, SyncLock
+from locks.selectors import database_now
 
 # The name the lock's log lines have always carried (operators filter on it).
 logger = logging.getLogger("locks.api")
@@ -63,24 +68,43 @@ def iso(value: datetime | None) -> str:
 
 @dataclass(frozen=True)
 class Skip:
-    """Why a contender did not get the lease."""
+    """Why a contender did not get the lease.
+
+    ``held``: another holder's lease is in force. ``tick_claimed``: this tick
+    already succeeded, or a later tick was claimed. ``tick_ahead``: the tick lies
+    more than ``horizon`` ahead of the database clock (``db_now``); nothing was stored.
+    """
 
     job: str
     tick: datetime | None
-    reason: Literal["held", "tick_claimed"]
+    reason: Literal["held", "tick_claimed", "tick_ahead"]
     holder: str
     locked_until: datetime | None
     claimed_tick: datetime | None
+    db_now: datetime | None = None
+    horizon: timedelta | None = None
 
     def __str__(self) -> str:
         if self.reason == "held":
             return f"held by {self.holder} until {iso(self.locked_until)}"
-        return f"tick {iso(self.claimed_tick)} already claimed by {self.holder}"
+        if self.reason == "tick_ahead":
+            return (
+                f"tick {iso(self.tick)} is more than {self.horizon} ahead of the database clock "
+                f"({iso(self.db_now)})"
+            )
+        if self.claimed_tick == self.tick:
+            return f"tick {iso(self.tick)} already done by {self.holder}"
+        return f"a later tick {iso(self.claimed_tick)} was already claimed by {self.holder}"
 
 
 @dataclass
 class Lease:
-    """A lease this process holds. ``token`` is the fencing number."""
+    """A lease this process holds. ``token`` is the fencing number.
+
+    ``writing`` is set while this process is inside ``fenced(lease)``;
+    ``committed`` becomes true when such a block committed (docs/architecture.md,
+    The lock: fencing).
+    """
 
     job: str
     holder: str
@@ -89,6 +113,8 @@ class Lease:
     ttl: timedelta
     acquired_at: datetime
     lost_reason: str = ""
+    committed: bool = False
+    writing: threading.Event = field(default_factory=threading.Event, repr=False)
     _lost: threading.Event = field(default_factory=threading.Event, repr=False)
 
     @property
@@ -107,21 +133,44 @@ class Lease:
 
 @dataclass(frozen=True)
 class ForcedRelease:
+    """What ``force_release`` did. ``was_held``: this call released the lease;
+    otherwise ``detail`` says why not (empty when the lease was simply free)."""
+
     job: str
     previous_holder: str
     previous_token: int
     was_held: bool
     token: int
+    detail: str = ""
 
 
-def acquire(*, job: str, tick: datetime | None, ttl: timedelta, holder: str | None = None) -> Lease | Skip:
+@dataclass(frozen=True)
+class TickReset:
+    job: str
+    previous_tick: datetime | None
+    was_done: bool
+
+    @property
+    def was_set(self) -> bool:
+        return self.previous_tick is not None
+
+
+def acquire(
+    *,
+    job: str,
+    tick: datetime | None,
+    ttl: timedelta,
+    holder: str | None = None,
+    horizon: timedelta | None = None,
+) -> Lease | Skip:
     """Take the lease on ``job`` for ``tick`` (None: any tick, a forced run).
 
     One compare-and-set: it wins only if the lease is free by the database
-    clock and, for a scheduled run, no run has claimed this tick or a later one.
-    The winner reads its token back in the same transaction, so the read sees
-    the state its UPDATE made (on MongoDB, where ``atomic()`` is a no-op, the
-    read matches on this holder).
+    clock and, for a scheduled run, the stored tick is empty, earlier, or this
+    tick not yet done (a retry), and the tick is at most ``horizon`` ahead of
+    the database clock (None: no bound). The winner reads its token back in the
+    same transaction, so the read sees the state its UPDATE made (on MongoDB,
+    where ``atomic()`` is a no-op, the read matches on this holder).
     """
     validate_ttl(ttl)
     holder = holder or make_holder()
@@ -139,8 +188,11 @@ def acquire(*, job: str, tick: datetime | None, ttl: timedelta, holder: str | No
         "last_error": "",
     }
     if tick is not None:
-        values["tick"] = tick
-        claim = claim.filter(Q(tick__isnull=True) | Q(tick__lt=tick))
+        values.update(tick=tick, tick_done=False)
+        claim = claim.filter(Q(tick__isnull=True) | Q(tick__lt=tick) | Q(tick=tick, tick_done=False))
+        if horizon is not None:
+            # tick <= now + horizon, with the database's now.
+            claim = claim.filter(GreaterThanOrEqual(Now(), Value(tick - horizon)))
     for _attempt in range(3):
         # No savepoint: nothing here catches an error, so a caller's transaction
         # (if any) is simply joined.
@@ -152,25 +204,52 @@ def acquire(*, job: str, tick: datetime | None, ttl: timedelta, holder: str | No
             token, acquired_at = won
             _warn_on_skew(job=job, db_now=acquired_at)
             return Lease(job=job, holder=holder, token=token, tick=tick, ttl=ttl, acquired_at=acquired_at)
-        state = rows.annotate(db_now=Now()).values("holder", "locked_until", "tick", "db_now").first()
+        state = (
+            rows.annotate(db_now=Now())
+            .values("holder", "locked_until", "tick", "tick_done", "db_now")
+            .first()
+        )
         if state is None:
+            if tick is not None and horizon is not None:
+                # Refuse before the job's first row is even inserted: nothing stored.
+                db_now = database_now()
+                if tick > db_now + horizon:
+                    return _ahead(job, tick, horizon, db_now)
             _create(job=job)
             continue  # the row exists now: compete on it
-        _warn_on_skew(job=job, db_now=state["db_now"])
-        if state["locked_until"] is not None and state["locked_until"] >= state["db_now"]:
-            return Skip(job, tick, "held", state["holder"], state["locked_until"], state["tick"])
-        if tick is not None and state["tick"] is not None and state["tick"] >= tick:
-            claimant = state["holder"] or _tick_claimant(job=job, tick=state["tick"])
-            return Skip(job, tick, "tick_claimed", claimant, state["locked_until"], state["tick"])
+        db_now = state["db_now"]
+        if tick is not None and horizon is not None and tick > db_now + horizon:
+            # No skew warning: the run's own WARNING names the host's offset.
+            return _ahead(job, tick, horizon, db_now)
+        _warn_on_skew(job=job, db_now=db_now)
+        skip = partial(Skip, job, tick, locked_until=state["locked_until"], claimed_tick=state["tick"])
+        if state["locked_until"] is not None and state["locked_until"] >= db_now:
+            return skip(reason="held", holder=state["holder"])
+        stored = state["tick"]
+        if (
+            tick is not None
+            and stored is not None
+            and (stored > tick or (stored == tick and state["tick_done"]))
+        ):
+            claimant = state["holder"] or _tick_claimant(job=job, tick=stored, done=stored == tick)
+            return skip(reason="tick_claimed", holder=claimant)
         # The holder released between our UPDATE and our read: try again.
     if state is None:
         raise LockError(f"the lock row for {job!r} keeps disappearing; is something deleting it?")
     return Skip(job, tick, "held", state["holder"], state["locked_until"], state["tick"])
 
 
-def _tick_claimant(*, job: str, tick: datetime) -> str:
-    """Who ran ``tick``, once its lease is released (released rows keep no holder)."""
-    holder = JobRun.objects.for_job(job).filter(tick=tick).values_list("holder", flat=True).first()
+def _ahead(job: str, tick: datetime, horizon: timedelta, db_now: datetime) -> Skip:
+    return Skip(job, tick, "tick_ahead", "", None, None, db_now=db_now, horizon=horizon)
+
+
+def _tick_claimant(*, job: str, tick: datetime, done: bool) -> str:
+    """Who ran ``tick`` (who succeeded, when it is done), once its lease is
+    released (released rows keep no holder)."""
+    runs = JobRun.objects.for_job(job).filter(tick=tick)
+    if done:
+        runs = runs.succeeded()
+    holder = runs.order_by("-started_at").values_list("holder", flat=True).first()
     return holder or "an earlier run"
 
 
@@ -212,55 +291,119 @@ def _warn_on_skew(*, job: str, db_now: datetime | None) -> None:
 def renew(*, lease: Lease) -> None:
     """Extend ``lease`` by its TTL from the database's now, or raise ``LockLost``.
 
-    Matches on the fencing token: a lease that was taken over or force-released
-    (both bump the token) cannot be extended.
+    Matches on the fencing token and needs a lease still in force: a lease that
+    was taken over or force-released (both bump the token), released, or that
+    expired (even if nobody took it over yet) cannot be extended.
     """
-    updated = SyncLock.objects.filter(
-        job_name=lease.job, token=lease.token, locked_until__isnull=False
-    ).update(locked_until=_expires(lease.ttl), heartbeat_at=Now())
+    _renew(lease, values={})
+
+
+def _renew(lease: Lease, *, values: dict) -> None:
+    updated = (
+        SyncLock.objects.for_job(lease.job)
+        .filter(token=lease.token)
+        .held()
+        .update(locked_until=_expires(lease.ttl), heartbeat_at=Now(), **values)
+    )
     if not updated:
-        reason = f"lease on {lease.job} (token {lease.token}) was taken over or released"
+        reason = f"lease on {lease.job} (token {lease.token}) was taken over, released or expired"
         lease.mark_lost(reason)
         raise LockLost(reason)
+
+
+@contextmanager
+def fenced(lease: Lease) -> Iterator[None]:
+    """The write phase of a run: one ``transaction.atomic()`` block that starts by
+    renewing ``lease`` (raising ``LockLost`` before any write if it is gone).
+
+    For a scheduled lease the same UPDATE marks its tick done, so the tick is done
+    exactly when the block's writes commit. After the block commits,
+    ``lease.committed`` is true: the run is a success whatever happens to the
+    lease afterwards. While inside, ``lease.writing`` is set, so the heartbeat
+    knows that a ``database is locked`` error on SQLite is this process's own
+    write lock. (On MongoDB ``atomic()`` is a no-op: the tick is marked done
+    first, and ``release`` with a failure status marks it not done again.)
+    """
+    lease.check()
+    lease.writing.set()
+    try:
+        with transaction.atomic(using=router.db_for_write(SyncLock), durable=True):
+            _renew(lease, values={"tick_done": True} if lease.tick is not None else {})
+            yield
+    finally:
+        lease.writing.clear()
+    lease.committed = True
 
 
 def release(*, lease: Lease, status: str, error: str = "") -> bool:
     """Give the lease back, recording the outcome. Only the holder's token matches.
 
     A released row keeps no holder (a holder always has an expiry); the run's
-    holder stays on its JobRun.
+    holder stays on its JobRun. A scheduled run's tick becomes done when it
+    succeeded, and not done when it failed without a committed fenced write
+    (which only matters on MongoDB, where that write is not undone).
     """
+    values = {}
+    if lease.tick is not None and status == RunStatus.SUCCEEDED:
+        values["tick_done"] = True
+    elif lease.tick is not None and not lease.committed:
+        values["tick_done"] = False
     return bool(
-        SyncLock.objects.filter(job_name=lease.job, token=lease.token).update(
+        SyncLock.objects.for_job(lease.job)
+        .filter(token=lease.token)
+        .update(
             holder="",
             locked_until=None,
             last_finished_at=Now(),
             last_status=status,
             last_error=error[:2000],
+            **values,
         )
     )
 
 
-def force_release(*, job: str, by: str = "") -> ForcedRelease:
-    """Clear the lease on ``job`` whoever holds it, and bump the fencing token
-    so the old holder can neither renew nor release any more."""
+def force_release(*, job: str, expected_token: int | None = None, by: str = "") -> ForcedRelease:
+    """Clear the lease on ``job`` while it is held (by the database clock) and
+    bump the fencing token, so the old holder can neither renew nor release it.
+
+    With ``expected_token``, only the lease with that token: the holder an
+    operator was shown, not one that took over since. When nothing is
+    released, the result's ``detail`` says why; nothing is changed.
+    """
     by = by or "unknown"
+    rows = SyncLock.objects.for_job(job)
     for _attempt in range(5):
-        row = SyncLock.objects.for_job(job).values("holder", "token", "locked_until").first()
+        row = rows.with_state().values("holder", "token", "state", "last_status", "locked_until").first()
         if row is None:
             known = ", ".join(SyncLock.objects.values_list("job_name", flat=True)) or "none yet"
             raise UnknownJob(f"no lock named {job!r} (known jobs: {known})")
         holder, token = row["holder"], row["token"]
-        if row["locked_until"] is None:
-            return ForcedRelease(job, holder, token, False, token)
-        # Compare-and-set on the token we read: a new holder in between is not released.
-        if SyncLock.objects.filter(job_name=job, token=token).update(
-            holder="",
-            locked_until=None,
-            token=F("token") + 1,
-            last_finished_at=Now(),
-            last_status=RunStatus.RELEASED,
-            last_error=f"force-released by {by}; holder was {holder}",
+        if expected_token is not None and token != expected_token:
+            now = f" held by {holder}" if row["state"] in {HELD, OVERDUE} else f", not held {_not_held(row)}"
+            detail = f"lease on {job} is now token {token}{now}; nothing released"
+            return ForcedRelease(job, holder, token, False, token, detail)
+        if row["state"] not in {HELD, OVERDUE}:
+            detail = (
+                ""
+                if expected_token is None and row["state"] == FREE
+                else (
+                    f"lease on {job} (token {token}) is not held any more {_not_held(row)}; nothing released"
+                )
+            )
+            return ForcedRelease(job, holder, token, False, token, detail)
+        # Compare-and-set on the token we read, while still held: a new holder in
+        # between, or a holder that finished meanwhile, is not released.
+        if (
+            rows.filter(token=token)
+            .held()
+            .update(
+                holder="",
+                locked_until=None,
+                token=F("token") + 1,
+                last_finished_at=Now(),
+                last_status=RunStatus.RELEASED,
+                last_error=f"force-released by {by}; holder was {holder}",
+            )
         ):
             # The released holder's run can no longer finish under its lease; if the
             # holder is alive its own bookkeeping may still overwrite this.
@@ -277,3 +420,39 @@ def force_release(*, job: str, by: str = "") -> ForcedRelease:
             )
             return ForcedRelease(job, holder, token, True, token + 1)
     raise LockError(f"lock {job!r} kept changing while it was being released; try again")
+
+
+def _not_held(row: dict) -> str:
+    if row["state"] == EXPIRED:
+        return (
+            f"(its lease expired at {iso(row['locked_until'])} without being released; "
+            "the next run takes it over)"
+        )
+    return f"(finished as {row['last_status'] or 'nothing yet'})"
+
+
+def reset_tick(*, job: str, by: str = "") -> TickReset:
+    """Forget the tick ``job`` claimed last, so the next scheduled run may claim
+    any tick again (for example after a far-future ``--tick`` was stored). Works
+    whether or not the lease is held; it does not release it."""
+    by = by or "unknown"
+    rows = SyncLock.objects.for_job(job)
+    for _attempt in range(5):
+        row = rows.values("token", "tick", "tick_done").first()
+        if row is None:
+            known = ", ".join(SyncLock.objects.values_list("job_name", flat=True)) or "none yet"
+            raise UnknownJob(f"no lock named {job!r} (known jobs: {known})")
+        if row["tick"] is None:
+            return TickReset(job, None, False)
+        # Compare-and-set on what we read: a run that claimed a tick in between is
+        # not undone without the operator seeing it.
+        if rows.filter(**row).update(tick=None, tick_done=False):
+            logger.warning(
+                "job=%s claimed tick reset by %s; it was %s (%s)",
+                job,
+                by,
+                iso(row["tick"]),
+                "done" if row["tick_done"] else "not done",
+            )
+            return TickReset(job, row["tick"], row["tick_done"])
+    raise LockError(f"lock {job!r} kept changing while its tick was being reset; try again")

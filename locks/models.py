@@ -9,6 +9,7 @@ class RunStatus(models.TextChoices):
     FAILED = "failed", "failed"
     LOST_LOCK = "lost_lock", "lost lock"
     RELEASED = "released", "force-released"
+    ABANDONED = "abandoned", "abandoned"
 
 
 # The states of a lease, judged by the database clock. Each is one filter, so
@@ -91,6 +92,12 @@ class SyncLock(models.Model):
         "last heartbeat", null=True, blank=True, help_text="Last renewal by the holder."
     )
     tick = models.DateTimeField(null=True, blank=True, help_text="The last scheduled slot that was claimed.")
+    tick_done = models.BooleanField(
+        "tick done",
+        default=False,
+        help_text="The run of the claimed tick succeeded; it is never run again. "
+        "While false, a later run may claim the same tick again (a retry).",
+    )
     last_started_at = models.DateTimeField(null=True, blank=True)
     last_finished_at = models.DateTimeField(null=True, blank=True)
     last_status = models.CharField(max_length=20, choices=RunStatus.choices, blank=True)

@@ -15,8 +15,9 @@ from typing import Literal
 
 from django.conf import settings
 from django.db import Error, OperationalError, ProgrammingError, connections, router
-from django.db.models import DateTimeField, ExpressionWrapper, Value
-from django.db.models.functions import Now
+from django.db.models import DateTimeField, ExpressionWrapper, TextField, Value
+from django.db.models.functions import Concat, Now
+from django.utils import timezone
 
 from locks.leases import (
     Lease,
@@ -39,21 +40,42 @@ Outcome = Literal["succeeded", "failed", "lost_lock", "skipped"]
 
 
 class _Heartbeat(threading.Thread):
-    def __init__(self, lease: Lease) -> None:
+    """Renews the lease every TTL/3 until the run ends, it fails, or the run has
+    lasted longer than ``max_run_time``; then the lease is marked lost, so the
+    job's next ``lease.check()`` or ``fenced()`` raises ``LockLost``."""
+
+    def __init__(self, lease: Lease, *, max_run_time: timedelta | None, started: float) -> None:
         super().__init__(name=f"heartbeat-{lease.job}", daemon=True)
         self.lease = lease
         self.interval = lease.ttl.total_seconds() / 3
+        self.max_run_time = max_run_time
+        self.deadline = started + max_run_time.total_seconds() if max_run_time is not None else None
         self.stopping = threading.Event()
 
     def run(self) -> None:
         try:
             while not self.stopping.wait(self.interval):
+                if self.deadline is not None and time.monotonic() > self.deadline:
+                    # Stop renewing: the lease runs out within a TTL and others may take it.
+                    self.lease.mark_lost(f"ran longer than its maximum run time {self.max_run_time}")
+                    logger.warning("job=%s heartbeat: %s", self.lease.job, self.lease.lost_reason)
+                    return
                 try:
                     renew(lease=self.lease)
                 except LockLost:
                     logger.warning("job=%s heartbeat: %s", self.lease.job, self.lease.lost_reason)
                     return
                 except Error as exc:
+                    if isinstance(exc, OperationalError) and self.lease.writing.is_set():
+                        # SQLite: this process's own write transaction (fenced, which
+                        # renewed the lease as it began) holds the database's one write
+                        # lock, so no other process can take the lease meanwhile.
+                        logger.debug(
+                            "job=%s heartbeat: %s while this process writes; trying again at the next beat",
+                            self.lease.job,
+                            _describe(exc),
+                        )
+                        continue
                     self.lease.mark_lost(f"heartbeat could not renew the lease: {_describe(exc)}")
                     logger.warning("job=%s heartbeat: %s", self.lease.job, self.lease.lost_reason)
                     return
@@ -107,23 +129,29 @@ def run_locked(
     fn: Callable[[Lease], Mapping | None],
     holder: str | None = None,
     expected_errors: tuple[type[BaseException], ...] = (),
+    horizon: timedelta | None = None,
+    max_run_time: timedelta | None = None,
 ) -> RunResult:
     """Run ``fn(lease)`` if this process wins the lease for ``tick``.
 
-    Never raises for the lock's sake: an unreachable database or a lease held
-    elsewhere is a skip; a failure inside ``fn`` is recorded on a ``JobRun``
-    and returned. A heartbeat thread renews the lease every TTL/3; ``fn``
-    calls ``lease.check()`` (or renews inside its write transaction) before
-    writing. Errors in ``expected_errors`` and database errors are logged
-    without a traceback; anything else is a bug and keeps its traceback.
+    Never raises for the lock's sake: an unreachable database, a lease held
+    elsewhere or a tick more than ``horizon`` ahead of the database clock is a
+    skip; a failure inside ``fn`` is recorded on a ``JobRun`` and returned. A
+    heartbeat thread renews the lease every TTL/3, for at most ``max_run_time``;
+    ``fn`` calls ``lease.check()`` before writing, or writes inside
+    ``fenced(lease)``. A run whose fenced block committed is a success. Errors in
+    ``expected_errors`` and database errors are logged without a traceback;
+    anything else is a bug and keeps its traceback.
     """
     validate_ttl(ttl)
+    if max_run_time is not None and max_run_time <= timedelta(0):
+        raise ValueError(f"max_run_time must be positive, got {max_run_time}")
     holder = holder or make_holder()
     started = time.monotonic()
     result = RunResult(job=job, tick=tick, holder=holder, outcome="skipped")
     try:
         connections[router.db_for_write(SyncLock)].ensure_connection()
-        got = acquire(job=job, tick=tick, ttl=ttl, holder=holder)
+        got = acquire(job=job, tick=tick, ttl=ttl, holder=holder, horizon=horizon)
     except (ProgrammingError, OperationalError) as exc:
         if _missing_table(exc):
             raise LockError(
@@ -136,13 +164,19 @@ def run_locked(
     if isinstance(got, Skip):
         result.skip, result.reason = got, str(got)
         result.duration = time.monotonic() - started
-        logger.info("%s", result.describe())
+        if got.reason == "tick_ahead":
+            # Nothing was stored; most likely this host's clock (or a --tick) is wrong.
+            offset = (timezone.now() - got.db_now).total_seconds()
+            result.reason += f"; this host's clock is {offset:+.0f} s off the database clock"
+            logger.warning("%s", result.describe())
+        else:
+            logger.info("%s", result.describe())
         return result
 
     lease = got
     result.token = lease.token
     run_id = _record_start(lease)
-    heartbeat = _Heartbeat(lease)
+    heartbeat = _Heartbeat(lease, max_run_time=max_run_time, started=started)
     heartbeat.start()
     unexpected = False
     interrupted: BaseException | None = None
@@ -151,7 +185,12 @@ def run_locked(
         lease.check()
         result.outcome = "succeeded"
     except LockLost as exc:
-        result.outcome, result.error, result.exception = "lost_lock", str(exc) or lease.lost_reason, exc
+        if lease.committed:
+            # Its fenced write committed under the lease: the work is done.
+            result.outcome = "succeeded"
+            result.reason = f"the lease was lost after its write committed: {str(exc) or lease.lost_reason}"
+        else:
+            result.outcome, result.error, result.exception = "lost_lock", str(exc) or lease.lost_reason, exc
     except Error as exc:
         result.outcome, result.error, result.exception = "failed", f"database error: {_describe(exc)}", exc
     except expected_errors as exc:
@@ -181,7 +220,21 @@ def _unreachable(result: RunResult, exc: Exception, started: float) -> RunResult
 
 
 def _record_start(lease: Lease) -> int | None:
+    """Close the runs of earlier tokens still marked ``running`` (their holders
+    died: this lease could only be won once theirs expired or was released),
+    then record this run."""
     try:
+        runs = JobRun.objects.for_job(lease.job)
+        runs.filter(status=RunStatus.RUNNING, token__lt=lease.token).update(
+            status=RunStatus.ABANDONED,
+            finished_at=Now(),
+            error=Concat(
+                Value("holder "),
+                "holder",
+                Value(f" stopped renewing; its lease expired and token {lease.token} took over"),
+                output_field=TextField(),
+            ),
+        )
         return JobRun.objects.create(
             job_name=lease.job,
             tick=lease.tick,
@@ -205,7 +258,7 @@ def _record_finish(lease: Lease, run_id, result: RunResult) -> None:
         try:
             if released is None:
                 released = release(lease=lease, status=status, error=result.error)
-                if not released and status == RunStatus.SUCCEEDED:
+                if not released and status == RunStatus.SUCCEEDED and not lease.committed:
                     # The job finished, but the lease had changed hands meanwhile: its
                     # work may have overlapped another holder's.
                     status, result.outcome = RunStatus.LOST_LOCK, "lost_lock"

@@ -267,6 +267,7 @@ def test_mongodb_migrations_exist_only_under_mongo_migrations():
         "mongo_migrations/contests/0001_initial.py",
         "mongo_migrations/contests/0002_reminder_delivery.py",
         "mongo_migrations/locks/0001_initial.py",
+        "mongo_migrations/locks/0002_tick_done_abandoned.py",
     ]
     for path in files:
         if path.endswith("/0001_initial.py"):  # later ones add fields, not tables

@@ -142,7 +142,7 @@ def test_409_when_the_tick_is_already_claimed(client, trigger):
     assert body["skip"]["kind"] == "tick_claimed"
     assert body["skip"]["holder"] == first.json()["holder"]
     assert body["skip"]["claimed_tick"] == first.json()["tick"]
-    assert body["reason"] == f"tick {first.json()['tick']} already claimed by {first.json()['holder']}"
+    assert body["reason"] == f"tick {first.json()['tick']} already done by {first.json()['holder']}"
     assert body["counts"] == {}
     assert trigger.calls == 1
     assert JobRun.objects.count() == 1

@@ -1,6 +1,8 @@
 """`manage.py sync_contests` as real processes: once per tick, exit codes, broken answers."""
 
 import json
+import logging
+import re
 import shutil
 import socket
 import subprocess
@@ -11,11 +13,12 @@ from io import StringIO
 
 import pytest
 from django.core.management import call_command
+from django.utils import timezone
 
 from contests.jobs import InvalidTick, checked_tick, current_tick
 from contests.models import Contest, Reminder
 from locks.models import JobRun, SyncLock
-from locks.schedule import next_tick
+from locks.schedule import next_tick, slot_at_or_before
 from locks.selectors import database_now
 from tests.conftest import ROOT, manage, project_env, spawn
 
@@ -47,7 +50,7 @@ def test_twelve_processes_one_tick_one_api_call(env, standin, tmp_path):
     # Later copies in the same tick make no request at all.
     late = manage("sync_contests", "--tick", TICK, env=env)
     assert late.returncode == 0
-    assert "outcome=skipped reason=tick 2026-11-30T14:00:00+00:00 already claimed by " in late.stdout
+    assert "outcome=skipped reason=tick 2026-11-30T14:00:00+00:00 already done by " in late.stdout
     assert standin.calls == 1
 
 
@@ -164,19 +167,81 @@ def test_a_tick_without_an_offset_is_utc(env, standin):
     assert SyncLock.objects.get().tick.isoformat() == TICK
 
 
-def test_the_nearest_valid_slot_leaves_out_one_too_far_ahead(db, settings):
+def test_a_tick_between_slots_names_the_nearest_slots_without_asking_the_database(settings):
     settings.SYNC_CONTESTS_SCHEDULE = "0 * * * *"
-    upcoming = next_tick("0 * * * *", now=database_now())
-    between = upcoming + timedelta(minutes=30)  # within the hour ahead; its next slot is not
+    between = datetime(2062, 12, 1, 8, 30, tzinfo=UTC)
 
     with pytest.raises(InvalidTick) as refused:
-        checked_tick(between)
+        checked_tick(between)  # no database access: the test has none
 
     assert str(refused.value) == (
-        f"tick {between.isoformat()} is not a slot of the schedule '0 * * * *' (UTC); the nearest valid slot "
-        f"is {upcoming.isoformat()} (the next, {(upcoming + timedelta(hours=1)).isoformat()}, is too far ahead)"
+        "tick 2062-12-01T08:30:00+00:00 is not a slot of the schedule '0 * * * *' (UTC); the nearest valid "
+        "slots are 2062-12-01T08:00:00+00:00 and 2062-12-01T09:00:00+00:00"
     )
-    assert not SyncLock.objects.exists()
+
+
+def test_a_slot_too_far_ahead_exits_2_naming_the_slots_a_run_may_claim(env, standin):
+    """The bound is checked by the lock's compare-and-set on the database clock."""
+    too_far = slot_at_or_before("0 * * * *", now=database_now() + timedelta(hours=2))
+
+    refused = manage("sync_contests", "--tick", too_far.isoformat(), env=env)
+
+    assert refused.returncode == 2, refused.stderr
+    [error] = [line for line in refused.stderr.splitlines() if line.startswith("CommandError")]
+    prefix = (
+        f"CommandError: --tick: tick {too_far.isoformat()} is more than one schedule period (1:00:00) "
+        "ahead of the database clock ("
+    )
+    assert error.startswith(prefix), error
+    db_now = datetime.fromisoformat(error[len(prefix) :].split(")")[0])
+    assert error == (
+        f"{prefix}{db_now.isoformat()}); the latest slot it may name is "
+        f"{slot_at_or_before('0 * * * *', now=db_now + timedelta(hours=1)).isoformat()}, "
+        f"the one a run claims now is {current_tick(now=db_now).isoformat()}"
+    )
+    [warning] = [line for line in refused.stderr.splitlines() if " WARNING " in line]
+    assert f"outcome=skipped reason=tick {too_far.isoformat()} is more than 1:00:00 ahead" in warning
+    assert re.search(r"this host's clock is [+-]0 s off the database clock", warning), warning
+    assert "Traceback" not in refused.stderr and refused.stdout == ""
+    assert standin.calls == 0
+    assert not SyncLock.objects.exists() and not JobRun.objects.exists()
+
+
+def test_a_host_a_day_fast_is_refused_and_a_host_on_time_then_syncs(db, standin, monkeypatch, caplog):
+    """Its tick is tomorrow's: more than one period ahead of the database clock. Nothing
+    is stored, so the real tick is not blocked."""
+    on_time = timezone.now()
+    monkeypatch.setattr(timezone, "now", lambda: on_time + timedelta(days=1))
+    fast = StringIO()
+    call_command("sync_contests", stdout=fast)  # exit 0: a skip, not bad arguments
+
+    assert "outcome=skipped reason=tick " in fast.getvalue()
+    assert " is more than 1:00:00 ahead of the database clock " in fast.getvalue()
+    [warning] = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert re.search(r"this host's clock is \+86\d\d\d s off the database clock", warning), warning
+    assert standin.calls == 0 and not SyncLock.objects.exists()
+
+    monkeypatch.setattr(timezone, "now", lambda: on_time)
+    call_command("sync_contests", stdout=StringIO())
+    assert JobRun.objects.get().status == "succeeded" and standin.calls == 1
+
+
+def test_a_sync_is_ended_at_its_maximum_run_time(transactional_db, standin, settings):
+    """A stalled answer: the fetch outlasts the maximum run time, so the run ends lost_lock
+    before it writes (the fetch's own deadline is CODEFORCES_TOTAL_TIMEOUT)."""
+    settings.SYNC_CONTESTS_LOCK_TTL, settings.SYNC_CONTESTS_MAX_RUN_TIME = 1, 1  # a beat every 1/3 s
+    standin.delay = 1.5  # within the read timeout: the fetch succeeds, too late
+
+    out = StringIO()
+    with pytest.raises(SystemExit) as exited:
+        call_command("sync_contests", "--tick", TICK, stdout=out)
+
+    assert exited.value.code == 1
+    assert "outcome=lost_lock" in out.getvalue()
+    assert "error=ran longer than its maximum run time 0:00:01" in out.getvalue()
+    assert not Contest.objects.exists()
+    run = JobRun.objects.get()
+    assert (run.status, run.error) == ("lost_lock", "ran longer than its maximum run time 0:00:01")
 
 
 def test_tick_on_an_unreachable_database_skips_with_one_warning():
@@ -221,7 +286,7 @@ def test_two_hosts_forty_seconds_apart_at_the_fall_back_instant_sync_once(env, s
     assert first.returncode == 0 and second.returncode == 0, (first.stderr, second.stderr)
     assert f"tick={FALL_BACK.isoformat()} " in first.stdout and "outcome=succeeded" in first.stdout
     assert f"tick={FALL_BACK.isoformat()} " in second.stdout
-    assert f"outcome=skipped reason=tick {FALL_BACK.isoformat()} already claimed by " in second.stdout
+    assert f"outcome=skipped reason=tick {FALL_BACK.isoformat()} already done by " in second.stdout
     assert standin.calls == 1
     assert list(JobRun.objects.values_list("tick", "status")) == [(FALL_BACK, "succeeded")]
 

@@ -1,11 +1,13 @@
 """Lock semantics 1, 3, 7: one compare-and-set, once per tick, owner-only release."""
 
+import logging
 from datetime import timedelta
 
 import pytest
 
 from locks import api
 from locks.models import SyncLock
+from locks.selectors import database_now
 from tests.locks.conftest import TICK
 
 TTL = timedelta(minutes=5)
@@ -45,8 +47,9 @@ def test_a_claimed_tick_skips_even_after_release():
     assert isinstance(again, api.Skip) and again.reason == "tick_claimed"
     # acquire() alone records no JobRun, so the claimant's name is gone with the lease;
     # run_locked() keeps it (see test_processes).
-    assert str(again) == f"tick {TICK.isoformat()} already claimed by an earlier run"
+    assert str(again) == f"tick {TICK.isoformat()} already done by an earlier run"
     assert isinstance(earlier, api.Skip) and earlier.reason == "tick_claimed"
+    assert str(earlier) == f"a later tick {TICK.isoformat()} was already claimed by an earlier run"
 
 
 def test_the_next_tick_acquires_with_the_next_token():
@@ -93,7 +96,7 @@ def test_release_and_renew_match_on_the_token():
     newer = api.acquire(job="job", tick=TICK + timedelta(hours=1), ttl=TTL, holder="b:2:y")
     before = SyncLock.objects.get()
 
-    with pytest.raises(api.LockLost, match=r"lease on job \(token 1\) was taken over or released"):
+    with pytest.raises(api.LockLost, match=r"lease on job \(token 1\) was taken over, released or expired"):
         api.renew(lease=stale)
     assert api.release(lease=stale, status="failed") is False
 
@@ -135,3 +138,146 @@ def test_a_non_positive_ttl_is_refused_at_the_call(ttl):
 def test_a_ttl_that_is_not_a_timedelta_is_refused():
     with pytest.raises(TypeError, match="ttl must be a timedelta, got int"):
         api.acquire(job="job", tick=TICK, ttl=300)
+
+
+# --- retry of a tick that did not succeed (issue 12, item 4) ---------------------------
+
+
+@pytest.mark.parametrize("status", ["failed", "lost_lock"])
+def test_a_tick_whose_run_did_not_succeed_may_be_claimed_again(status):
+    first = api.acquire(job="job", tick=TICK, ttl=TTL, holder="a:1:x")
+    assert api.release(lease=first, status=status, error="Codeforces was down")
+
+    retry = api.acquire(job="job", tick=TICK, ttl=TTL, holder="b:2:y")
+
+    assert isinstance(retry, api.Lease) and retry.token == 2
+    row = SyncLock.objects.get()
+    assert (row.holder, row.tick, row.tick_done, row.last_status) == ("b:2:y", TICK, False, "running")
+    assert api.release(lease=retry, status="succeeded")
+    assert SyncLock.objects.get().tick_done
+    done = api.acquire(job="job", tick=TICK, ttl=TTL, holder="c:3:z")
+    assert (
+        isinstance(done, api.Skip) and str(done) == f"tick {TICK.isoformat()} already done by an earlier run"
+    )
+
+
+def test_a_force_released_tick_may_be_claimed_again():
+    api.acquire(job="job", tick=TICK, ttl=TTL, holder="stuck:1:x")
+    assert api.force_release(job="job", by="test").was_held
+
+    retry = api.acquire(job="job", tick=TICK, ttl=TTL, holder="b:2:y")
+
+    assert isinstance(retry, api.Lease) and retry.token == 3
+
+
+def test_a_forced_run_leaves_the_tick_and_whether_it_is_done_alone():
+    failed = api.acquire(job="job", tick=TICK, ttl=TTL)
+    api.release(lease=failed, status="failed")
+    forced = api.acquire(job="job", tick=None, ttl=TTL)
+    with api.fenced(forced):
+        pass
+    api.release(lease=forced, status="succeeded")
+
+    row = SyncLock.objects.get()
+    assert (row.tick, row.tick_done) == (TICK, False)  # the scheduled tick still may be retried
+    assert isinstance(api.acquire(job="job", tick=TICK, ttl=TTL), api.Lease)
+
+
+def test_a_failed_release_undoes_a_done_mark_its_write_did_not_commit():
+    """MongoDB, where atomic() is a no-op, keeps the done mark of a fenced block whose
+    writes then failed; release with a failure status takes it back."""
+    lease = api.acquire(job="job", tick=TICK, ttl=TTL)
+    SyncLock.objects.update(tick_done=True)  # what fenced()'s renewal left behind
+    assert not lease.committed
+
+    assert api.release(lease=lease, status="failed", error="the bulk write failed")
+
+    assert not SyncLock.objects.get().tick_done
+    assert isinstance(api.acquire(job="job", tick=TICK, ttl=TTL), api.Lease)
+
+
+def test_a_fenced_block_marks_the_tick_done_only_if_it_commits():
+    lease = api.acquire(job="job", tick=TICK, ttl=TTL)
+    with pytest.raises(ZeroDivisionError), api.fenced(lease):
+        assert lease.writing.is_set()
+        SyncLock.objects.update(last_error="written inside")
+        raise ZeroDivisionError("the bulk write failed")
+    row = SyncLock.objects.get()
+    assert (row.tick_done, row.last_error, lease.committed, lease.writing.is_set()) == (
+        False,
+        "",
+        False,
+        False,
+    )
+
+    with api.fenced(lease):
+        assert lease.writing.is_set()
+    assert lease.committed and not lease.writing.is_set()
+    assert SyncLock.objects.get().tick_done
+
+
+# --- the future bound (issue 12, item 2) ---------------------------------------------
+
+HOUR = timedelta(hours=1)
+
+
+def test_a_tick_more_than_the_horizon_ahead_is_refused_and_nothing_is_stored():
+    far = database_now() + 2 * HOUR
+
+    first_use = api.acquire(job="job", tick=far, ttl=TTL, horizon=HOUR)
+
+    assert isinstance(first_use, api.Skip) and first_use.reason == "tick_ahead"
+    assert first_use.horizon == HOUR and first_use.db_now is not None
+    assert str(first_use) == (
+        f"tick {far.isoformat()} is more than 1:00:00 ahead of the database clock ({first_use.db_now.isoformat()})"
+    )
+    assert not SyncLock.objects.exists()  # not even the job's first row
+
+    api.release(lease=api.acquire(job="job", tick=TICK, ttl=TTL), status="succeeded")
+    again = api.acquire(job="job", tick=far, ttl=TTL, horizon=HOUR)
+
+    assert isinstance(again, api.Skip) and again.reason == "tick_ahead"
+    row = SyncLock.objects.get()
+    assert (row.tick, row.token, row.tick_done) == (TICK, 1, True)
+
+
+def test_a_tick_within_the_horizon_is_claimed():
+    near = database_now() + HOUR - timedelta(seconds=30)
+
+    lease = api.acquire(job="job", tick=near, ttl=TTL, horizon=HOUR)
+
+    assert isinstance(lease, api.Lease)
+    assert SyncLock.objects.get().tick == near
+
+
+def test_without_a_horizon_a_far_tick_is_claimed_and_reset_tick_clears_it(caplog):
+    """A library caller may omit the bound; what it stores blocks every earlier tick
+    until an operator resets it."""
+    far = database_now() + timedelta(days=365 * 36)
+    api.release(lease=api.acquire(job="job", tick=far, ttl=TTL, holder="typo:1:x"), status="succeeded")
+    blocked = api.acquire(job="job", tick=TICK, ttl=TTL)
+    assert isinstance(blocked, api.Skip) and blocked.reason == "tick_claimed"
+    assert str(blocked) == f"a later tick {far.isoformat()} was already claimed by an earlier run"
+
+    cleared = api.reset_tick(job="job", by="ops")
+
+    assert (cleared.previous_tick, cleared.was_done) == (far, True)
+    row = SyncLock.objects.get()
+    assert (row.tick, row.tick_done, row.token) == (None, False, 1)
+    [record] = [r for r in caplog.records if r.name == "locks.api"]
+    assert record.levelno == logging.WARNING
+    assert record.getMessage() == f"job=job claimed tick reset by ops; it was {far.isoformat()} (done)"
+    assert isinstance(api.acquire(job="job", tick=TICK, ttl=TTL), api.Lease)
+
+
+def test_reset_tick_leaves_a_held_lease_held():
+    lease = api.acquire(job="job", tick=TICK, ttl=TTL, holder="a:1:x")
+
+    assert api.reset_tick(job="job", by="ops").previous_tick == TICK
+
+    row = SyncLock.objects.get()
+    assert (row.tick, row.holder, row.token) == (None, "a:1:x", 1)
+    api.renew(lease=lease)  # still its lease
+    assert api.reset_tick(job="job", by="ops").was_set is False
+    with pytest.raises(api.UnknownJob, match=r"no lock named 'nope' \(known jobs: job\)"):
+        api.reset_tick(job="nope", by="ops")

@@ -199,6 +199,18 @@ def test_no_button_for_a_lock_nobody_holds(admin_client):
     assert 'id="force-release"' not in admin_client.get(detail_url()).content.decode()
 
 
+def test_no_button_for_an_expired_lock_and_releasing_it_changes_nothing(admin_client):
+    lease = expired()  # already free for the next run
+    assert 'id="force-release"' not in admin_client.get(detail_url()).content.decode()
+
+    response = admin_client.post(release_url(), follow=True)
+
+    assert "is not held any more (its lease expired at " in text(response)
+    lock = SyncLock.objects.get()
+    assert (lock.token, lock.last_status, lock.holder) == (lease.token, RunStatus.RUNNING, HOLDER)
+    assert not LogEntry.objects.exists()
+
+
 # --- state and relative time, from the database clock ---------------------------------
 
 
@@ -431,6 +443,109 @@ def test_releasing_a_free_lock_changes_nothing_and_says_so(admin_client):
     assert "Nothing to release: sync_contests was not held." in text(response)
     assert SyncLock.objects.get().token == lease.token
     assert not LogEntry.objects.exists()
+
+
+def shown(response) -> dict[str, str]:
+    """The hidden fencing-token inputs of a confirmation page."""
+    return dict(
+        re.findall(r'<input type="hidden" name="(shown-\d+)" value="(\d+)">', response.content.decode())
+    )
+
+
+def test_the_confirmation_carries_the_token_it_showed(admin_client):
+    lease = held()
+    confirm = admin_client.get(release_url())
+    assert shown(confirm) == {f"shown-{SyncLock.objects.get().pk}": str(lease.token)}
+
+
+def test_a_holder_that_finished_before_the_confirmation_keeps_its_outcome(admin_client):
+    lease = held()
+    tokens = shown(admin_client.get(release_url()))
+    assert api.release(lease=lease, status=RunStatus.SUCCEEDED)  # it finished meanwhile
+
+    response = admin_client.post(release_url(), tokens, follow=True)
+
+    lock = SyncLock.objects.get()
+    assert (lock.token, lock.last_status, lock.last_error) == (lease.token, RunStatus.SUCCEEDED, "")
+    assert (
+        f"Nothing released: lease on sync_contests (token {lease.token}) is not held any more "
+        "(finished as succeeded); nothing released." in text(response)
+    )
+    assert not LogEntry.objects.exists()
+
+
+def test_a_holder_that_took_over_after_the_confirmation_is_not_released(admin_client):
+    lease = held()
+    data = {"action": "force_release", "_selected_action": [SyncLock.objects.get().pk]}
+    tokens = shown(admin_client.post(LIST_URL, data))
+    api.force_release(job="sync_contests", by="another operator")
+    newer = api.acquire(job="sync_contests", tick=None, ttl=timedelta(minutes=5), holder="web-2:7:healthy")
+
+    response = admin_client.post(LIST_URL, {**data, **tokens, "post": "yes"}, follow=True)
+
+    lock = SyncLock.objects.get()
+    assert (lock.token, lock.holder, lock.last_status) == (newer.token, "web-2:7:healthy", RunStatus.RUNNING)
+    assert lock.token == lease.token + 2
+    assert (
+        f"Nothing released: lease on sync_contests is now token {newer.token} held by web-2:7:healthy; "
+        "nothing released." in text(response)
+    )
+    api.renew(lease=newer)  # still its lease
+
+
+def test_reset_tick_action_confirms_then_clears_the_tick_and_logs(admin_client, admin_user):
+    tick = timezone.now().replace(year=2062, minute=0, second=0, microsecond=0)
+    api.release(
+        lease=api.acquire(job="sync_contests", tick=tick, ttl=timedelta(minutes=5)), status="succeeded"
+    )
+    free("other")
+    pks = list(SyncLock.objects.values_list("pk", flat=True))
+    data = {"action": "reset_tick", "_selected_action": pks}
+
+    confirm = admin_client.post(LIST_URL, data)
+    assert confirm.status_code == 200
+    assert "Reset the claimed tick of job locks?" in text(confirm)
+    assert 'id="confirm-reset-tick"' in text(confirm)
+    assert f"{timezone.localtime(tick):%Y-%m-%d %H:%M:%S}" in text(confirm)
+    assert SyncLock.objects.get(job_name="sync_contests").tick == tick  # nothing yet
+
+    done = admin_client.post(LIST_URL, {**data, "post": "yes"}, follow=True)
+
+    lock = SyncLock.objects.get(job_name="sync_contests")
+    assert (lock.tick, lock.tick_done, lock.token) == (None, False, 1)
+    assert "Reset the claimed tick of 1 job lock: its next scheduled run may claim any tick." in text(done)
+    assert "1 job lock had no claimed tick; nothing to reset." in text(done)
+    (entry,) = LogEntry.objects.all()
+    assert (entry.user_id, entry.action_flag, entry.object_id) == (admin_user.pk, CHANGE, str(lock.pk))
+    assert entry.get_change_message() == f"Reset the claimed tick; it was {tick.isoformat()} (done)."
+
+
+def test_reset_tick_needs_the_force_release_permission(viewer_client, viewer):
+    lease = api.acquire(job="sync_contests", tick=timezone.now(), ttl=timedelta(minutes=5))
+    api.release(lease=lease, status="failed")
+    data = {"action": "reset_tick", "_selected_action": [SyncLock.objects.get().pk], "post": "yes"}
+
+    assert 'value="reset_tick"' not in viewer_client.get(LIST_URL).content.decode()
+    viewer_client.post(LIST_URL, data)
+    assert SyncLock.objects.get().tick is not None
+
+    viewer.user_permissions.add(Permission.objects.get(codename="force_release_synclock"))
+    assert 'value="reset_tick"' in viewer_client.get(LIST_URL).content.decode()
+    viewer_client.post(LIST_URL, data)
+    assert SyncLock.objects.get().tick is None
+
+
+@pytest.mark.parametrize(
+    ("status", "progress"),
+    [("succeeded", "done"), ("failed", "not done: a later run may retry it"), (None, "not done yet")],
+)
+def test_the_tick_column_says_whether_the_tick_is_done(admin_client, status, progress):
+    lease = api.acquire(job="sync_contests", tick=timezone.now(), ttl=timedelta(minutes=5), holder=HOLDER)
+    if status:
+        api.release(lease=lease, status=status)
+    tr = row(admin_client.get(LIST_URL), "sync_contests")
+    assert '<td class="field-tick_at"><span class="nowrap">' in tr
+    assert f'<small class="nowrap">{progress}</small>' in tr
 
 
 def test_release_url_of_an_unknown_lock_redirects_with_a_message(admin_client):

@@ -185,3 +185,100 @@ def test_release_closes_the_released_holders_run(transactional_db):
     closed = JobRun.objects.get(token=lease.token)
     assert (closed.status, closed.error) == ("lost_lock", "force-released by manage.py locks release")
     assert closed.finished_at is not None
+
+
+# --- release by token, reset of the claimed tick (issue 12, items 2 and 3) -----------
+
+
+def test_release_with_the_shown_token_releases_that_lease():
+    lease = api.acquire(job="sync_contests", tick=TICK, ttl=TTL, holder="web-1:42:abc")
+
+    out = _call("release", "sync_contests", "--token", str(lease.token))
+
+    assert out == "Released sync_contests: holder was web-1:42:abc (token 1); new token 2.\n"
+    assert SyncLock.objects.get().last_status == "released"
+
+
+def test_release_with_a_token_another_holder_replaced_changes_nothing():
+    old = api.acquire(job="sync_contests", tick=TICK, ttl=TTL, holder="web-1:42:abc")
+    api.release(lease=old, status="failed")
+    api.acquire(job="sync_contests", tick=TICK, ttl=TTL, holder="web-2:7:def")  # the retry, healthy
+    before = SyncLock.objects.values().get()
+
+    with pytest.raises(CommandError) as refused:
+        _call("release", "sync_contests", "--token", str(old.token), "--reset-tick")
+
+    assert str(refused.value) == "lease on sync_contests is now token 2 held by web-2:7:def; nothing released"
+    assert SyncLock.objects.values().get() == before  # neither released nor its tick reset
+
+
+def test_release_with_the_token_of_a_lease_that_finished_leaves_its_outcome():
+    lease = api.acquire(job="sync_contests", tick=TICK, ttl=TTL, holder="web-1:42:abc")
+    api.release(lease=lease, status="succeeded")
+
+    out = _call("release", "sync_contests", "--token", str(lease.token))
+
+    assert out == (
+        "lease on sync_contests (token 1) is not held any more (finished as succeeded); nothing released.\n"
+    )
+    lock = SyncLock.objects.get()
+    assert (lock.token, lock.last_status, lock.last_error) == (1, "succeeded", "")
+
+
+def test_release_of_an_expired_lease_releases_nothing():
+    api.acquire(job="sync_contests", tick=TICK, ttl=TTL, holder="dead:1:x")
+    SyncLock.objects.update(locked_until=SyncLock.objects.get().acquired_at - TTL)
+
+    out = _call("release", "sync_contests")
+
+    assert out.startswith("lease on sync_contests (token 1) is not held any more (its lease expired at ")
+    assert out.endswith(" without being released; the next run takes it over); nothing released.\n")
+    lock = SyncLock.objects.get()
+    assert (lock.token, lock.last_status) == (1, "running")
+
+
+def test_release_reset_tick_releases_and_clears_a_far_future_tick(caplog):
+    """A mistyped tick stored by a caller without the bound blocks every real tick."""
+    far = TICK.replace(year=2062)
+    api.acquire(job="sync_contests", tick=far, ttl=TTL, holder="web-1:42:abc")
+    assert isinstance(api.acquire(job="sync_contests", tick=TICK, ttl=TTL), api.Skip)
+
+    out = _call("release", "sync_contests", "--reset-tick")
+
+    assert out == (
+        "Released sync_contests: holder was web-1:42:abc (token 1); new token 2.\n"
+        f"Reset the claimed tick of sync_contests: it was {far.isoformat()} (not done).\n"
+    )
+    lock = SyncLock.objects.get()
+    assert (lock.tick, lock.tick_done, lock.locked_until) == (None, False, None)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warnings[-1] == (
+        f"job=sync_contests claimed tick reset by manage.py locks release; it was {far.isoformat()} (not done)"
+    )
+    assert isinstance(api.acquire(job="sync_contests", tick=TICK, ttl=TTL), api.Lease)
+    api.reset_tick(job="sync_contests", by="test")
+    assert _call("release", "sync_contests", "--reset-tick").endswith(
+        "new token 4.\nsync_contests has no claimed tick; nothing to reset.\n"
+    )
+
+
+def test_release_token_must_be_a_number_exit_2(db_url):
+    proc = manage("locks", "release", "sync_contests", "--token", "abc", env=project_env(DATABASE_URL=db_url))
+
+    assert proc.returncode == 2
+    assert "argument --token: invalid int value: 'abc'" in proc.stderr
+
+
+def test_release_with_a_token_whose_successor_already_finished_says_so():
+    old = api.acquire(job="sync_contests", tick=TICK, ttl=TTL, holder="web-1:42:abc")
+    api.release(lease=old, status="failed")
+    retry = api.acquire(job="sync_contests", tick=TICK, ttl=TTL, holder="web-2:7:def")
+    api.release(lease=retry, status="succeeded")
+
+    with pytest.raises(CommandError) as refused:
+        _call("release", "sync_contests", "--token", str(old.token))
+
+    assert str(refused.value) == (
+        "lease on sync_contests is now token 2, not held (finished as succeeded); nothing released"
+    )
+    assert SyncLock.objects.get().last_status == "succeeded"

@@ -41,13 +41,50 @@ def test_a_lease_one_second_before_its_expiry_is_held():
     assert skip.holder == "slow:1:x"
 
 
-def test_an_expired_lease_does_not_reopen_its_own_tick():
+def test_an_expired_lease_reopens_its_own_tick_for_a_retry():
+    """Its holder died before the tick was done: a later run in the period claims it again."""
     api.acquire(job="job", tick=TICK, ttl=TTL, holder="dead:1:x")
+    _set_expiry(timedelta(seconds=-1))
+
+    retry = api.acquire(job="job", tick=TICK, ttl=TTL, holder="b:2:y")
+
+    assert isinstance(retry, api.Lease) and retry.token == 2
+    row = SyncLock.objects.get()
+    assert (row.holder, row.tick, row.tick_done) == ("b:2:y", TICK, False)
+
+
+def test_an_expired_lease_whose_write_committed_does_not_reopen_its_tick():
+    lease = api.acquire(job="job", tick=TICK, ttl=TTL, holder="dead:1:x")
+    with api.fenced(lease):
+        pass  # its write committed; then it died before releasing
     _set_expiry(timedelta(seconds=-1))
 
     skip = api.acquire(job="job", tick=TICK, ttl=TTL, holder="b:2:y")
 
     assert isinstance(skip, api.Skip) and skip.reason == "tick_claimed"
+    assert str(skip) == f"tick {TICK.isoformat()} already done by dead:1:x"
+    assert SyncLock.objects.get().token == 1
+
+
+def test_an_expired_lease_cannot_be_renewed():
+    """ShedLock's contract test shouldNotBeAbleToExtendExpiredLock: expired is lost,
+    even when nobody took the lease over."""
+    lease = api.acquire(job="job", tick=TICK, ttl=TTL, holder="slow:1:x")
+    _set_expiry(timedelta(seconds=-1))
+    before = SyncLock.objects.get()
+
+    with pytest.raises(api.LockLost, match=r"lease on job \(token 1\) was taken over, released or expired"):
+        api.renew(lease=lease)
+
+    after = SyncLock.objects.get()
+    assert (after.locked_until, after.heartbeat_at, after.token) == (
+        before.locked_until,
+        before.heartbeat_at,
+        1,
+    )
+    assert lease.lost
+    with pytest.raises(api.LockLost), api.fenced(lease):
+        raise AssertionError("unreachable: an expired lease fences its writer out")
 
 
 @pytest.mark.parametrize(

@@ -1,5 +1,6 @@
 """Real OS processes contending for one lock: the race, a SIGKILLed holder, a long job."""
 
+import json
 import signal
 import time
 from datetime import timedelta
@@ -28,7 +29,7 @@ def test_sixteen_processes_one_tick_exactly_one_acquires(contenders):
     # Every loser says why: held by the winner, or (if it lost after the release) the tick is claimed.
     for loser in losers:
         assert loser["reason"].startswith(
-            (f"held by {holder} until ", f"tick {TICK.isoformat()} already claimed by {holder}")
+            (f"held by {holder} until ", f"tick {TICK.isoformat()} already done by {holder}")
         ), loser
     lock = SyncLock.objects.get(job_name="race")
     assert (lock.token, lock.holder, lock.locked_until, lock.last_status) == (1, "", None, "succeeded")
@@ -38,7 +39,7 @@ def test_sixteen_processes_one_tick_exactly_one_acquires(contenders):
     contenders.start(1, "--job", "race", "--tick", TICK.isoformat())
     [late] = contenders.results()
     assert (late["outcome"], late["skip"]) == ("skipped", "tick_claimed")
-    assert late["reason"] == f"tick {TICK.isoformat()} already claimed by {holder}"
+    assert late["reason"] == f"tick {TICK.isoformat()} already done by {holder}"
     assert JobRun.objects.filter(job_name="race").count() == 1
 
 
@@ -127,3 +128,43 @@ def test_a_job_three_times_its_ttl_keeps_its_lease(db_url):
     assert run.finished_at - run.started_at > timedelta(seconds=2 * ttl)
     lock = SyncLock.objects.get(job_name="long")
     assert lock.token <= 2  # nobody else held it during the job
+
+
+def test_a_sigkilled_holders_run_is_closed_as_abandoned_by_the_next_holder(db_url):
+    _killed_holder(db_url, ttl=600)
+    [dead] = JobRun.objects.filter(job_name="kill")
+    assert dead.status == "running"
+    SyncLock.objects.filter(job_name="kill").update(locked_until=dead.started_at)  # expired long ago
+
+    result = api.run_locked(
+        job="kill", tick=TICK + timedelta(hours=1), ttl=timedelta(seconds=30), fn=lambda lease: {}
+    )
+
+    assert (result.outcome, result.token) == ("succeeded", 2)
+    dead.refresh_from_db()
+    assert dead.status == "abandoned"
+    assert dead.error == f"holder {dead.holder} stopped renewing; its lease expired and token 2 took over"
+    assert dead.finished_at is not None
+
+
+def test_on_sqlite_a_write_longer_than_the_busy_timeout_does_not_starve_its_own_heartbeat(db_url):
+    """The heartbeat's renewal waits for this process's own write lock, gives up after the
+    busy timeout (1 s here) and tries again at the next beat; the run succeeds."""
+    if not db_url.startswith("sqlite:"):
+        pytest.skip("SQLite's single write lock is what starves the heartbeat; PostgreSQL locks rows")
+    env = project_env(DATABASE_URL=f"{db_url}?timeout=1", LOCKS_LOG_LEVEL="DEBUG")
+    # A beat every 2 s: the one at 2 s waits for the 4 s write until 3 s and fails;
+    # the write commits at 4 s, within the 6 s its own renewal gave the lease.
+    args = ["--job", "write", "--tick", TICK.isoformat(), "--ttl", "6", "--write", "4"]
+    worker = spawn(["-m", "tests.locks.worker", *args], env=env)
+    out, err = worker.communicate(timeout=60)
+
+    assert worker.returncode == 0, err
+    result = json.loads(out.strip().splitlines()[-1])
+    assert (result["outcome"], result["error"]) == ("succeeded", ""), err
+    assert "database is locked while this process writes; trying again at the next beat" in err
+    assert "lost_lock" not in err and " WARNING " not in err
+    run = JobRun.objects.get(job_name="write")
+    assert (run.status, run.error) == ("succeeded", "")
+    lock = SyncLock.objects.get(job_name="write")
+    assert (lock.last_status, lock.tick_done) == ("succeeded", True)

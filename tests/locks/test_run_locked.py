@@ -1,12 +1,15 @@
 """run_locked: JobRun bookkeeping, heartbeat loss (semantic 5), outcomes."""
 
 import logging
+import time
 from datetime import timedelta
 
 import pytest
+from django.utils import timezone
 
 from locks import api
 from locks.models import JobRun, SyncLock
+from locks.selectors import database_now
 from tests.locks.conftest import TICK
 
 TTL = timedelta(minutes=5)
@@ -80,7 +83,7 @@ def test_a_lease_taken_over_inside_the_job_is_recorded_as_lost_lock():
     result = api.run_locked(job="job", tick=TICK, ttl=TTL, fn=job)
 
     assert result.outcome == "lost_lock"
-    assert "taken over or released" in result.error
+    assert result.error == "lease on job (token 1) was taken over, released or expired"
     run = JobRun.objects.get()
     assert run.status == "lost_lock"
     lock = SyncLock.objects.get()
@@ -117,7 +120,7 @@ def test_the_heartbeat_marks_a_taken_over_lease_lost():
     result = api.run_locked(job="job", tick=TICK, ttl=ttl, fn=job)
 
     assert result.outcome == "lost_lock"
-    assert result.error == "lease on job (token 1) was taken over or released"
+    assert result.error == "lease on job (token 1) was taken over, released or expired"
     assert JobRun.objects.get().status == "lost_lock"
 
 
@@ -132,3 +135,109 @@ def test_an_interrupted_job_is_recorded_and_releases_before_the_interrupt_goes_o
     assert JobRun.objects.get().error == "interrupted: KeyboardInterrupt: no details"
     lock = SyncLock.objects.get()
     assert (lock.locked_until, lock.last_status) == (None, "failed")
+
+
+def test_a_failed_tick_is_retried_by_a_later_run_and_each_attempt_is_a_run():
+    def down(lease):
+        raise ValueError("Codeforces answered 503")
+
+    failed = api.run_locked(job="job", tick=TICK, ttl=TTL, fn=down, expected_errors=(ValueError,))
+    retried = api.run_locked(job="job", tick=TICK, ttl=TTL, fn=lambda lease: {"created": 1})
+    again = api.run_locked(job="job", tick=TICK, ttl=TTL, fn=lambda lease: {"created": 1})
+
+    assert (failed.outcome, retried.outcome, again.outcome) == ("failed", "succeeded", "skipped")
+    assert again.reason == f"tick {TICK.isoformat()} already done by {retried.holder}"
+    runs = list(JobRun.objects.order_by("started_at", "token").values_list("tick", "token", "status"))
+    assert runs == [(TICK, 1, "failed"), (TICK, 2, "succeeded")]
+
+
+def test_a_run_whose_fenced_write_committed_succeeds_even_if_the_lease_changes_hands():
+    def job(lease):
+        with api.fenced(lease):
+            JobRun.objects.filter(token=lease.token).update(stats={"written": True})
+        api.force_release(job="job", by="an impatient operator")  # right after the commit
+        return {"created": 3}
+
+    result = api.run_locked(job="job", tick=TICK, ttl=TTL, fn=job)
+
+    assert (result.outcome, result.error, result.stats) == ("succeeded", "", {"created": 3})
+    run = JobRun.objects.get()
+    assert (run.status, run.error) == ("succeeded", "")
+    lock = SyncLock.objects.get()
+    assert (lock.tick, lock.tick_done, lock.last_status) == (TICK, True, "released")
+    assert isinstance(api.acquire(job="job", tick=TICK, ttl=TTL), api.Skip)
+
+
+def test_the_heartbeat_stops_at_the_maximum_run_time_and_the_run_ends_lost_lock(caplog):
+    """A stalled job (say, a server sending one byte a second) is ended at its maximum run time."""
+    checks = []
+
+    def stalled(lease):
+        for _ in range(400):  # at most 20 s
+            lease.check()
+            checks.append(1)
+            time.sleep(0.05)
+        raise AssertionError("the maximum run time never ended the run")
+
+    result = api.run_locked(
+        job="job",
+        tick=TICK,
+        ttl=timedelta(seconds=1.5),  # a beat every 0.5 s
+        max_run_time=timedelta(seconds=2),
+        fn=stalled,
+    )
+
+    assert result.outcome == "lost_lock"
+    assert result.error == "ran longer than its maximum run time 0:00:02"
+    assert 2 <= result.duration < 4
+    assert len(checks) > 30
+    run = JobRun.objects.get()
+    assert (run.status, run.error) == ("lost_lock", "ran longer than its maximum run time 0:00:02")
+    lock = SyncLock.objects.get()
+    assert (lock.locked_until, lock.last_status, lock.tick_done) == (None, "lost_lock", False)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warnings == ["job=job heartbeat: ran longer than its maximum run time 0:00:02"]
+
+
+def test_a_tick_too_far_ahead_is_a_warning_naming_the_host_clock_offset(caplog, monkeypatch):
+    """A host whose clock is a day fast names tomorrow's slot: refused, nothing stored."""
+    db_now = database_now()
+    fast = db_now + timedelta(days=1)
+    monkeypatch.setattr(timezone, "now", lambda: fast)
+    called = []
+
+    result = api.run_locked(
+        job="job",
+        tick=fast.replace(minute=0, second=0, microsecond=0),
+        ttl=TTL,
+        horizon=timedelta(hours=1),
+        fn=called.append,
+    )
+
+    assert (result.outcome, result.ok, called) == ("skipped", True, [])
+    assert result.skip.reason == "tick_ahead"
+    assert not SyncLock.objects.exists() and not JobRun.objects.exists()
+    [record] = [r for r in caplog.records if r.name == "locks.api"]
+    assert record.levelno == logging.WARNING
+    message = record.getMessage()
+    assert "outcome=skipped reason=tick " in message
+    assert " is more than 1:00:00 ahead of the database clock (" in message
+    offset = int(message.split("this host's clock is ")[1].split(" s off the database clock")[0])
+    assert 86390 <= offset <= 86400
+
+
+def test_taking_over_closes_the_runs_a_dead_holder_left_running():
+    dead = api.acquire(job="job", tick=TICK, ttl=TTL, holder="dead:1:x")
+    JobRun.objects.create(
+        job_name="job", tick=TICK, holder="dead:1:x", token=dead.token, started_at=dead.acquired_at
+    )
+    SyncLock.objects.update(locked_until=dead.acquired_at - TTL)  # its lease ran out long ago
+
+    result = api.run_locked(job="job", tick=TICK, ttl=TTL, fn=lambda lease: {})
+
+    assert (result.outcome, result.token) == ("succeeded", 2)
+    closed = JobRun.objects.get(token=1)
+    assert closed.status == "abandoned"
+    assert closed.error == "holder dead:1:x stopped renewing; its lease expired and token 2 took over"
+    assert closed.finished_at is not None and closed.finished_at >= closed.started_at
+    assert JobRun.objects.get(token=2).status == "succeeded"

@@ -1,9 +1,10 @@
 """A contender for a lock, run as its own OS process by the multi-process tests.
 
-    python -m tests.locks.worker --job J [--tick ISO] [--ttl S] [--go FILE] [--run S]
+    python -m tests.locks.worker --job J [--tick ISO] [--ttl S] [--go FILE] [--run S] [--write S]
 
 Waits until FILE exists (a start line for every contender), then runs a job of
---run seconds through ``locks.api.run_locked`` (lease, heartbeat, JobRun). The
+--run seconds through ``locks.api.run_locked`` (lease, heartbeat, JobRun); with
+--write, the job then holds a fenced write transaction open for S seconds. The
 job prints ``{"outcome": "acquired", …}`` as soon as it holds the lease; the
 process then prints one JSON line with the result.
 """
@@ -24,6 +25,7 @@ def main() -> None:
     parser.add_argument("--ttl", type=float, default=30)
     parser.add_argument("--go")
     parser.add_argument("--run", type=float, default=0)
+    parser.add_argument("--write", type=float, default=0)
     args = parser.parse_args()
 
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
@@ -42,6 +44,9 @@ def main() -> None:
     def job(lease: api.Lease) -> dict:
         print(json.dumps({"outcome": "acquired", "token": lease.token, "holder": lease.holder}), flush=True)
         time.sleep(args.run)
+        if args.write:
+            with api.fenced(lease):
+                time.sleep(args.write)  # a long write: on SQLite it holds the one write lock
         return {"slept": args.run}
 
     result = api.run_locked(job=args.job, tick=args.tick, ttl=timedelta(seconds=args.ttl), fn=job)
@@ -53,6 +58,7 @@ def main() -> None:
                 "holder": result.holder,
                 "skip": result.skip.reason if result.skip else None,
                 "reason": result.reason,
+                "error": result.error,
             }
         )
     )

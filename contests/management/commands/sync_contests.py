@@ -8,7 +8,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import Error as DBError  # DatabaseError and InterfaceError
 
 from contests.codeforces import CodeforcesError
-from contests.jobs import InvalidTick, checked_tick, preview_sync, run_sync_job
+from contests.jobs import InvalidTick, checked_tick, preview_sync, run_sync_job, tick_ahead_message
 from locks.api import LockError
 
 
@@ -44,8 +44,6 @@ class Command(BaseCommand):
                 tick = checked_tick(tick)
             except InvalidTick as exc:
                 raise CommandError(f"--tick: {exc}", returncode=2) from exc
-            except DBError:
-                pass  # the run below meets the same database: it skips with one WARNING, exit 0
         if dry_run:
             try:
                 counts = preview_sync()
@@ -60,6 +58,8 @@ class Command(BaseCommand):
             result = run_sync_job(tick=tick, force=force)
         except LockError as exc:
             raise CommandError(str(exc)) from exc
+        if tick and result.skip is not None and result.skip.reason == "tick_ahead":
+            raise CommandError(f"--tick: {tick_ahead_message(result.skip)}", returncode=2)
         if options["verbosity"] >= 1:
             self.stdout.write(result.describe())
         if not result.ok:

@@ -18,11 +18,21 @@ class Command(BaseCommand):
         status.add_argument("--json", action="store_true", help="Print JSON instead of a table.")
         release = actions.add_parser("release", help="Force-release a lock (bumps its fencing token).")
         release.add_argument("job", help="Job name, e.g. sync_contests.")
+        release.add_argument(
+            "--token",
+            type=int,
+            help="Release only the lease with this fencing token (the one `locks status` showed).",
+        )
+        release.add_argument(
+            "--reset-tick",
+            action="store_true",
+            help="Also clear the claimed tick, so the next scheduled run may claim any tick.",
+        )
 
     def handle(self, *args, action: str, **options) -> None:
         try:
             if action == "release":
-                self.release(options["job"])
+                self.release(options["job"], token=options["token"], reset=options["reset_tick"])
             else:
                 self.status(as_json=options["json"])
         except DBError as exc:
@@ -56,18 +66,32 @@ class Command(BaseCommand):
                 "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
             )
 
-    def release(self, job: str) -> None:
+    def release(self, job: str, *, token: int | None, reset: bool) -> None:
+        by = "manage.py locks release"
         try:
-            released = api.force_release(job=job, by="manage.py locks release")
-        except api.UnknownJob as exc:
+            released = api.force_release(job=job, expected_token=token, by=by)
+            if released.was_held:
+                self.stdout.write(
+                    f"Released {job}: holder was {released.previous_holder} "
+                    f"(token {released.previous_token}); new token {released.token}."
+                )
+            elif released.detail and token is not None and released.previous_token != token:
+                raise CommandError(released.detail)  # another holder: leave its tick alone too
+            elif released.detail:
+                self.stdout.write(f"{released.detail}.")
+            else:
+                self.stdout.write(f"{job} was not held; nothing to release.")
+            if reset:
+                cleared = api.reset_tick(job=job, by=by)
+                if cleared.was_set:
+                    done = "done" if cleared.was_done else "not done"
+                    self.stdout.write(
+                        f"Reset the claimed tick of {job}: it was {cleared.previous_tick.isoformat()} ({done})."
+                    )
+                else:
+                    self.stdout.write(f"{job} has no claimed tick; nothing to reset.")
+        except (api.UnknownJob, api.LockError) as exc:
             raise CommandError(exc.args[0]) from exc
-        if released.was_held:
-            self.stdout.write(
-                f"Released {job}: holder was {released.previous_holder} "
-                f"(token {released.previous_token}); new token {released.token}."
-            )
-        else:
-            self.stdout.write(f"{job} was not held; nothing to release.")
 
 
 def _fmt(value) -> str:
