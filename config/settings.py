@@ -172,9 +172,6 @@ EMAIL_FILE_PATH = env.str("EMAIL_FILE_PATH", _email["EMAIL_FILE_PATH"] or str(BA
 EMAIL_TIMEOUT = env.int("EMAIL_TIMEOUT", 10)
 DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", "reminders@localhost")
 
-# Longest the heartbeat keeps one sync's lease alive (seconds).
-SYNC_CONTESTS_MAX_RUN_TIME = env.int("SYNC_CONTESTS_MAX_RUN_TIME", 1800)
-
 # --- Jobs (locks app; docs/jobs.md) ------------------------------------------------
 # Every scheduled job, by name (its lock's name): the one list that django-crontab's
 # CRONJOBS, the admin's summary, `locks status`, /healthz, the HTTP trigger and
