@@ -122,6 +122,9 @@ LOCKS_MAX_CLOCK_SKEW = env.int("LOCKS_MAX_CLOCK_SKEW", 120)
 # A run claims the upcoming slot when it is at most this far ahead (seconds; capped
 # at a quarter of the gap between slots), else the latest slot at or before now.
 LOCKS_TICK_WINDOW = env.int("LOCKS_TICK_WINDOW", 300)
+# run_scheduler: on SIGTERM or SIGINT, a running job gets this long (seconds) to finish
+# before it is abandoned (lease released, run recorded).
+LOCKS_SCHEDULER_GRACE = env.int("LOCKS_SCHEDULER_GRACE", 30)
 
 # --- The sync (contests app) ----------------------------------------------
 SYNC_CONTESTS_SCHEDULE = env.str("SYNC_CONTESTS_SCHEDULE", "0 * * * *")

@@ -1,0 +1,31 @@
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+
+from locks.registry import UnknownJob, get_job, jobs
+from locks.scheduler import Scheduler, install_signal_handlers
+
+
+class Command(BaseCommand):
+    help = (
+        "Run every job of LOCKS_JOBS at its slots until SIGTERM or SIGINT. Safe to run in every "
+        "replica: the lease lets one copy run each tick, the others skip and say why."
+    )
+
+    def add_arguments(self, parser) -> None:
+        parser.add_argument("jobs", nargs="*", metavar="JOB", help="Only these jobs (default: every one).")
+
+    def handle(self, *args, jobs: list[str], **options) -> None:
+        try:
+            chosen = [get_job(name) for name in jobs] if jobs else list(_registered())
+        except UnknownJob as exc:
+            raise CommandError(exc.args[0], returncode=2) from exc
+        scheduler = Scheduler(jobs=chosen)
+        install_signal_handlers(scheduler, grace=settings.LOCKS_SCHEDULER_GRACE)
+        names = ", ".join(job.name for job in chosen)
+        self.stderr.write(f"scheduler: running {names}; SIGTERM or Ctrl-C stops it")
+        scheduler.run_forever()
+        self.stderr.write("scheduler: stopped")
+
+
+def _registered():
+    return jobs().values()

@@ -1,0 +1,177 @@
+"""run_scheduler's loop: when it asks for a tick, with a fake clock.
+
+The decisions (ask at each slot, catch up on start, retry a failed tick, look again
+after a lease held elsewhere expires) are tested against a recording stand-in for
+``run_job``; the real runs, against the database and as several processes, follow.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import threading
+import tracemalloc
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from locks.leases import Skip
+from locks.models import JobRun
+from locks.registry import Job, jobs
+from locks.runner import RunResult
+from locks.scheduler import Scheduler
+from tests.locks.jobs import RECORD
+from tests.locks.test_registry import register
+
+HOURLY = Job(
+    name="hourly",
+    schedule="0 * * * *",
+    callable_path="tests.locks.jobs.record",
+    ttl=timedelta(seconds=60),
+    max_run_time=None,
+    retry_delays=(timedelta(minutes=1), timedelta(minutes=5), timedelta(minutes=15)),
+)
+
+
+class FakeClock:
+    """Time that passes only while the loop waits; it stops the loop at ``end``."""
+
+    def __init__(self, start: datetime, end: datetime | None = None) -> None:
+        self.at, self.end = start, end
+        self.stop = threading.Event()
+
+    def now(self) -> datetime:
+        return self.at
+
+    def wait(self, seconds: float) -> None:
+        self.at += timedelta(seconds=seconds)
+        if self.end is not None and self.at >= self.end:
+            self.stop.set()
+
+
+class Runs:
+    """Stands in for run_job: records what was asked and answers with the given outcomes."""
+
+    def __init__(self, clock: FakeClock, outcomes: list | None = None) -> None:
+        self.clock = clock
+        self.outcomes = list(outcomes or [])
+        self.asked: list[tuple[datetime, datetime]] = []  # (when, tick)
+
+    def __call__(self, *, name: str, tick: datetime) -> RunResult:
+        self.asked.append((self.clock.now(), tick))
+        outcome = self.outcomes.pop(0) if self.outcomes else "succeeded"
+        if isinstance(outcome, Exception):
+            raise outcome
+        if isinstance(outcome, Skip):
+            return RunResult(job=name, tick=tick, holder="h", outcome="skipped", skip=outcome)
+        return RunResult(job=name, tick=tick, holder="h", outcome=outcome)
+
+
+def at(hour: int, minute: int = 0, second: int = 0) -> datetime:
+    return datetime(2026, 12, 2, hour, minute, second, tzinfo=UTC)
+
+
+def loop(start: datetime, outcomes=None, *, until: datetime) -> Runs:
+    clock = FakeClock(start, until)
+    runs = Runs(clock, outcomes)
+    Scheduler(jobs=[HOURLY], now=clock.now, run=runs, stop=clock.stop).run_forever(wait=clock.wait)
+    return runs
+
+
+def test_on_start_it_catches_up_the_current_slot_then_asks_at_each_slot():
+    runs = loop(at(10, 31), until=at(12, 30))
+
+    # 10:31 is past the tick window of 11:00: the current slot is 10:00, run late.
+    assert runs.asked[0] == (at(10, 31), at(10))
+    assert [tick for _when, tick in runs.asked] == [at(10), at(11), at(12)]
+    assert [when for when, _tick in runs.asked[1:]] == [at(11), at(12)]
+
+
+def test_a_failed_tick_is_asked_again_after_each_delay_never_past_the_next_slot():
+    runs = loop(at(10), ["failed", "lost_lock", "failed", "failed"], until=at(11, 30))
+
+    assert runs.asked == [
+        (at(10), at(10)),
+        (at(10, 1), at(10)),
+        (at(10, 6), at(10)),
+        (at(10, 21), at(10)),  # the last delay of the policy
+        (at(11), at(11)),  # no fourth retry: the next slot has its own run
+    ]
+
+
+def test_a_retry_that_would_reach_the_next_slot_is_dropped():
+    runs = loop(at(10, 50), ["failed", "failed", "failed"], until=at(11, 30))
+
+    # 10:50 + 1 min, then + 5 min = 10:56, then + 15 min would be 11:11: dropped.
+    assert [when for when, _tick in runs.asked] == [at(10, 50), at(10, 51), at(10, 56), at(11)]
+
+
+def test_a_success_or_a_tick_done_elsewhere_is_not_asked_again():
+    done = Skip("hourly", at(10), "tick_claimed", "other:1:abc", None, at(10))
+    runs = loop(at(10), ["succeeded", done], until=at(12, 30))
+
+    assert [tick for _when, tick in runs.asked] == [at(10), at(11), at(12)]
+
+
+def test_a_lease_held_elsewhere_is_looked_at_again_once_it_would_have_expired():
+    held = Skip("hourly", at(10), "held", "other:1:abc", at(10, 10), at(10))
+    runs = loop(at(10), [held, "succeeded"], until=at(10, 30))
+
+    assert runs.asked == [(at(10), at(10)), (at(10, 10, 1), at(10))]
+
+
+def test_a_job_that_raises_is_logged_and_the_loop_goes_on(caplog):
+    runs = loop(at(10), [KeyError("bug"), "succeeded"], until=at(11, 30))
+
+    assert [tick for _when, tick in runs.asked] == [at(10), at(10), at(11)]  # retried, then on
+    errors = [record for record in caplog.records if record.levelname == "ERROR"]
+    assert (
+        errors[0].getMessage()
+        == "scheduler: job=hourly tick=2026-12-02T10:00:00+00:00 raised; the loop goes on"
+    )
+    assert isinstance(errors[0].exc_info[1], KeyError)
+
+
+def test_it_never_sleeps_more_than_a_minute_without_looking_at_the_clock():
+    clock = FakeClock(at(10))
+    waits = []
+    scheduler = Scheduler(jobs=[HOURLY], now=clock.now, run=Runs(clock))
+
+    def wait(seconds):
+        waits.append(seconds)
+        clock.wait(seconds)
+
+    scheduler.run_forever(wait=wait, iterations=3)
+
+    assert waits == [60, 60, 60]
+
+
+# --- against the database ------------------------------------------------------------
+
+
+@pytest.fixture
+def every_minute(settings, transactional_db) -> Job:
+    register(settings, minutely={**RECORD, "schedule": "* * * * *"})
+    return jobs()["minutely"]
+
+
+def test_a_thousand_wakes_keep_memory_flat(every_minute):
+    """1,000 slots of a real job, each a real run under the lease, on a fast fake clock."""
+    clock = FakeClock(datetime(2020, 1, 1, tzinfo=UTC))
+    scheduler = Scheduler(jobs=[every_minute], now=clock.now)
+    scheduler.run_forever(wait=clock.wait, iterations=100)  # warm up: imports, caches, connections
+    logging.disable(logging.INFO)  # pytest keeps every captured record: not the loop's memory
+    tracemalloc.start()
+    try:
+        gc.collect()  # what is only waiting for the cycle collector is not kept
+        before = tracemalloc.take_snapshot()
+        scheduler.run_forever(wait=clock.wait, iterations=1000)
+        gc.collect()
+        after = tracemalloc.take_snapshot()
+    finally:
+        tracemalloc.stop()
+        logging.disable(logging.NOTSET)
+
+    grown = sum(stat.size_diff for stat in after.compare_to(before, "filename"))
+    assert JobRun.objects.filter(job_name="minutely", status="succeeded").count() == 1100
+    assert grown < 64 * 1024, [str(stat) for stat in after.compare_to(before, "lineno")[:5]]
