@@ -36,7 +36,7 @@ test-sqlite: $(BIN)/.installed-dev
 test-postgres: $(BIN)/.installed-dev
 	scripts/with-postgres.sh $(BIN)/python -m pytest
 
-# The README's fault-test table, from the last runs' records in var/faults/.
+# The fault-test table in docs/faults.md, from the last runs' records in var/faults/.
 faults-table:
 	$(BIN)/python -m tests.faults.results --write
 

@@ -135,7 +135,7 @@ def faketime() -> str:
 
 @pytest.fixture
 def observe(request: pytest.FixtureRequest) -> Callable[[str], None]:
-    """``observe("1 sync, 15 skips")``: what the scenario showed, for the README table."""
+    """``observe("1 sync, 15 skips")``: what the scenario showed, for the table in docs/faults.md."""
 
     def note(text: str) -> None:
         request.node.stash[OBSERVED] = text

@@ -1,12 +1,12 @@
-"""The fault scenarios, what each must show, and the README table of what the runs saw.
+"""The fault scenarios, what each must show, and the table of what the runs saw (docs/faults.md).
 
 Each fault test carries ``@pytest.mark.scenario(KEY)`` and reports what it
 observed (counts, exit codes, log lines) through the ``observe`` fixture; the
 test session stores that per backend under ``var/faults/``. This module renders
-those records as the README's results table:
+those records as the results table in docs/faults.md:
 
     python -m tests.faults.results            # print the table
-    python -m tests.faults.results --write    # and put it into README.md
+    python -m tests.faults.results --write    # and put it into docs/faults.md
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS_DIR = ROOT / "var" / "faults"
-README = ROOT / "README.md"
+TABLE_FILE = ROOT / "docs" / "faults.md"
 BEGIN = "<!-- faults-table:begin (python -m tests.faults.results --write) -->"
 END = "<!-- faults-table:end -->"
 BACKENDS = {"sqlite": "SQLite", "postgresql": "PostgreSQL"}
@@ -147,8 +147,8 @@ def table(results: dict[str, dict]) -> str:
     return "\n".join(lines)
 
 
-def readme_rows(text: str) -> list[tuple[str, str]]:
-    """(scenario, expected) of each row of the README's results table."""
+def table_rows(text: str) -> list[tuple[str, str]]:
+    """(scenario, expected) of each row of the results table in ``text``."""
     try:
         section = text.split(BEGIN, 1)[1].split(END, 1)[0]
     except IndexError:
@@ -160,23 +160,23 @@ def readme_rows(text: str) -> list[tuple[str, str]]:
     return rows
 
 
-def write_readme(rendered: str, readme: Path = README) -> None:
-    text = readme.read_text()
+def write_table(rendered: str, path: Path = TABLE_FILE) -> None:
+    text = path.read_text()
     if BEGIN not in text or END not in text:
-        raise SystemExit(f"{readme}: the markers {BEGIN!r} … {END!r} are missing")
+        raise SystemExit(f"{path}: the markers {BEGIN!r} … {END!r} are missing")
     head, rest = text.split(BEGIN, 1)
     tail = rest.split(END, 1)[1]
-    readme.write_text(f"{head}{BEGIN}\n{rendered}\n{END}{tail}")
+    path.write_text(f"{head}{BEGIN}\n{rendered}\n{END}{tail}")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Render the fault-test results table.")
-    parser.add_argument("--write", action="store_true", help="Replace the table in README.md.")
+    parser.add_argument("--write", action="store_true", help="Replace the table in docs/faults.md.")
     args = parser.parse_args(argv)
     rendered = table(load())
     sys.stdout.write(rendered + "\n")
     if args.write:
-        write_readme(rendered)
+        write_table(rendered)
     return 0
 
 

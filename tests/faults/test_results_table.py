@@ -1,4 +1,4 @@
-"""The README's results table stays in step with the scenarios the fault tests run."""
+"""The results table in docs/faults.md stays in step with the scenarios the fault tests run."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from tests.faults import results
 HERE = Path(__file__).resolve().parent
 
 
-def test_readme_table_lists_every_scenario_with_its_expectation():
-    rows = results.readme_rows(results.README.read_text())
+def test_the_table_lists_every_scenario_with_its_expectation():
+    rows = results.table_rows(results.TABLE_FILE.read_text())
 
     assert rows == [(scenario.title, scenario.expected) for scenario in results.SCENARIOS]
 
@@ -51,10 +51,10 @@ def test_table_shows_each_backend_and_outcome(tmp_path):
     assert partition.endswith("| skipped: PostgreSQL only | not run |")
 
 
-def test_write_readme_replaces_only_the_table(tmp_path):
-    readme = tmp_path / "README.md"
-    readme.write_text(f"# Title\n\nbefore\n{results.BEGIN}\nold table\n{results.END}\nafter\n")
+def test_write_table_replaces_only_the_table(tmp_path):
+    doc = tmp_path / "faults.md"
+    doc.write_text(f"# Title\n\nbefore\n{results.BEGIN}\nold table\n{results.END}\nafter\n")
 
-    results.write_readme("| new |", readme)
+    results.write_table("| new |", doc)
 
-    assert readme.read_text() == f"# Title\n\nbefore\n{results.BEGIN}\n| new |\n{results.END}\nafter\n"
+    assert doc.read_text() == f"# Title\n\nbefore\n{results.BEGIN}\n| new |\n{results.END}\nafter\n"
