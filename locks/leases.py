@@ -26,8 +26,8 @@ from django.db.models.functions import Now
 from django.db.models.lookups import GreaterThanOrEqual
 from django.utils import timezone
 
-from locks.models import EXPIRED, FREE, HELD, OVERDUE, JobRun, RunStatus, SyncLock
 from locks.clock import database_now
+from locks.models import EXPIRED, FREE, HELD, OVERDUE, JobRun, RunStatus, SyncLock
 
 # The name the lock's log lines have always carried (operators filter on it).
 logger = logging.getLogger("locks.api")

@@ -99,6 +99,27 @@ SCENARIOS = [
         "counted invalid, the rest synced: exit 0, every real contest stored, one WARNING naming the "
         "skipped entries, no traceback; the next tick the same",
     ),
+    Scenario(
+        "between-slots",
+        "a run at 07:37 (a manual or late run), then the scheduled 08:00 run (faketime, yesterday)",
+        "the 07:37 run claims 07:00 (08:00 is beyond the 5 min tick window) and syncs; the 08:00 run claims "
+        "08:00 and syncs too: exit 0 twice, 2 JobRuns, 2 API calls",
+    ),
+    Scenario(
+        "host-a-day-fast",
+        "a host whose clock is a day fast (faketime +1d) runs the job, before and after a host with the "
+        "right clock",
+        "PostgreSQL only (on SQLite the database clock is each process's own): the fast host is refused, "
+        "exit 0, one WARNING naming its offset (+86400 s), nothing stored; the right host syncs the current "
+        "tick",
+    ),
+    Scenario(
+        "codeforces-down-at-slot",
+        "Codeforces answers HTTP 503 to every attempt of the 07:00 run, then recovers; runs at 07:20 and "
+        "07:40 follow (faketime, yesterday)",
+        "07:00 fails: exit 1, one ERROR line, nothing written; 07:20 claims the 07:00 tick again and syncs; "
+        "07:40 skips it as already done; 2 JobRuns for that tick, failed then succeeded",
+    ),
 ]
 BY_KEY = {scenario.key: scenario for scenario in SCENARIOS}
 
