@@ -9,6 +9,7 @@ another scheduler once the dead holder's lease (3 s) has expired, within the sam
 from __future__ import annotations
 
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -113,3 +114,65 @@ def test_three_schedulers_one_killed_run_every_slot_exactly_once(db_url, standin
         if " holder=" in line and "outcome=skipped" in line
     ]
     assert skips and all(" reason=" in line for line in skips), skips
+
+
+@pytest.mark.slow
+def test_an_unreachable_database_is_one_warning_a_tick_and_the_loop_goes_on(standin):
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    env = project_env(
+        DATABASE_URL=f"postgres://nobody@127.0.0.1:{port}/contests",
+        CODEFORCES_API_URL=standin.url,
+        SYNC_CONTESTS_SCHEDULE="* * * * * */2",
+    )
+    scheduler = start(env)
+    time.sleep(7)  # three or four slots of two seconds
+    scheduler.send_signal(signal.SIGTERM)
+    _out, err = scheduler.communicate(timeout=30)
+
+    assert scheduler.returncode == 0, err
+    assert "Traceback" not in err
+    warnings = [line for line in err.splitlines() if " WARNING " in line]
+    ticks = [line.split(" tick=", 1)[1].split()[0] for line in warnings]
+    assert len(ticks) >= 2 and len(set(ticks)) == len(ticks), warnings  # one per tick, on and on
+    assert all("outcome=skipped reason=database unreachable" in line for line in warnings)
+    assert standin.calls == 0
+
+
+@pytest.mark.slow
+def test_sigterm_gives_a_running_job_its_grace_then_records_it_and_releases_the_lease(db_url):
+    env = project_env(
+        DATABASE_URL=db_url, DJANGO_SETTINGS_MODULE="tests.locks.settings", LOCKS_SCHEDULER_GRACE="1"
+    )
+    scheduler = subprocess.Popen(
+        [sys.executable, str(ROOT / "manage.py"), "run_scheduler", "linger"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        # On start it catches up the current slot of linger's schedule: a job that sleeps.
+        wait_for(
+            lambda: JobRun.objects.filter(job_name="linger", status="running").exists(),
+            timeout=30,
+            what="the scheduler to start linger",
+        )
+        scheduler.send_signal(signal.SIGTERM)
+        began = time.monotonic()
+        _out, err = scheduler.communicate(timeout=30)
+        stopped_after = time.monotonic() - began
+    finally:
+        if scheduler.poll() is None:
+            scheduler.kill()
+            scheduler.communicate()
+
+    assert scheduler.returncode == 0, err
+    assert stopped_after < 10  # the 1 s grace, not the job's 60 s
+    assert "scheduler: SIGTERM received; job=linger may finish within 1 s" in err
+    run = JobRun.objects.get(job_name="linger")
+    assert (run.status, run.error) == ("failed", "interrupted: SystemExit: 0")
+    assert SyncLock.objects.get(job_name="linger").locked_until is None  # released, not left to expire
+    assert "Traceback" not in err
