@@ -208,6 +208,39 @@ def test_stale_reminders_are_pruned_without_a_join_delete(mongo):
     assert result["kept"] == [4, 5]
 
 
+def test_concurrent_reminder_runs_send_each_due_reminder_once(mongo, tmp_path):
+    """The reminder claim (a conditional update per reminder) across processes."""
+    setup = step(mongo, "reminders", count=12)
+    outbox = tmp_path / "mail"
+    outbox.mkdir()
+    env = project_env(
+        DATABASE_URL=mongo,
+        EMAIL_BACKEND="django.core.mail.backends.filebased.EmailBackend",
+        EMAIL_FILE_PATH=str(outbox),
+    )
+    runs = [
+        subprocess.Popen(
+            [sys.executable, str(ROOT / "manage.py"), "send_reminders", "--force"],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(4)
+    ]
+    for run in runs:
+        run.communicate(timeout=120)
+        assert run.returncode == 0
+
+    sent = [
+        line for path in outbox.iterdir() for line in path.read_text().splitlines() if line.startswith("To: ")
+    ]
+    assert sorted(sent) == sorted(f"To: {address}" for address in setup["addresses"])
+    delivered = step(mongo, "reminder_state")
+    assert delivered == {"delivered": 12, "attempts": [1] * 12}
+
+
 # --- the lock ---------------------------------------------------------------------
 
 
@@ -413,6 +446,24 @@ def step_prune() -> dict:
     deleted = prune_stale_reminders(now=now)
     kept = sorted(Reminder.objects.values_list("contest__contest_id", flat=True))
     return {"deleted": deleted, "kept": kept}
+
+
+def step_reminders(*, count: int) -> dict:
+    from tests.contests.reminder_data import due_reminders, make_contest
+
+    contest = make_contest(4242, start=timedelta(hours=2))
+    reminders = due_reminders(count, contest=contest, prefix=f"m{secrets.token_hex(3)}")
+    return {"addresses": [reminder.user.email for reminder in reminders]}
+
+
+def step_reminder_state() -> dict:
+    from contests.models import Reminder
+
+    rows = Reminder.objects.filter(contest__contest_id=4242)
+    return {
+        "delivered": rows.filter(delivered_at__isnull=False).count(),
+        "attempts": sorted(rows.values_list("attempts", flat=True)),
+    }
 
 
 def step_write_concern() -> dict:
