@@ -31,7 +31,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from tests.conftest import ROOT, manage, project_env
+from tests.conftest import ROOT, manage, project_env, spawn
 from tests.standin import load_fixture
 
 MONGODB_URI = os.environ.get("MONGODB_URI", "")
@@ -218,17 +218,7 @@ def test_concurrent_reminder_runs_send_each_due_reminder_once(mongo, tmp_path):
         EMAIL_BACKEND="django.core.mail.backends.filebased.EmailBackend",
         EMAIL_FILE_PATH=str(outbox),
     )
-    runs = [
-        subprocess.Popen(
-            [sys.executable, str(ROOT / "manage.py"), "send_reminders", "--force"],
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for _ in range(4)
-    ]
+    runs = [spawn([str(ROOT / "manage.py"), "send_reminders", "--force"], env=env) for _ in range(4)]
     for run in runs:
         run.communicate(timeout=120)
         assert run.returncode == 0

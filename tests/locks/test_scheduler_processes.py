@@ -11,7 +11,6 @@ from __future__ import annotations
 import signal
 import socket
 import subprocess
-import sys
 import time
 from collections import Counter
 from datetime import timedelta
@@ -21,22 +20,15 @@ import pytest
 from locks.clock import database_now
 from locks.models import JobRun, SyncLock
 from locks.schedule import next_tick, slot_at_or_before
-from tests.conftest import ROOT, project_env
+from tests.conftest import ROOT, project_env, spawn
 
 SCHEDULE = "* * * * * */10"  # croniter's sixth field: seconds
 SLOTS = 7
 GRACE = 5
 
 
-def start(env: dict[str, str]) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, str(ROOT / "manage.py"), "run_scheduler", "sync_contests"],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+def start(env: dict[str, str], job: str = "sync_contests") -> subprocess.Popen:
+    return spawn([str(ROOT / "manage.py"), "run_scheduler", job], env=env)
 
 
 def wait_for(condition, *, timeout: float, what: str) -> None:
@@ -145,14 +137,7 @@ def test_sigterm_gives_a_running_job_its_grace_then_records_it_and_releases_the_
     env = project_env(
         DATABASE_URL=db_url, DJANGO_SETTINGS_MODULE="tests.locks.settings", LOCKS_SCHEDULER_GRACE="1"
     )
-    scheduler = subprocess.Popen(
-        [sys.executable, str(ROOT / "manage.py"), "run_scheduler", "linger"],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    scheduler = start(env, "linger")
     try:
         # On start it catches up the current slot of linger's schedule: a job that sleeps.
         wait_for(
