@@ -1,4 +1,4 @@
-"""Settings, all driven by the environment (see README "Configuration").
+"""Settings, all driven by the environment (the full list: docs/deployment.md, "Configuration").
 
 Every variable is read through ``config.env.Env`` (django-environ): a value
 that does not parse stops start-up with one line that names it.
@@ -244,7 +244,7 @@ AXES_RESET_ON_SUCCESS = True  # a successful login forgets that pair's earlier f
 # The client address as the trigger's rate limit sees it (DJANGO_TRUSTED_PROXY_COUNT).
 AXES_CLIENT_IP_CALLABLE = "contests.ops.auth.client_address"
 
-# --- Production security (README "Deployment") ------------------------------
+# --- Production security (docs/deployment.md) ------------------------------
 # Strict by default whenever DEBUG is off: `manage.py check --deploy` is clean with
 # DJANGO_DEBUG=0, DJANGO_SECRET_KEY and DJANGO_ALLOWED_HOSTS set. Each switch can be
 # turned off for a deployment that handles it elsewhere.
@@ -281,7 +281,7 @@ SYNC_TRIGGER_RATE_WINDOW = env.int("SYNC_TRIGGER_RATE_WINDOW", 10)
 # request sees them.
 HEALTHZ_TOKEN = env.str("HEALTHZ_TOKEN", "")
 
-# --- MongoDB (README "MongoDB") --------------------------------------------
+# --- MongoDB (docs/mongodb.md) --------------------------------------------
 # Only when DATABASE_URL is mongodb:// or mongodb+srv://: ObjectId primary keys,
 # contrib AppConfigs that do not pin AutoField, and the migrations in
 # mongo_migrations/. SQLite and PostgreSQL keep the apps' own migrations.

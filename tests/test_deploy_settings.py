@@ -22,7 +22,7 @@ OURS = ("DJANGO_", "SYNC_TRIGGER_")  # the variables this file controls, whateve
 
 
 def production_env(**extra: str) -> dict[str, str]:
-    """The minimal production environment the README documents."""
+    """The minimal production environment docs/deployment.md documents."""
     env = {name: value for name, value in project_env().items() if not name.startswith(OURS)}
     env.update(
         DJANGO_DEBUG="0",

@@ -1,7 +1,7 @@
 """The lock and sync contracts against a real MongoDB server.
 
 Skipped unless ``MONGODB_URI`` names a server. With a local replica set
-(README "MongoDB")::
+(docs/mongodb.md)::
 
     mongod --replSet rs0 --dbpath /tmp/rs0 --port 27017 --bind_ip 127.0.0.1 &
     mongosh --quiet --eval 'rs.initiate()'
@@ -38,7 +38,7 @@ MONGODB_URI = os.environ.get("MONGODB_URI", "")
 HOW_TO_RUN = (
     "MongoDB contract tests need a server: set MONGODB_URI, e.g. "
     "MONGODB_URI='mongodb://127.0.0.1:27017/?replicaSet=rs0' after "
-    '`mongod --replSet rs0 …` and `rs.initiate()` (README "MongoDB")'
+    "`mongod --replSet rs0 …` and `rs.initiate()` (docs/mongodb.md)"
 )
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(not MONGODB_URI, reason=HOW_TO_RUN)]
