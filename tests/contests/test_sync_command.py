@@ -231,7 +231,8 @@ def test_a_host_a_day_fast_is_refused_and_a_host_on_time_then_syncs(db, standin,
 def test_a_sync_is_ended_at_its_maximum_run_time(transactional_db, standin, settings):
     """A stalled answer: the fetch outlasts the maximum run time, so the run ends lost_lock
     before it writes (the fetch's own deadline is CODEFORCES_TOTAL_TIMEOUT)."""
-    settings.SYNC_CONTESTS_LOCK_TTL, settings.SYNC_CONTESTS_MAX_RUN_TIME = 1, 1  # a beat every 1/3 s
+    sync = {**settings.LOCKS_JOBS["sync_contests"], "ttl": 1, "max_run_time": 1}  # a beat every 1/3 s
+    settings.LOCKS_JOBS = {**settings.LOCKS_JOBS, "sync_contests": sync}
     standin.delay = 1.5  # within the read timeout: the fetch succeeds, too late
 
     out = StringIO()
