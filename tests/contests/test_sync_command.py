@@ -372,13 +372,16 @@ def test_locks_status_json_after_a_run(env, standin):
     manage("sync_contests", "--tick", TICK, env=env)
     proc = manage("locks", "status", "--json", env=env)
 
-    [lock] = json.loads(proc.stdout)
+    by_job = {row["job"]: row for row in json.loads(proc.stdout)}
+    assert sorted(by_job) == ["send_reminders", "sync_contests"]  # every registered job, run or not
+    lock, reminders = by_job["sync_contests"], by_job["send_reminders"]
     assert (lock["job"], lock["state"], lock["last_status"], lock["tick"]) == (
         "sync_contests",
         "free",
         "succeeded",
         TICK,
     )
+    assert (reminders["job"], reminders["state"], reminders["tick"]) == ("send_reminders", "never run", None)
 
 
 def test_sigterm_mid_sync_releases_the_lease_and_writes_nothing(env, standin):

@@ -106,5 +106,10 @@ def test_three_schedulers_one_killed_run_every_slot_exactly_once(db_url, standin
     killed = JobRun.objects.get(job_name="sync_contests", tick=victim_slot, holder=holder)
     assert killed.status == "abandoned", (killed.status, killed.error)
     # The others skipped and said why.
-    skips = [line for _out, err in outputs for line in err.splitlines() if "outcome=skipped" in line]
-    assert skips and all("reason=" in line for line in skips)
+    skips = [
+        line
+        for _out, err in outputs
+        for line in err.splitlines()
+        if " holder=" in line and "outcome=skipped" in line
+    ]
+    assert skips and all(" reason=" in line for line in skips), skips
