@@ -182,7 +182,7 @@ DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", "reminders@localhost")
 LOCKS_JOBS = {
     "sync_contests": {
         "schedule": SYNC_CONTESTS_SCHEDULE,
-        "callable": "contests.tasks.sync_contests",
+        "callable": "contests.jobs.sync_contests",
         "ttl": SYNC_CONTESTS_LOCK_TTL,
         "max_run_time": SYNC_CONTESTS_MAX_RUN_TIME,
         # A failed tick is tried again after 1, 5 and 15 minutes (by run_scheduler).
@@ -192,13 +192,13 @@ LOCKS_JOBS = {
     },
     "send_reminders": {
         "schedule": SEND_REMINDERS_SCHEDULE,
-        "callable": "contests.reminder_job.send_reminders",
+        "callable": "contests.jobs.send_reminders",
         "ttl": SEND_REMINDERS_LOCK_TTL,
         "max_run_time": SEND_REMINDERS_MAX_RUN_TIME,
         # A failed minute is tried again once, 20 s later (by run_scheduler).
         "retry": {"delays": [20]},
         "expected_errors": ["contests.reminders.ReminderDeliveryError"],
-        "dry_run": "contests.reminder_job.preview_reminders",
+        "dry_run": "contests.jobs.preview_reminders",
     },
 }
 

@@ -1,6 +1,6 @@
 """The admin's two writes on a job lock: force release and reset of the claimed tick.
 
-Both go through ``locks.leases`` (the same services as ``manage.py locks release``),
+Both go through ``locks.operations`` (the same services as ``manage.py locks release``),
 need ``locks.force_release_synclock``, ask for confirmation first and leave a
 ``LogEntry``. The confirmation page carries the fencing token it showed, so the
 release only ever releases that holder (docs/architecture.md, The lock).
@@ -17,7 +17,8 @@ from django.urls import path, reverse
 from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
-from locks import leases
+from locks import operations
+from locks.leases import LockError, UnknownJob
 from locks.models import SyncLock
 
 SHOWN_INPUT = "shown-%s"  # the fencing token shown, one hidden input per lock
@@ -93,10 +94,10 @@ class LeaseActionsMixin:
         by = f"admin user {request.user.get_username()}"
         for lock in locks:
             try:
-                result = leases.force_release(
+                result = operations.force_release(
                     job=lock.job_name, expected_token=_shown_token(request, lock), by=by
                 )
-            except (leases.UnknownJob, leases.LockError) as exc:
+            except (UnknownJob, LockError) as exc:
                 self.message_user(request, str(exc), messages.ERROR)
                 continue
             values = {
@@ -134,8 +135,8 @@ class LeaseActionsMixin:
         reset = untouched = 0
         for lock in locks:
             try:
-                result = leases.reset_tick(job=lock.job_name, by=by)
-            except (leases.UnknownJob, leases.LockError) as exc:
+                result = operations.reset_tick(job=lock.job_name, by=by)
+            except (UnknownJob, LockError) as exc:
                 self.message_user(request, str(exc), messages.ERROR)
                 continue
             if not result.was_set:

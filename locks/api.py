@@ -1,24 +1,22 @@
 """The public names of the lock, for ``from locks.api import …``.
 
-Leases live in ``locks.leases``; running a job under one in ``locks.runner``.
+Leases live in ``locks.leases``; running a job under one in ``locks.runner``; the
+operator's force release and tick reset in ``locks.operations``.
 """
 
 from locks.leases import (
-    ForcedRelease,
     Lease,
     LockError,
     LockLost,
     Skip,
-    TickReset,
     UnknownJob,
     acquire,
     fenced,
-    force_release,
     make_holder,
     release,
     renew,
-    reset_tick,
 )
+from locks.operations import ForcedRelease, TickReset, force_release, reset_tick
 from locks.runner import RunResult, prune_runs, run_locked
 
 __all__ = [

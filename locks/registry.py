@@ -14,14 +14,12 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
-from django.db import Error as DBError  # DatabaseError and InterfaceError
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from locks import schedule
 from locks.api import Lease, RunResult, UnknownJob, run_locked
 from locks.checks import job_setting_errors
-from locks.clock import database_now
 from locks.schedule import InvalidTick
 
 __all__ = ["InvalidTick", "Job", "NoDryRun", "UnknownJob", "get_job", "jobs", "preview_job", "run_job"]
@@ -91,44 +89,45 @@ def get_job(name: str) -> Job:
         raise UnknownJob(f"no job named {name!r} in LOCKS_JOBS (registered: {known})") from None
 
 
-def checked_tick(job: Job, tick: datetime) -> datetime:
-    """``tick`` in UTC if ``job`` may claim it (``locks.schedule.check_tick``), else ``InvalidTick``.
-
-    When the database clock cannot be read, only the slot is checked: the run meets
-    the same database and skips with one WARNING.
-    """
-    try:
-        db_now = database_now()
-    except DBError:
-        db_now = None
-    return schedule.check_tick(job.schedule, tick, db_now=db_now, window=_tick_window())
-
-
 def run_job(*, name: str, tick: datetime | None = None, force: bool = False) -> RunResult:
-    """One run of the job ``name`` under its lease: at most one per tick across every host.
+    """One run of the job ``name`` under its lease: at most one success per tick across
+    every host. The one way a registered job is run (run_job and its aliases, the
+    trigger, the scheduler).
 
-    ``tick``: the slot to claim (checked), else the current one. ``force`` ignores
-    slots (a manual run) but still needs the lease. Raises ``UnknownJob``,
-    ``InvalidTick``, or ``LockError`` when the lock table is missing.
+    ``tick``: the slot to claim, else the current one. ``force`` ignores slots (a
+    manual run) but still needs the lease. Raises ``UnknownJob``; ``InvalidTick`` for
+    a ``tick`` that is no slot, or that the lease refused as more than one schedule
+    period ahead of the database clock (a current tick so refused is a skip: this
+    host's clock is fast); ``LockError`` when the lock table is missing.
     """
     job = get_job(name)
     if force and tick is not None:
         raise InvalidTick("force and tick exclude each other: a forced run claims no tick")
-    if force:
-        tick = None
-    elif tick is not None:
-        tick = checked_tick(job, tick)
-    else:
-        tick = job.current_tick()
-    # merge: pass max_run_time=job.max_run_time, horizon=schedule.period(job.schedule, now=...)
-    # (the lease-internals branch adds both parameters to run_locked).
-    return run_locked(
+    explicit = tick is not None
+    now = timezone.now()
+    if explicit:
+        tick = schedule.check_tick(job.schedule, tick)
+    elif not force:
+        tick = job.current_tick(now=now)
+    result = run_locked(
         job=job.name,
         tick=tick,
         ttl=job.ttl,
         fn=job.function(),
         expected_errors=job.error_classes(),
+        # The period around now, not around the tick: on an uneven schedule the
+        # upcoming slot can lie further ahead than the gap that follows it.
+        horizon=schedule.period(job.schedule, now=now),
+        max_run_time=job.max_run_time,
     )
+    skip = result.skip
+    if explicit and skip is not None and skip.reason == "tick_ahead":
+        raise InvalidTick(
+            schedule.tick_ahead_message(
+                job.schedule, tick, db_now=skip.db_now, horizon=skip.horizon, window=_tick_window()
+            )
+        )
+    return result
 
 
 def preview_job(*, name: str) -> dict:

@@ -88,38 +88,30 @@ class InvalidTick(ValueError):
     """A tick that is no slot of the schedule, or too far ahead of the database clock."""
 
 
-def check_tick(
-    expression: str, tick: datetime, *, db_now: datetime | None = None, window: timedelta = timedelta(0)
-) -> datetime:
-    """``tick`` in UTC, if a run may claim it: a slot of ``expression``, and, when the
-    database's now is given, at most one period ahead of it (a tick further ahead would
-    make every real tick look already claimed until it arrives).
-
-    Raises ``InvalidTick`` naming the nearest valid slots. ``window`` is the tick
-    window, for naming the slot a run claims now.
-    """
+def check_tick(expression: str, tick: datetime) -> datetime:
+    """``tick`` in UTC, if it is a slot of ``expression``; else ``InvalidTick`` naming
+    the nearest slots. How far ahead a tick may lie is the lease's compare-and-set to
+    judge, on the database clock (``tick_ahead_message`` says why it refused)."""
     tick = _utc(tick)
-    latest_allowed = None
-    if db_now is not None:
-        ahead = period(expression, now=db_now)
-        latest_allowed = db_now + ahead
-        if tick > latest_allowed:
-            latest = slot_at_or_before(expression, now=latest_allowed)
-            claimed = current_tick(expression, now=db_now, window=window)
-            raise InvalidTick(
-                f"tick {tick.isoformat()} is more than one schedule period ({ahead}) ahead of the "
-                f"database clock ({db_now.isoformat(timespec='seconds')}); the latest slot it may name "
-                f"is {latest.isoformat()}, the one a run claims now is {claimed.isoformat()}"
-            )
     if not is_slot(expression, tick):
         before = slot_at_or_before(expression, now=tick)
         after = next_tick(expression, now=tick)
-        nearest = (
-            f"the nearest valid slots are {before.isoformat()} and {after.isoformat()}"
-            if latest_allowed is None or after <= latest_allowed
-            else f"the nearest valid slot is {before.isoformat()} (the next, {after.isoformat()}, is too far ahead)"
-        )
         raise InvalidTick(
-            f"tick {tick.isoformat()} is not a slot of the schedule {expression!r} (UTC); {nearest}"
+            f"tick {tick.isoformat()} is not a slot of the schedule {expression!r} (UTC); "
+            f"the nearest valid slots are {before.isoformat()} and {after.isoformat()}"
         )
     return tick
+
+
+def tick_ahead_message(
+    expression: str, tick: datetime, *, db_now: datetime, horizon: timedelta, window: timedelta
+) -> str:
+    """Why ``tick`` was refused as more than ``horizon`` ahead of the database clock
+    (``db_now``), with the slots a run may name instead."""
+    latest = slot_at_or_before(expression, now=db_now + horizon)
+    claimed = current_tick(expression, now=db_now, window=window)
+    return (
+        f"tick {_utc(tick).isoformat()} is more than one schedule period ({horizon}) ahead of the "
+        f"database clock ({db_now.isoformat(timespec='seconds')}); the latest slot it may name "
+        f"is {latest.isoformat()}, the one a run claims now is {claimed.isoformat()}"
+    )

@@ -29,7 +29,7 @@ from django.db import close_old_connections, reset_queries
 from django.utils import timezone
 
 from locks import schedule
-from locks.registry import Job, run_job
+from locks.registry import InvalidTick, Job, run_job
 from locks.runner import RunResult
 
 logger = logging.getLogger(__name__)
@@ -114,6 +114,12 @@ class Scheduler:
         self.running = job.name
         try:
             result = self.run(name=job.name, tick=tick)
+        except InvalidTick:
+            # The tick is more than a period ahead of the database clock: this host's
+            # clock is fast. run_locked logged the WARNING with its offset; nothing was
+            # stored, and the next slot is asked for as usual.
+            plan.again_at = None
+            return
         except Exception:  # a bug in a job's wrapper or the lock: logged, and the loop goes on
             logger.exception("scheduler: job=%s tick=%s raised; the loop goes on", job.name, tick.isoformat())
             result = None

@@ -204,10 +204,18 @@ def test_dry_run_counts_and_sends_nothing(env, outbox, soon):
 
 
 def test_a_bad_argument_exits_2(env):
-    done = manage("send_reminders", "--tick", "2026-01-01T00:00:00+00:00", env=env)
-
+    done = manage("send_reminders", "--bogus", env=env)
     assert done.returncode == 2
-    assert "unrecognized arguments: --tick" in done.stderr
+    assert "unrecognized arguments: --bogus" in done.stderr
+
+    done = manage("send_reminders", "--tick", "2026-01-01T00:00:30+00:00", env=env)
+    assert done.returncode == 2
+    assert (
+        "CommandError: --tick: tick 2026-01-01T00:00:30+00:00 is not a slot of the schedule '* * * * *' (UTC)"
+        in done.stderr
+    )
+    assert "Traceback" not in done.stderr
+    assert not JobRun.objects.exists()
 
 
 # --- a run SIGKILLed in the middle (docs/reminders.md, "A crash mid-delivery") --------

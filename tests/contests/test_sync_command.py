@@ -15,12 +15,13 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
-from contests.jobs import InvalidTick, checked_tick, current_tick
 from contests.models import Contest, Reminder
 from locks.models import JobRun, SyncLock
+from locks.registry import InvalidTick, get_job, run_job
 from locks.schedule import next_tick, slot_at_or_before
 from locks.selectors import database_now
 from tests.conftest import ROOT, manage, project_env, spawn
+from tests.locks.jobs import reschedule
 
 TICK = "2026-11-30T14:00:00+00:00"
 pytestmark = pytest.mark.slow
@@ -73,9 +74,9 @@ def test_one_info_line_per_run(env, standin):
 
 
 def test_the_default_tick_is_the_current_slot(env, standin):
-    before = current_tick()
+    before = get_job("sync_contests").current_tick()
     proc = manage("sync_contests", env=env)
-    after = current_tick()
+    after = get_job("sync_contests").current_tick()
 
     assert proc.returncode == 0, proc.stderr
     assert SyncLock.objects.get().tick in {before, after}
@@ -168,11 +169,11 @@ def test_a_tick_without_an_offset_is_utc(env, standin):
 
 
 def test_a_tick_between_slots_names_the_nearest_slots_without_asking_the_database(settings):
-    settings.SYNC_CONTESTS_SCHEDULE = "0 * * * *"
+    reschedule(settings, "sync_contests", "0 * * * *")
     between = datetime(2062, 12, 1, 8, 30, tzinfo=UTC)
 
     with pytest.raises(InvalidTick) as refused:
-        checked_tick(between)  # no database access: the test has none
+        run_job(name="sync_contests", tick=between)  # no database access: the test has none
 
     assert str(refused.value) == (
         "tick 2062-12-01T08:30:00+00:00 is not a slot of the schedule '0 * * * *' (UTC); the nearest valid "
@@ -181,8 +182,9 @@ def test_a_tick_between_slots_names_the_nearest_slots_without_asking_the_databas
 
 
 def test_a_slot_too_far_ahead_exits_2_naming_the_slots_a_run_may_claim(env, standin):
-    """The bound is checked by the lock's compare-and-set on the database clock."""
-    too_far = slot_at_or_before("0 * * * *", now=database_now() + timedelta(hours=2))
+    """The bound is checked by the lock's compare-and-set on the database clock. The tick
+    is more than two hours ahead, so it stays over the one-hour bound at any time of day."""
+    too_far = slot_at_or_before("0 * * * *", now=database_now() + timedelta(hours=3))
 
     refused = manage("sync_contests", "--tick", too_far.isoformat(), env=env)
 
@@ -197,7 +199,7 @@ def test_a_slot_too_far_ahead_exits_2_naming_the_slots_a_run_may_claim(env, stan
     assert error == (
         f"{prefix}{db_now.isoformat()}); the latest slot it may name is "
         f"{slot_at_or_before('0 * * * *', now=db_now + timedelta(hours=1)).isoformat()}, "
-        f"the one a run claims now is {current_tick(now=db_now).isoformat()}"
+        f"the one a run claims now is {get_job('sync_contests').current_tick(now=db_now).isoformat()}"
     )
     [warning] = [line for line in refused.stderr.splitlines() if " WARNING " in line]
     assert f"outcome=skipped reason=tick {too_far.isoformat()} is more than 1:00:00 ahead" in warning
@@ -229,7 +231,8 @@ def test_a_host_a_day_fast_is_refused_and_a_host_on_time_then_syncs(db, standin,
 def test_a_sync_is_ended_at_its_maximum_run_time(transactional_db, standin, settings):
     """A stalled answer: the fetch outlasts the maximum run time, so the run ends lost_lock
     before it writes (the fetch's own deadline is CODEFORCES_TOTAL_TIMEOUT)."""
-    settings.SYNC_CONTESTS_LOCK_TTL, settings.SYNC_CONTESTS_MAX_RUN_TIME = 1, 1  # a beat every 1/3 s
+    sync = {**settings.LOCKS_JOBS["sync_contests"], "ttl": 1, "max_run_time": 1}  # a beat every 1/3 s
+    settings.LOCKS_JOBS = {**settings.LOCKS_JOBS, "sync_contests": sync}
     standin.delay = 1.5  # within the read timeout: the fetch succeeds, too late
 
     out = StringIO()
@@ -369,13 +372,16 @@ def test_locks_status_json_after_a_run(env, standin):
     manage("sync_contests", "--tick", TICK, env=env)
     proc = manage("locks", "status", "--json", env=env)
 
-    [lock] = json.loads(proc.stdout)
+    by_job = {row["job"]: row for row in json.loads(proc.stdout)}
+    assert sorted(by_job) == ["send_reminders", "sync_contests"]  # every registered job, run or not
+    lock, reminders = by_job["sync_contests"], by_job["send_reminders"]
     assert (lock["job"], lock["state"], lock["last_status"], lock["tick"]) == (
         "sync_contests",
         "free",
         "succeeded",
         TICK,
     )
+    assert (reminders["job"], reminders["state"], reminders["tick"]) == ("send_reminders", "never run", None)
 
 
 def test_sigterm_mid_sync_releases_the_lease_and_writes_nothing(env, standin):

@@ -6,14 +6,16 @@ import os
 import runpy
 import subprocess
 import sys
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
+from django.core.management import CommandError, call_command
+from django.utils import timezone
 
 from config import settings as project  # the module: what the tests' overrides leave alone
-from contests import jobs as contest_jobs
+from locks import schedule
 from locks.crontab import cronjobs
 from locks.models import JobRun, SyncLock
 from locks.registry import (
@@ -21,12 +23,12 @@ from locks.registry import (
     Job,
     NoDryRun,
     UnknownJob,
-    checked_tick,
     get_job,
     jobs,
     preview_job,
     run_job,
 )
+from locks.schedule import next_tick
 from locks.selectors import database_now
 from tests.conftest import ROOT, project_env
 from tests.locks.conftest import TICK
@@ -39,12 +41,12 @@ def test_the_project_registers_the_sync_and_the_reminders():
     assert list(project.LOCKS_JOBS) == ["sync_contests", "send_reminders"]
     assert project.LOCKS_JOBS["send_reminders"] == {
         "schedule": project.SEND_REMINDERS_SCHEDULE,
-        "callable": "contests.reminder_job.send_reminders",
+        "callable": "contests.jobs.send_reminders",
         "ttl": project.SEND_REMINDERS_LOCK_TTL,
         "max_run_time": project.SEND_REMINDERS_MAX_RUN_TIME,
         "retry": {"delays": [20]},
         "expected_errors": ["contests.reminders.ReminderDeliveryError"],
-        "dry_run": "contests.reminder_job.preview_reminders",
+        "dry_run": "contests.jobs.preview_reminders",
     }
 
 
@@ -52,7 +54,7 @@ def test_the_sync_is_registered_from_its_environment_variables(settings):
     assert get_job("sync_contests") == Job(
         name="sync_contests",
         schedule=settings.SYNC_CONTESTS_SCHEDULE,
-        callable_path="contests.tasks.sync_contests",
+        callable_path="contests.jobs.sync_contests",
         ttl=timedelta(seconds=settings.SYNC_CONTESTS_LOCK_TTL),
         max_run_time=timedelta(seconds=settings.SYNC_CONTESTS_MAX_RUN_TIME),
         retry_delays=(timedelta(minutes=1), timedelta(minutes=5), timedelta(minutes=15)),
@@ -180,25 +182,52 @@ def test_an_explicit_tick_must_be_a_slot(registered):
     assert not SyncLock.objects.exists()
 
 
-def test_the_tick_check_says_what_the_sync_command_says(registered):
-    """contests.jobs.checked_tick's messages, word for word: sync_contests can become run_job."""
-    sync = get_job("sync_contests")
-    upcoming = sync.current_tick(now=database_now()) + timedelta(hours=1)
-    for tick in (
-        TICK,
-        TICK + timedelta(minutes=30),
-        upcoming + timedelta(minutes=30),
-        upcoming + timedelta(days=40),
-    ):
-        try:
-            expected = contest_jobs.checked_tick(tick)
-        except contest_jobs.InvalidTick as exc:
-            expected = str(exc)
-        try:
-            got = checked_tick(sync, tick)
-        except InvalidTick as exc:
-            got = str(exc)
-        assert got == expected
+def test_an_explicit_tick_too_far_ahead_is_refused_by_the_lease_naming_the_slots(registered, caplog):
+    """The compare-and-set judges on the database clock; its refusal of a tick the
+    caller named becomes InvalidTick, with the slots a run may name."""
+    db_now = database_now()
+    too_far = next_tick("*/5 * * * *", now=db_now + timedelta(minutes=10))
+
+    with pytest.raises(InvalidTick) as refused:
+        run_job(name="record", tick=too_far)
+
+    message = str(refused.value)
+    prefix = (
+        f"tick {too_far.isoformat()} is more than one schedule period (0:05:00) ahead of the database clock ("
+    )
+    assert message.startswith(prefix), message
+    shown = datetime.fromisoformat(message[len(prefix) :].split(")")[0])
+    assert abs(shown - db_now) < timedelta(minutes=1)
+    slot = schedule.tick_ahead_message(
+        "*/5 * * * *", too_far, db_now=shown, horizon=timedelta(minutes=5), window=timedelta(minutes=5)
+    )
+    assert message.split("); ")[1] == slot.split("); ")[1]
+    [warning] = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert f"outcome=skipped reason=tick {too_far.isoformat()} is more than 0:05:00 ahead" in warning
+    assert not SyncLock.objects.exists() and not JobRun.objects.exists()
+
+
+def test_a_current_tick_too_far_ahead_is_a_skip_not_an_error(registered, monkeypatch):
+    """A host whose clock is a day fast names tomorrow's slot itself: skipped, exit 0."""
+    on_time = timezone.now()
+    monkeypatch.setattr(timezone, "now", lambda: on_time + timedelta(days=1))
+    result = run_job(name="record")
+
+    assert (result.outcome, result.skip.reason) == ("skipped", "tick_ahead")
+    assert not SyncLock.objects.exists()
+
+
+@pytest.mark.parametrize("job", ["sync_contests", "send_reminders"])
+def test_the_job_commands_are_run_job_with_the_job_named(registered, job):
+    """One command implementation: an alias answers as ``run_job NAME`` does, word for word."""
+    for args in (["--tick", "2026-11-30T14:30:30+00:00"], ["--force", "--tick", "2026-11-30T14:00:00+00:00"]):
+        with pytest.raises(CommandError) as via_alias:
+            call_command(job, *args)
+        with pytest.raises(CommandError) as via_run_job:
+            call_command("run_job", job, *args)
+        assert (str(via_alias.value), via_alias.value.returncode) == (str(via_run_job.value), 2)
+    assert str(via_alias.value) == "--force and --tick exclude each other: a forced run claims no tick."
+    assert not SyncLock.objects.exists()
 
 
 def test_the_dry_run_callable_is_the_preview(registered):

@@ -10,7 +10,7 @@ from locks.models import JobRun, SyncLock
 from tests.conftest import manage, project_env, spawn
 
 TICK = "2026-11-30T14:00:00+00:00"
-REGISTERED = "sync_contests, record, refuse, linger"
+REGISTERED = "sync_contests, send_reminders, record, refuse, linger"
 pytestmark = pytest.mark.slow
 
 

@@ -16,6 +16,7 @@ from locks.schedule import (
     previous_slots,
     slot_at_or_before,
     slot_before,
+    tick_ahead_message,
 )
 
 HOURLY = "0 * * * *"
@@ -196,18 +197,30 @@ def test_a_tick_that_is_no_slot_names_the_nearest_slots():
     )
 
 
-def test_with_the_database_clock_a_tick_more_than_one_period_ahead_is_refused():
-    db_now = at(14, 57)
-    assert check_tick(HOURLY, at(15, 0), db_now=db_now) == at(15, 0)
-    with pytest.raises(InvalidTick) as refused:
-        check_tick(HOURLY, at(16, 0), db_now=db_now, window=WINDOW)
-    assert str(refused.value) == (
+def test_a_tick_is_checked_without_the_database_clock():
+    """How far ahead a tick may lie is the lease's to judge; the slot check is pure."""
+    assert check_tick(HOURLY, at(16, 0) + timedelta(days=365 * 36)) == at(16, 0) + timedelta(days=365 * 36)
+
+
+def test_a_tick_refused_as_too_far_ahead_names_the_slots_a_run_may_claim():
+    message = tick_ahead_message(
+        HOURLY, at(16, 0), db_now=at(14, 57), horizon=timedelta(hours=1), window=WINDOW
+    )
+    assert message == (
         "tick 2026-11-30T16:00:00+00:00 is more than one schedule period (1:00:00) ahead of the database "
         "clock (2026-11-30T14:57:00+00:00); the latest slot it may name is 2026-11-30T15:00:00+00:00, "
         "the one a run claims now is 2026-11-30T15:00:00+00:00"
     )
-    with pytest.raises(InvalidTick) as between:
-        check_tick(HOURLY, at(15, 30), db_now=db_now)
-    assert str(between.value).endswith(
-        "the nearest valid slot is 2026-11-30T15:00:00+00:00 (the next, 2026-11-30T16:00:00+00:00, is too far ahead)"
+    # Past the tick window the run claims the slot it follows; the clock is shown to the second.
+    daily = "0 0 * * *"
+    message = tick_ahead_message(
+        daily,
+        at(0, 0, day=29) + timedelta(days=3),
+        db_now=at(14, 2, 30),
+        horizon=timedelta(days=1),
+        window=WINDOW,
+    )
+    assert message.endswith(
+        "(1 day, 0:00:00) ahead of the database clock (2026-11-30T14:02:30+00:00); the latest slot it may "
+        "name is 2026-12-01T00:00:00+00:00, the one a run claims now is 2026-11-30T00:00:00+00:00"
     )

@@ -17,7 +17,7 @@ import pytest
 
 from locks.leases import Skip
 from locks.models import JobRun
-from locks.registry import Job, jobs
+from locks.registry import InvalidTick, Job, jobs
 from locks.runner import RunResult
 from locks.scheduler import Scheduler
 from tests.locks.jobs import RECORD
@@ -130,6 +130,19 @@ def test_a_job_that_raises_is_logged_and_the_loop_goes_on(caplog):
         == "scheduler: job=hourly tick=2026-12-02T10:00:00+00:00 raised; the loop goes on"
     )
     assert isinstance(errors[0].exc_info[1], KeyError)
+
+
+def test_a_tick_refused_as_too_far_ahead_is_not_asked_again_until_the_next_slot(caplog):
+    """run_job raises InvalidTick when the lease refuses the tick the loop named (this
+    host's clock is fast; run_locked logged the WARNING): no retry, no ERROR."""
+    runs = loop(
+        at(10),
+        [InvalidTick("tick 2026-12-02T10:00:00+00:00 is more than ..."), "succeeded"],
+        until=at(11, 30),
+    )
+
+    assert [tick for _when, tick in runs.asked] == [at(10), at(11)]
+    assert not [record for record in caplog.records if record.levelno >= logging.ERROR]
 
 
 def test_it_never_sleeps_more_than_a_minute_without_looking_at_the_clock():

@@ -3,25 +3,37 @@ import signal
 import sys
 from datetime import UTC, datetime
 
+from django.core.checks import Tags
 from django.core.management.base import BaseCommand, CommandError
 from django.db import Error as DBError  # DatabaseError and InterfaceError
 
 from locks.api import LockError
-from locks.registry import InvalidTick, Job, NoDryRun, UnknownJob, checked_tick, get_job, preview_job, run_job
+from locks.registry import InvalidTick, NoDryRun, UnknownJob, get_job, preview_job, run_job
+from locks.schedule import check_tick
 
 
 class Command(BaseCommand):
+    """``run_job NAME``; a project's own command for one job subclasses it and sets
+    ``job_name`` (``sync_contests``, ``send_reminders``): the same options, exit codes
+    and log line, without the positional argument."""
+
     help = (
         "Run one job of LOCKS_JOBS under its lease, at most once per scheduled tick across every host. "
         "Exit 0 when it ran or skipped; 1 when a run that held the lock failed; 2 for bad arguments."
     )
+    # The project's own configuration checks (locks, contests, ops) still run; the URL
+    # and admin checks would import every admin module on each start (about 23 ms of
+    # a skipping copy's ~250 ms, docs/benchmarks.md).
+    requires_system_checks = [Tags.compatibility]
+    job_name: str | None = None  # set by an alias: the job it runs
+    dry_run_help = "Show what a run would do; write nothing (if the job can)."
+    dry_run_done = "dry run, nothing written"
 
     def add_arguments(self, parser) -> None:
-        parser.add_argument("job", help="A job name from LOCKS_JOBS, e.g. sync_contests.")
+        if self.job_name is None:
+            parser.add_argument("job", help="A job name from LOCKS_JOBS, e.g. sync_contests.")
         parser.add_argument("--force", action="store_true", help="Ignore the tick (still needs the lock).")
-        parser.add_argument(
-            "--dry-run", action="store_true", help="Show what a run would do; write nothing (if the job can)."
-        )
+        parser.add_argument("--dry-run", action="store_true", help=self.dry_run_help)
         parser.add_argument(
             "--tick",
             type=_tick,
@@ -31,25 +43,25 @@ class Command(BaseCommand):
             ),
         )
 
-    def handle(self, *args, job: str, force: bool, dry_run: bool, tick: datetime | None, **options) -> None:
+    def handle(self, *args, force: bool, dry_run: bool, tick: datetime | None, **options) -> None:
+        name = self.job_name or options["job"]
         if force and tick:
             raise CommandError(
                 "--force and --tick exclude each other: a forced run claims no tick.", returncode=2
             )
         try:
-            registered = get_job(job)
+            job = get_job(name)
+            if dry_run:
+                if tick:
+                    check_tick(job.schedule, tick)  # refused as a run would refuse it; then unused
+                self.preview(name, expected=job.error_classes())
+                return
+            # A stopped pod or `kill` ends the run through Python, so the lease is released
+            # and the run recorded instead of left to expire.
+            signal.signal(signal.SIGTERM, _terminate)
+            result = run_job(name=name, tick=tick, force=force)
         except UnknownJob as exc:
             raise CommandError(exc.args[0], returncode=2) from exc
-        if dry_run:
-            if tick:
-                self.check_tick(registered, tick)  # refused as a run would refuse it; then unused
-            self.preview(registered.name, expected=registered.error_classes())
-            return
-        # A stopped pod or `kill` ends the run through Python, so the lease is released
-        # and the run recorded instead of left to expire.
-        signal.signal(signal.SIGTERM, _terminate)
-        try:
-            result = run_job(name=job, tick=tick, force=force)
         except InvalidTick as exc:
             raise CommandError(f"--tick: {exc}", returncode=2) from exc
         except LockError as exc:
@@ -59,12 +71,6 @@ class Command(BaseCommand):
         if not result.ok:
             sys.exit(1)
 
-    def check_tick(self, job: Job, tick: datetime) -> None:
-        try:
-            checked_tick(job, tick)
-        except InvalidTick as exc:
-            raise CommandError(f"--tick: {exc}", returncode=2) from exc
-
     def preview(self, job: str, *, expected: tuple[type[BaseException], ...]) -> None:
         try:
             counts = preview_job(name=job)
@@ -72,7 +78,7 @@ class Command(BaseCommand):
             raise CommandError(f"--dry-run: {exc}", returncode=2) from exc
         except (DBError, *expected) as exc:
             raise CommandError(f"dry run failed: {exc}") from exc
-        self.stdout.write("dry run, nothing written: " + " ".join(f"{k}={v}" for k, v in counts.items()))
+        self.stdout.write(f"{self.dry_run_done}: " + " ".join(f"{k}={v}" for k, v in counts.items()))
 
 
 def _terminate(signum, frame) -> None:
