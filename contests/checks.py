@@ -55,13 +55,4 @@ def check_reminder_settings(app_configs=None, **kwargs) -> list[Error]:
                 id="contests.E006",
             )
         )
-    max_run_time = settings.SYNC_CONTESTS_MAX_RUN_TIME
-    if max_run_time <= 0:
-        errors.append(
-            Error(
-                f"SYNC_CONTESTS_MAX_RUN_TIME must be a positive number of seconds, got {max_run_time!r}.",
-                hint="A sync that runs longer stops renewing its lease; the default is 1800 (30 minutes).",
-                id="contests.E003",
-            )
-        )
     return errors

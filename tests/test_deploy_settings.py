@@ -267,6 +267,7 @@ def test_gunicorn_serves_admin_static_files_and_the_endpoints_in_production(db_u
         DJANGO_STATIC_ROOT=str(static),
         CODEFORCES_API_URL=standin.url,
         CODEFORCES_MAX_ATTEMPTS="1",
+        EMAIL_URL="memorymail://",
         # Only Django decides what is HTTPS here: gunicorn trusts no proxy header.
         FORWARDED_ALLOW_IPS="",
     )
@@ -283,6 +284,12 @@ def test_gunicorn_serves_admin_static_files_and_the_endpoints_in_production(db_u
         login = requests.get(base + "/admin/login/", headers=https, timeout=30)
         run = requests.post(
             base + "/api/jobs/sync_contests/run",
+            headers={**https, "Authorization": f"Bearer {TOKEN}"},
+            timeout=120,
+        )
+        half = requests.get(base + "/healthz", timeout=30, allow_redirects=False)
+        reminders = requests.post(
+            base + "/api/jobs/send_reminders/run",
             headers={**https, "Authorization": f"Bearer {TOKEN}"},
             timeout=120,
         )
@@ -305,6 +312,11 @@ def test_gunicorn_serves_admin_static_files_and_the_endpoints_in_production(db_u
     assert run.json()["counts"]["created"] == 1758
     assert standin.calls == 1
     assert Contest.objects.count() == 1758
+    # Health is per job: fresh once every registered job has succeeded.
+    assert half.status_code == 503, half.text
+    assert half.json()["jobs"]["sync_contests"]["status"] == "ok"
+    assert half.json()["jobs"]["send_reminders"]["status"] == "stale"
+    assert reminders.status_code == 200, reminders.text
     assert healthy.status_code == 200, healthy.text
     assert healthy.json()["status"] == "ok"
     assert "Traceback" not in output

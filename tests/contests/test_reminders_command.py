@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from datetime import timedelta
 from email.message import Message
 from pathlib import Path
@@ -64,7 +65,7 @@ def lock_lines(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if " locks.api " in line]
 
 
-def test_four_runs_and_a_forced_one_send_each_due_reminder_exactly_once(env, outbox, soon):
+def test_four_runs_a_forced_one_and_a_scheduler_send_each_due_reminder_exactly_once(env, outbox, soon):
     due = due_reminders(24, contest=soon)
     make_reminder(make_user("later"), soon, at=timedelta(minutes=30))  # not yet due
     started = make_contest(2, start=-timedelta(minutes=5))
@@ -73,9 +74,19 @@ def test_four_runs_and_a_forced_one_send_each_due_reminder_exactly_once(env, out
     make_reminder(make_user("stale2"), removed, at=-timedelta(minutes=1))
     nobody = make_reminder(make_user("nomail", email=""), soon, at=-timedelta(minutes=1))
 
+    scheduler = spawn(["manage.py", "run_scheduler", "send_reminders"], env=env)
     commands = [["send_reminders"]] * 4 + [["send_reminders", "--force"]]
     procs = [spawn(["manage.py", *command], env=env) for command in commands]
     outputs = [proc.communicate(timeout=120) for proc in procs]
+    # The scheduler asks for the current minute on start; once it has said so, stop it.
+    deadline = time.monotonic() + 60
+    while not JobRun.objects.filter(job_name="send_reminders").count() >= 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(1)
+    scheduler.send_signal(signal.SIGTERM)
+    _, scheduled = scheduler.communicate(timeout=60)
+    assert scheduler.returncode == 0, scheduled
+    assert "job=send_reminders tick=" in scheduled and "Traceback" not in scheduled
 
     assert [proc.returncode for proc in procs] == [0] * 5, outputs
     assert recipients(outbox) == sorted(f"user{n}@example.com" for n in range(24))

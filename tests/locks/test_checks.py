@@ -47,11 +47,13 @@ def test_a_non_positive_sync_ttl_fails_the_check(settings, ttl):
     assert "contests.E002" in _ids()
 
 
-@pytest.mark.parametrize("seconds", [0, -1])
-def test_a_non_positive_sync_max_run_time_fails_the_check(settings, seconds):
-    settings.SYNC_CONTESTS_MAX_RUN_TIME = seconds
-    [error] = [m for m in run_checks() if m.id == "contests.E003"]
-    assert error.msg == f"SYNC_CONTESTS_MAX_RUN_TIME must be a positive number of seconds, got {seconds!r}."
+def test_a_non_positive_sync_max_run_time_fails_the_check_of_its_job():
+    """SYNC_CONTESTS_MAX_RUN_TIME reaches the sync's LOCKS_JOBS entry, whose check refuses it."""
+    from tests.conftest import manage, project_env
+
+    proc = manage("check", env=project_env(SYNC_CONTESTS_MAX_RUN_TIME="0"))
+    assert proc.returncode == 1
+    assert "(locks.E014) LOCKS_JOBS['sync_contests']: max_run_time" in proc.stderr, proc.stderr
 
 
 def test_manage_py_check_fails_with_the_code(tmp_path):
