@@ -29,12 +29,17 @@ def saved_crontab():
         subprocess.run(["crontab", "-r"], capture_output=True)
 
 
-def installed_line() -> str:
-    [line] = [
+def installed_lines() -> list[str]:
+    return [
         line
         for line in subprocess.run(["crontab", "-l"], capture_output=True, text=True).stdout.splitlines()
         if "django-cronjobs" in line
     ]
+
+
+def installed_line(job: str = "sync_contests") -> str:
+    """The line of ``job``: one line per registered job (the sync and the reminders)."""
+    [line] = [line for line in installed_lines() if f"/{job}.log " in line]
     return line
 
 
@@ -58,7 +63,11 @@ def test_add_show_remove(saved_crontab, tmp_path):
 
     assert written.returncode == 0, written.stderr
     assert added.returncode == 0, added.stderr
-    [line] = [line for line in installed.splitlines() if "django-cronjobs" in line]
+    lines = [line for line in installed.splitlines() if "django-cronjobs" in line]
+    assert len(lines) == 2  # one per registered job
+    [line] = [line for line in lines if "/sync_contests.log " in line]
+    [reminders] = [line for line in lines if "/send_reminders.log " in line]
+    assert reminders.startswith(f"* * * * * umask 027; set -a; . {env_file}; set +a; ")
     assert line.startswith(
         f"15 * * * * umask 027; set -a; . {env_file}; set +a; "
         f"{sys.executable} {ROOT / 'manage.py'} crontab run "
