@@ -298,7 +298,8 @@ def _fill_sqlite(backend: Backend, *, users: int, contests: list, now: datetime)
     remind = {pk: _text(start - timedelta(hours=1)) for pk, _phase, start in contests}
     created = _text(now)
     db.executemany(
-        "INSERT INTO contests_reminder (remind_at, created_at, contest_id, user_id) VALUES (?, ?, ?, ?)",
+        "INSERT INTO contests_reminder (remind_at, created_at, contest_id, user_id, attempts, last_error, "
+        "claimed_by) VALUES (?, ?, ?, ?, 0, '', '')",
         ((remind[pk], created, pk, user) for user in range(1, users + 1) for pk, _phase, _start in contests),
     )
     db.execute("COMMIT")
@@ -320,11 +321,12 @@ def _fill_postgres(backend: Backend, *, users: int, contests: list, now: datetim
         )
         remind = {pk: start - timedelta(hours=1) for pk, _phase, start in contests}
         with cursor.copy(
-            "COPY contests_reminder (remind_at, created_at, contest_id, user_id) FROM STDIN"
+            "COPY contests_reminder (remind_at, created_at, contest_id, user_id, attempts, last_error, claimed_by) "
+            "FROM STDIN"
         ) as copy:
             for user in range(1, users + 1):
                 for pk, _phase, _start in contests:
-                    copy.write_row((remind[pk], now, pk, user))
+                    copy.write_row((remind[pk], now, pk, user, 0, "", ""))
     with backend.raw() as db:
         # Sequences after explicit ids, and planner statistics as autovacuum would leave them.
         db.execute("SELECT setval('auth_user_id_seq', (SELECT max(id) FROM auth_user))")
