@@ -15,7 +15,7 @@ from contests.jobs import JOB_NAME
 from contests.ops.auth import bearer_token_matches, client_address
 from contests.ops.health import Freshness, jobs_freshness
 from contests.ops.throttle import throttle_claim
-from locks.api import LockError, RunResult
+from locks.api import LockError, RunResult, error_text
 from locks.registry import Job, UnknownJob, get_job, run_job
 
 logger = logging.getLogger(__name__)
@@ -57,7 +57,7 @@ def trigger_job(request: HttpRequest, job: str) -> JsonResponse:
     try:
         claim = throttle_claim(key=f"{job}:{address}", window=window)
     except DBError as exc:
-        reason = f"database unreachable: {_describe(exc)}"
+        reason = f"database unreachable: {error_text(exc)}"
         logger.warning("job=%s trigger from %s skipped: %s", job, address, reason)
         return JsonResponse({"job": job, "outcome": "skipped", "reason": reason}, status=503)
     if not claim.allowed:
@@ -142,7 +142,7 @@ def healthz(request: HttpRequest) -> HttpResponse:
     except DBError as exc:
         body = {"status": "database unreachable", "database": False, "job": JOB_NAME}
         if trusted:
-            body["error"] = _describe(exc)
+            body["error"] = error_text(exc)
         return JsonResponse(body, status=503)
 
     fresh = all(job.fresh for job in freshness.values())
@@ -185,7 +185,3 @@ def _job_health(health: Freshness, *, trusted: bool) -> dict:
 
 def _iso(value: datetime | None) -> str | None:
     return value.isoformat() if value is not None else None
-
-
-def _describe(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {' '.join(str(exc).split()) or 'no details'}"
