@@ -167,19 +167,9 @@ def _job_health(health: Freshness, *, trusted: bool) -> dict:
         "lock": None,
     }
     if lock is not None:
-        body["lock"] = {
-            "state": lock.state,
-            "token": lock.token,
-            "locked_until": _iso(lock.locked_until),
-            "heartbeat_at": _iso(lock.heartbeat_at),
-            "tick": _iso(lock.tick),
-            "last_status": lock.last_status,
-            "last_started_at": _iso(lock.last_started_at),
-            "last_finished_at": _iso(lock.last_finished_at),
-        }
-        if trusted:
-            body["lock"]["holder"] = lock.holder
-            body["lock"]["last_error"] = lock.last_error
+        # Holder host names and error texts only for a request that carries HEALTHZ_TOKEN.
+        hidden = {"job", "db_now"} if trusted else {"job", "db_now", "holder", "last_error"}
+        body["lock"] = {key: value for key, value in lock.as_json().items() if key not in hidden}
     return body
 
 
