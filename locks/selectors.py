@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from datetime import datetime, timedelta
 
 from django.core.exceptions import ImproperlyConfigured
@@ -74,21 +74,9 @@ def _never_run(job: str) -> LockState:
 
 
 def _lock_state_of(row: SyncLock) -> LockState:
-    """``row`` must come from ``SyncLock.objects.with_state()``."""
-    return LockState(
-        job=row.job_name,
-        state=row.state,
-        holder=row.holder,
-        token=row.token,
-        locked_until=row.locked_until,
-        heartbeat_at=row.heartbeat_at,
-        tick=row.tick,
-        last_status=row.last_status,
-        last_started_at=row.last_started_at,
-        last_finished_at=row.last_finished_at,
-        last_error=row.last_error,
-        db_now=row.db_now,
-    )
+    """``row`` must come from ``SyncLock.objects.with_state()``: every other field is its namesake."""
+    values = {field.name: getattr(row, field.name) for field in fields(LockState) if field.name != "job"}
+    return LockState(job=row.job_name, **values)
 
 
 @dataclass(frozen=True)
