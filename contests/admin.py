@@ -155,6 +155,10 @@ class DeliveryFilter(ReminderStateFilter):
     states = DELIVERY_STATES
 
 
+def _state_badge(state: str | None, labels: dict) -> str:
+    return "—" if state is None else badge(labels[state], state)
+
+
 @admin.register(Reminder)
 class ReminderAdmin(Styled, admin.ModelAdmin):
     empty_value_display = "—"
@@ -193,17 +197,11 @@ class ReminderAdmin(Styled, admin.ModelAdmin):
 
     @admin.display(description=_("state"), ordering="state")
     def reminder_state(self, reminder: Reminder) -> str:
-        state = getattr(reminder, "state", None)
-        if state is None:
-            return "—"
-        return badge(REMINDER_STATES[state], state)
+        return _state_badge(getattr(reminder, "state", None), REMINDER_STATES)
 
     @admin.display(description=_("delivery"), ordering="delivery")
     def delivery(self, reminder: Reminder) -> str:
-        state = getattr(reminder, "delivery", None)
-        if state is None:
-            return "—"
-        return badge(DELIVERY_STATES[state], state)
+        return _state_badge(getattr(reminder, "delivery", None), DELIVERY_STATES)
 
     @admin.display(description=_("last error"), ordering="last_error")
     def short_error(self, reminder: Reminder) -> str:
