@@ -10,28 +10,12 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db.models import Count, Max
 from django.db.models.functions import Coalesce, Now
 
-from locks.clock import database_now
-from locks.models import EXPIRED, FREE, HELD, OVERDUE, STUCK_Q, JobRun, SyncLock
+from locks.models import STUCK_Q, JobRun, SyncLock
 from locks.registry import jobs as registered_jobs
 from locks.schedule import next_tick
 
 # A registered job without a lock row: it creates its lock on its first run.
 NEVER_RUN = "never run"
-
-__all__ = [
-    "EXPIRED",
-    "FREE",
-    "HELD",
-    "NEVER_RUN",
-    "OVERDUE",
-    "JobHealth",
-    "LockState",
-    "database_now",
-    "job_health",
-    "job_states",
-    "jobs_health",
-    "lock_states",
-]
 
 
 @dataclass(frozen=True)
