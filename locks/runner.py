@@ -249,11 +249,7 @@ def _record_start(lease: Lease) -> int | None:
 
 
 def _record_finish(lease: Lease, run_id, result: RunResult) -> None:
-    status = {
-        "succeeded": RunStatus.SUCCEEDED,
-        "failed": RunStatus.FAILED,
-        "lost_lock": RunStatus.LOST_LOCK,
-    }[result.outcome]
+    status = RunStatus(result.outcome)  # succeeded, failed or lost_lock
     released: bool | None = None
     for attempt in range(2):
         try:
