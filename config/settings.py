@@ -113,23 +113,15 @@ LOGGING = {
 }
 
 # --- The lock (locks app) -------------------------------------------------
-# Lease length when a job does not name its own; the heartbeat renews every third.
 LOCKS_DEFAULT_TTL = env.int("LOCKS_DEFAULT_TTL", 300)
-# JobRun rows older than this are deleted when a run finishes.
 LOCKS_RUN_RETENTION_DAYS = env.int("LOCKS_RUN_RETENTION_DAYS", 30)
-# Warn when this host's clock and the database's disagree by more (seconds).
 LOCKS_MAX_CLOCK_SKEW = env.int("LOCKS_MAX_CLOCK_SKEW", 120)
-# A run claims the upcoming slot when it is at most this far ahead (seconds; capped
-# at a quarter of the gap between slots), else the latest slot at or before now.
 LOCKS_TICK_WINDOW = env.int("LOCKS_TICK_WINDOW", 300)
-# run_scheduler: on SIGTERM or SIGINT, a running job gets this long (seconds) to finish
-# before it is abandoned (lease released, run recorded).
 LOCKS_SCHEDULER_GRACE = env.int("LOCKS_SCHEDULER_GRACE", 30)
 
 # --- The sync (contests app) ----------------------------------------------
 SYNC_CONTESTS_SCHEDULE = env.str("SYNC_CONTESTS_SCHEDULE", "0 * * * *")
 SYNC_CONTESTS_LOCK_TTL = env.int("SYNC_CONTESTS_LOCK_TTL", 600)
-# A sync running longer (seconds) stops renewing its lease and ends lost_lock.
 SYNC_CONTESTS_MAX_RUN_TIME = env.int("SYNC_CONTESTS_MAX_RUN_TIME", 1800)
 CODEFORCES_API_URL = env.str("CODEFORCES_API_URL", "https://codeforces.com/api")
 # (connect, read) seconds per request.
@@ -137,31 +129,22 @@ CODEFORCES_TIMEOUT = (
     env.float("CODEFORCES_CONNECT_TIMEOUT", 5.0),
     env.float("CODEFORCES_READ_TIMEOUT", 30.0),
 )
-# One deadline over the whole fetch: every attempt, the waits between them, the body.
 CODEFORCES_TOTAL_TIMEOUT = env.float("CODEFORCES_TOTAL_TIMEOUT", 120.0)
 CODEFORCES_MAX_ATTEMPTS = env.int("CODEFORCES_MAX_ATTEMPTS", 3)
-# Base of the exponential backoff between attempts, seconds. Codeforces allows
-# about one call per two seconds.
+# Codeforces allows about one call per two seconds.
 CODEFORCES_BACKOFF = env.float("CODEFORCES_BACKOFF", 2.0)
 CODEFORCES_MAX_BYTES = env.int("CODEFORCES_MAX_BYTES", 20 * 1024 * 1024)
 
 # --- Reminders: the send_reminders job (contests app; docs/reminders.md) --------
-# Every minute by default: delivers each due reminder once, by email.
 SEND_REMINDERS_SCHEDULE = env.str("SEND_REMINDERS_SCHEDULE", "* * * * *")
 SEND_REMINDERS_LOCK_TTL = env.int("SEND_REMINDERS_LOCK_TTL", 120)
 SEND_REMINDERS_MAX_RUN_TIME = env.int("SEND_REMINDERS_MAX_RUN_TIME", 600)
-# A run that claims a reminder has this long (seconds, database clock) to send it and
-# record that; afterwards a later run may claim it again. So a crash between sending
-# and recording means at most one resend, this long later. Keep it well above EMAIL_TIMEOUT.
+# A crash between sending and recording means at most one resend, this long later.
 SEND_REMINDERS_CLAIM_TTL = env.int("SEND_REMINDERS_CLAIM_TTL", 600)
-# Tries (claims) per reminder before it is marked failed for good.
 SEND_REMINDERS_MAX_ATTEMPTS = env.int("SEND_REMINDERS_MAX_ATTEMPTS", 5)
 
 # --- Email (the reminders' delivery; docs/reminders.md) -----------------------
-# EMAIL_URL names the backend and its server, e.g. smtp+tls://user:password@host:587
-# (STARTTLS), smtp+ssl://…:465, smtp://host:25, consolemail://, filemail:// (one file per
-# connection in EMAIL_FILE_PATH), memorymail://. Unset: the console (stdout) with DJANGO_DEBUG=1, else SMTP on localhost:25.
-# EMAIL_BACKEND (a dotted path) overrides the URL's backend; EMAIL_FILE_PATH its directory.
+# EMAIL_URL names the backend and its server; EMAIL_BACKEND and EMAIL_FILE_PATH override it.
 _email = env.email_url("EMAIL_URL", default="consolemail://" if DEBUG else "smtp://localhost:25")
 EMAIL_BACKEND = env.str("EMAIL_BACKEND", _email["EMAIL_BACKEND"])
 EMAIL_HOST = _email["EMAIL_HOST"] or "localhost"
@@ -175,10 +158,7 @@ EMAIL_FILE_PATH = env.str("EMAIL_FILE_PATH", _email["EMAIL_FILE_PATH"] or str(BA
 EMAIL_TIMEOUT = env.int("EMAIL_TIMEOUT", 10)
 DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", "reminders@localhost")
 
-# --- Jobs (locks app; docs/jobs.md) ------------------------------------------------
-# Every scheduled job, by name (its lock's name): the one list that django-crontab's
-# CRONJOBS, the admin's summary, `locks status`, /healthz, the HTTP trigger and
-# `manage.py run_job NAME` read. Times in seconds; schedules are cron expressions in UTC.
+# --- Jobs (locks app; docs/jobs.md): the one list of jobs every part of the project reads.
 LOCKS_JOBS = {
     "sync_contests": {
         "schedule": SYNC_CONTESTS_SCHEDULE,
@@ -202,7 +182,6 @@ LOCKS_JOBS = {
     },
 }
 
-# django-crontab writes one crontab line per job and host; the lock makes each run once.
 CRONJOBS = cronjobs(LOCKS_JOBS, log_dir=BASE_DIR / "var")
 CRONTAB_PYTHON_EXECUTABLE = sys.executable
 CRONTAB_DJANGO_MANAGE_PATH = str(BASE_DIR / "manage.py")
@@ -217,7 +196,6 @@ CRONTAB_ENV_PREFIXES = (
     *("DATABASE_URL", "DJANGO_", "CODEFORCES_", "SYNC_", "LOCKS_", "MONGODB_"),
     *("SEND_REMINDERS_", "EMAIL_", "DEFAULT_FROM_EMAIL"),
 )
-# A relative DJANGO_CRONTAB_ENV_FILE is under BASE_DIR; an absolute one is used as is.
 CRONTAB_ENV_FILE = BASE_DIR / env.str("DJANGO_CRONTAB_ENV_FILE", "var/crontab.env")
 CRONTAB_COMMAND_PREFIX = f"umask 027; set -a; . {shlex.quote(str(CRONTAB_ENV_FILE))}; set +a;".replace(
     "%", "\\%"
@@ -230,9 +208,6 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
-# django-axes: after AXES_FAILURE_LIMIT failed logins for one username from one client
-# address, that pair is refused, even with the right password, for AXES_COOLOFF_TIME
-# hours (a failure meanwhile restarts the wait). `manage.py axes_reset` lifts lockouts.
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",  # first: refuses a locked-out pair before any check
     "django.contrib.auth.backends.ModelBackend",
@@ -264,21 +239,14 @@ SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = env.bool("DJANGO_SECURE_COOKIES", n
 CSRF_TRUSTED_ORIGINS = env.list("DJANGO_CSRF_TRUSTED_ORIGINS", default=[])
 SILENCED_SYSTEM_CHECKS = env.list("DJANGO_SILENCED_SYSTEM_CHECKS", default=[])
 STATIC_ROOT = Path(env.str("DJANGO_STATIC_ROOT", str(STATIC_ROOT)))
-# How many proxies in front of the app append to X-Forwarded-For. 0 (the default):
-# the header is ignored and the client address is the TCP peer, so it cannot be
-# spoofed. Used for the trigger's per-client rate limit.
+# 0: X-Forwarded-For is ignored, so the trigger's per-client rate limit cannot be spoofed.
 TRUSTED_PROXY_COUNT = env.int("DJANGO_TRUSTED_PROXY_COUNT", 0)
 
-# --- HTTP trigger and health endpoint (contests.ops) --------------------------
-# POST /api/jobs/sync_contests/run answers 404 until this is set (32+ characters).
+# --- HTTP trigger and /healthz details (contests.ops; docs/security.md) -----------
+# The trigger answers 404 until SYNC_TRIGGER_TOKEN is set.
 SYNC_TRIGGER_TOKEN = env.str("SYNC_TRIGGER_TOKEN", "")
-# At most one trigger request per client address per this many seconds.
 SYNC_TRIGGER_RATE_WINDOW = env.int("SYNC_TRIGGER_RATE_WINDOW", 10)
-
-# --- /healthz details (contests.ops; docs/security.md) ------------------------
-# Holder host names and error texts on /healthz only for `Authorization: Bearer <this>`
-# (32+ characters, not the trigger token). Read-only: it cannot start a sync. Unset: no
-# request sees them.
+# Read-only: it shows holder host names and error texts on /healthz, and cannot start a sync.
 HEALTHZ_TOKEN = env.str("HEALTHZ_TOKEN", "")
 
 # --- MongoDB (docs/mongodb.md) --------------------------------------------

@@ -16,14 +16,13 @@ from django.utils.translation import gettext_lazy as _
 from contests.models import Contest, Reminder
 from contests.reminders import retry_reminders
 from contests.services import SYNCED_FIELDS
-from locks.admin import ReadOnlyAdminMixin
+from locks.admin import ReadOnlyAdminMixin, Styled
+from locks.display import badge
 
 UPCOMING, DUE, STALE = "upcoming", "due", "stale"
 REMINDER_STATES = {UPCOMING: _("upcoming"), DUE: _("due"), STALE: _("stale")}
-REMINDER_COLOURS = {UPCOMING: "#15803d", DUE: "#1d4ed8", STALE: "#6b7280"}
 DELIVERED, PENDING, FAILED = "delivered", "pending", "failed"
 DELIVERY_STATES = {DELIVERED: _("delivered"), PENDING: _("pending"), FAILED: _("failed")}
-DELIVERY_COLOURS = {DELIVERED: "#15803d", PENDING: "#b45309", FAILED: "#b91c1c"}
 
 
 def length(delta: timedelta | None) -> str:
@@ -156,17 +155,12 @@ class DeliveryFilter(ReminderStateFilter):
     states = DELIVERY_STATES
 
 
-def badge(label: str, colour: str) -> str:
-    return format_html(
-        '<span style="display:inline-block;padding:1px 8px;border-radius:9px;color:#fff;'
-        'background:{};font-weight:600">{}</span>',
-        colour,
-        label,
-    )
+def _state_badge(state: str | None, labels: dict) -> str:
+    return "—" if state is None else badge(labels[state], state)
 
 
 @admin.register(Reminder)
-class ReminderAdmin(admin.ModelAdmin):
+class ReminderAdmin(Styled, admin.ModelAdmin):
     empty_value_display = "—"
     list_display = (
         "user",
@@ -203,17 +197,11 @@ class ReminderAdmin(admin.ModelAdmin):
 
     @admin.display(description=_("state"), ordering="state")
     def reminder_state(self, reminder: Reminder) -> str:
-        state = getattr(reminder, "state", None)
-        if state is None:
-            return "—"
-        return badge(REMINDER_STATES[state], REMINDER_COLOURS[state])
+        return _state_badge(getattr(reminder, "state", None), REMINDER_STATES)
 
     @admin.display(description=_("delivery"), ordering="delivery")
     def delivery(self, reminder: Reminder) -> str:
-        state = getattr(reminder, "delivery", None)
-        if state is None:
-            return "—"
-        return badge(DELIVERY_STATES[state], DELIVERY_COLOURS[state])
+        return _state_badge(getattr(reminder, "delivery", None), DELIVERY_STATES)
 
     @admin.display(description=_("last error"), ordering="last_error")
     def short_error(self, reminder: Reminder) -> str:

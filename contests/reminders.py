@@ -18,7 +18,7 @@ from django.db.models.functions import Now
 from django.utils.timesince import timeuntil
 
 from contests.models import Reminder
-from locks.api import Lease, make_holder
+from locks.api import Lease, error_text, make_holder
 
 logger = logging.getLogger(__name__)
 
@@ -118,7 +118,7 @@ def deliver_due_reminders(
             opened = bool(connection.open())
         except OSError as exc:
             # Before any claim: an outage costs no attempt. The admin shows why they wait.
-            error = f"not sent yet: the mail server is unreachable: {_describe(exc)}"
+            error = f"not sent yet: the mail server is unreachable: {error_text(exc)}"
             Reminder.objects.filter(pk__in=[r.pk for r in to_send], delivered_at__isnull=True).update(
                 last_error=error
             )
@@ -134,9 +134,9 @@ def deliver_due_reminders(
             try:
                 sent = send_reminder(reminder=reminder, connection=connection, now=reminder.db_now)
             except MESSAGE_ERRORS as exc:
-                sent, error = 0, f"attempt {attempt}: {_describe(exc)}"
+                sent, error = 0, f"attempt {attempt}: {error_text(exc)}"
             except OSError as exc:
-                error = f"attempt {attempt}: the mail server connection failed: {_describe(exc)}"
+                error = f"attempt {attempt}: the mail server connection failed: {error_text(exc)}"
                 stats.failed += 1
                 record_failure(reminder=reminder, holder=holder, error=error, max_attempts=max_attempts)
                 raise ReminderDeliveryError(
@@ -208,8 +208,3 @@ def retry_reminders(*, reminders) -> int:
     return reminders.filter(delivered_at__isnull=True, failed_at__isnull=False).update(
         failed_at=None, attempts=0, claimed_until=None, claimed_by=""
     )
-
-
-def _describe(exc: BaseException) -> str:
-    message = " ".join(str(exc).split()) or "no details"
-    return f"{type(exc).__name__}: {message}"

@@ -179,19 +179,8 @@ def delete_by_pk(queryset: QuerySet) -> int:
 
 
 def _contest(record: ContestRecord, digest: str, *, platform: str, now: datetime) -> Contest:
-    return Contest(
-        platform=platform,
-        contest_id=record.contest_id,
-        name=record.name,
-        type=record.type,
-        phase=record.phase,
-        frozen=record.frozen,
-        start_time=record.start_time,
-        duration=record.duration,
-        fingerprint=digest,
-        updated_at=now,
-        removed_at=None,
-    )
+    # A ContestRecord's fields are the Contest fields the sync writes.
+    return Contest(platform=platform, **asdict(record), fingerprint=digest, updated_at=now, removed_at=None)
 
 
 def _batches(items: list, size: int = BATCH_SIZE) -> Iterable[list]:

@@ -79,7 +79,8 @@ class LockStateFilter(admin.SimpleListFilter):
 
 
 class ReadOnlyAdminMixin:
-    """For rows that machines write: nobody adds, edits or deletes them here."""
+    """For rows that machines write: nobody adds, edits or deletes them here (deleting a
+    lock row would restart its fencing token at 1)."""
 
     def has_add_permission(self, request: HttpRequest, obj=None) -> bool:
         return False
@@ -120,10 +121,6 @@ class SyncLockAdmin(LeaseActionsMixin, ReadOnlyAdminMixin, Styled, admin.ModelAd
         ),
     )
     readonly_fields = [name for _title, section in fieldsets for name in section["fields"]]
-
-    # Rows are written by the lock API only; deleting one would restart its
-    # fencing token at 1, so nobody may add, edit or delete them here. The two
-    # writes an operator may make are in locks/admin_actions.py.
 
     def get_queryset(self, request: HttpRequest):
         return super().get_queryset(request).with_state()

@@ -4,6 +4,7 @@ from django.conf import settings
 from django.core.checks import Error, Tags, register
 from django.utils.module_loading import import_string
 
+from locks.leases import error_text
 from locks.schedule import is_valid_expression
 
 
@@ -163,7 +164,7 @@ def _path_errors(where: str, key: str, path, *, required: bool, imports: bool) -
         try:
             target = import_string(path)
         except Exception as exc:  # ImportError, or whatever importing the module raised
-            return [Error(f"{where}: {key} {path!r} cannot be imported: {_describe(exc)}.", id="locks.E012")]
+            return [Error(f"{where}: {key} {path!r} cannot be imported: {error_text(exc)}.", id="locks.E012")]
         if not callable(target):
             return [Error(f"{where}: {key} {path!r} is not callable.", id="locks.E012")]
     return []
@@ -184,7 +185,8 @@ def _expected_errors_errors(where: str, paths, *, imports: bool) -> list[Error]:
         except Exception as exc:
             errors.append(
                 Error(
-                    f"{where}: expected error {path!r} cannot be imported: {_describe(exc)}.", id="locks.E012"
+                    f"{where}: expected error {path!r} cannot be imported: {error_text(exc)}.",
+                    id="locks.E012",
                 )
             )
             continue
@@ -211,7 +213,3 @@ def _retry_errors(where: str, retry) -> list[Error]:
             )
         ]
     return []
-
-
-def _describe(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {' '.join(str(exc).split()) or 'no details'}"

@@ -67,6 +67,11 @@ def iso(value: datetime | None) -> str:
     return value.isoformat() if value is not None else ""
 
 
+def error_text(exc: BaseException) -> str:
+    """ "OperationalError: no such table: x", on one line."""
+    return f"{type(exc).__name__}: {' '.join(str(exc).split()) or 'no details'}"
+
+
 @dataclass(frozen=True)
 class Skip:
     """Why a contender did not get the lease.

@@ -25,6 +25,7 @@ from locks.leases import (
     LockLost,
     Skip,
     acquire,
+    error_text,
     iso,
     make_holder,
     release,
@@ -73,10 +74,10 @@ class _Heartbeat(threading.Thread):
                         logger.debug(
                             "job=%s heartbeat: %s while this process writes; trying again at the next beat",
                             self.lease.job,
-                            _describe(exc),
+                            error_text(exc),
                         )
                         continue
-                    self.lease.mark_lost(f"heartbeat could not renew the lease: {_describe(exc)}")
+                    self.lease.mark_lost(f"heartbeat could not renew the lease: {error_text(exc)}")
                     logger.warning("job=%s heartbeat: %s", self.lease.job, self.lease.lost_reason)
                     return
         finally:
@@ -155,7 +156,7 @@ def run_locked(
     except (ProgrammingError, OperationalError) as exc:
         if _missing_table(exc):
             raise LockError(
-                f"the lock table is missing ({_describe(exc)}): run `python manage.py migrate`"
+                f"the lock table is missing ({error_text(exc)}): run `python manage.py migrate`"
             ) from exc
         return _unreachable(result, exc, started)
     except Error as exc:
@@ -192,13 +193,13 @@ def run_locked(
         else:
             result.outcome, result.error, result.exception = "lost_lock", str(exc) or lease.lost_reason, exc
     except Error as exc:
-        result.outcome, result.error, result.exception = "failed", f"database error: {_describe(exc)}", exc
+        result.outcome, result.error, result.exception = "failed", f"database error: {error_text(exc)}", exc
     except expected_errors as exc:
         result.outcome, result.error, result.exception = "failed", str(exc), exc
     except Exception as exc:
-        result.outcome, result.error, result.exception, unexpected = "failed", _describe(exc), exc, True
+        result.outcome, result.error, result.exception, unexpected = "failed", error_text(exc), exc, True
     except BaseException as exc:  # KeyboardInterrupt, SystemExit (SIGTERM): record, then go on
-        result.outcome, result.error, interrupted = "failed", f"interrupted: {_describe(exc)}", exc
+        result.outcome, result.error, interrupted = "failed", f"interrupted: {error_text(exc)}", exc
     finally:
         heartbeat.stop()
     result.duration = time.monotonic() - started
@@ -212,7 +213,7 @@ def run_locked(
 
 
 def _unreachable(result: RunResult, exc: Exception, started: float) -> RunResult:
-    result.reason = f"database unreachable: {_describe(exc)}"
+    result.reason = f"database unreachable: {error_text(exc)}"
     result.exception = exc
     result.duration = time.monotonic() - started
     logger.warning("%s", result.describe())
@@ -243,16 +244,12 @@ def _record_start(lease: Lease) -> int | None:
             started_at=lease.acquired_at,
         ).pk
     except Error as exc:
-        logger.warning("job=%s could not record the run start: %s", lease.job, _describe(exc))
+        logger.warning("job=%s could not record the run start: %s", lease.job, error_text(exc))
         return None
 
 
 def _record_finish(lease: Lease, run_id, result: RunResult) -> None:
-    status = {
-        "succeeded": RunStatus.SUCCEEDED,
-        "failed": RunStatus.FAILED,
-        "lost_lock": RunStatus.LOST_LOCK,
-    }[result.outcome]
+    status = RunStatus(result.outcome)  # succeeded, failed or lost_lock
     released: bool | None = None
     for attempt in range(2):
         try:
@@ -284,7 +281,7 @@ def _record_finish(lease: Lease, run_id, result: RunResult) -> None:
                 lease.job,
                 lease.token,
                 status,
-                _describe(exc),
+                error_text(exc),
             )
 
 
@@ -299,8 +296,3 @@ def prune_runs(*, job: str) -> int:
 def _missing_table(exc: Exception) -> bool:
     text = str(exc).lower()
     return "no such table" in text or ("relation" in text and "does not exist" in text)
-
-
-def _describe(exc: BaseException) -> str:
-    message = " ".join(str(exc).split()) or "no details"
-    return f"{type(exc).__name__}: {message}"

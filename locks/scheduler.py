@@ -1,19 +1,8 @@
 """``run_scheduler``: run every registered job at its slots, in every replica.
 
-Each replica runs one scheduler; the lease decides which of them runs a tick, so
-any number of copies on any number of hosts give one run per tick
-(docs/architecture.md, "The scheduler"). The loop only decides *when* to ask:
-
-- at each slot of each job, and on start and after every wake for the job's
-  current slot (a slot nobody ran, because every copy was down, is caught up);
-- after a failed run of a tick, again after each delay of the job's retry
-  policy, never once the next slot has come;
-- after a skip because another copy holds the lease, again once that lease
-  would have expired, in case its holder died before finishing the tick.
-
-It never raises for a job's sake: a database that cannot be reached is one
-WARNING per tick (run_locked's), a job that raises is recorded on its JobRun
-and logged, and the loop goes on.
+The lease decides which copy runs a tick; this loop only decides *when* to ask: at
+each slot, after a failed run by the job's retry policy, and after a held lease would
+have expired (docs/architecture.md, "The scheduler"). It never raises for a job's sake.
 """
 
 from __future__ import annotations

@@ -3,35 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from datetime import datetime, timedelta
 
 from django.core.exceptions import ImproperlyConfigured
 from django.db.models import Count, Max
 from django.db.models.functions import Coalesce, Now
 
-from locks.clock import database_now
-from locks.models import EXPIRED, FREE, HELD, OVERDUE, STUCK_Q, JobRun, SyncLock
+from locks.models import STUCK_Q, JobRun, SyncLock
 from locks.registry import jobs as registered_jobs
 from locks.schedule import next_tick
 
 # A registered job without a lock row: it creates its lock on its first run.
 NEVER_RUN = "never run"
-
-__all__ = [
-    "EXPIRED",
-    "FREE",
-    "HELD",
-    "NEVER_RUN",
-    "OVERDUE",
-    "JobHealth",
-    "LockState",
-    "database_now",
-    "job_health",
-    "job_states",
-    "jobs_health",
-    "lock_states",
-]
 
 
 @dataclass(frozen=True)
@@ -74,21 +58,9 @@ def _never_run(job: str) -> LockState:
 
 
 def _lock_state_of(row: SyncLock) -> LockState:
-    """``row`` must come from ``SyncLock.objects.with_state()``."""
-    return LockState(
-        job=row.job_name,
-        state=row.state,
-        holder=row.holder,
-        token=row.token,
-        locked_until=row.locked_until,
-        heartbeat_at=row.heartbeat_at,
-        tick=row.tick,
-        last_status=row.last_status,
-        last_started_at=row.last_started_at,
-        last_finished_at=row.last_finished_at,
-        last_error=row.last_error,
-        db_now=row.db_now,
-    )
+    """``row`` must come from ``SyncLock.objects.with_state()``: every other field is its namesake."""
+    values = {field.name: getattr(row, field.name) for field in fields(LockState) if field.name != "job"}
+    return LockState(job=row.job_name, **values)
 
 
 @dataclass(frozen=True)

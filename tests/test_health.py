@@ -14,10 +14,10 @@ from django.db.models.functions import Now
 
 from contests.jobs import JOB_NAME
 from locks.api import acquire
+from locks.clock import database_now
 from locks.models import JobRun, RunStatus
 from locks.registry import run_job
 from locks.schedule import slot_at_or_before
-from locks.selectors import database_now
 from tests.conftest import gunicorn, project_env
 from tests.locks.jobs import RECORD, register, reschedule
 

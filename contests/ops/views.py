@@ -15,7 +15,7 @@ from contests.jobs import JOB_NAME
 from contests.ops.auth import bearer_token_matches, client_address
 from contests.ops.health import Freshness, jobs_freshness
 from contests.ops.throttle import throttle_claim
-from locks.api import LockError, RunResult
+from locks.api import LockError, RunResult, error_text
 from locks.registry import Job, UnknownJob, get_job, run_job
 
 logger = logging.getLogger(__name__)
@@ -57,7 +57,7 @@ def trigger_job(request: HttpRequest, job: str) -> JsonResponse:
     try:
         claim = throttle_claim(key=f"{job}:{address}", window=window)
     except DBError as exc:
-        reason = f"database unreachable: {_describe(exc)}"
+        reason = f"database unreachable: {error_text(exc)}"
         logger.warning("job=%s trigger from %s skipped: %s", job, address, reason)
         return JsonResponse({"job": job, "outcome": "skipped", "reason": reason}, status=503)
     if not claim.allowed:
@@ -142,7 +142,7 @@ def healthz(request: HttpRequest) -> HttpResponse:
     except DBError as exc:
         body = {"status": "database unreachable", "database": False, "job": JOB_NAME}
         if trusted:
-            body["error"] = _describe(exc)
+            body["error"] = error_text(exc)
         return JsonResponse(body, status=503)
 
     fresh = all(job.fresh for job in freshness.values())
@@ -167,25 +167,11 @@ def _job_health(health: Freshness, *, trusted: bool) -> dict:
         "lock": None,
     }
     if lock is not None:
-        body["lock"] = {
-            "state": lock.state,
-            "token": lock.token,
-            "locked_until": _iso(lock.locked_until),
-            "heartbeat_at": _iso(lock.heartbeat_at),
-            "tick": _iso(lock.tick),
-            "last_status": lock.last_status,
-            "last_started_at": _iso(lock.last_started_at),
-            "last_finished_at": _iso(lock.last_finished_at),
-        }
-        if trusted:
-            body["lock"]["holder"] = lock.holder
-            body["lock"]["last_error"] = lock.last_error
+        # Holder host names and error texts only for a request that carries HEALTHZ_TOKEN.
+        hidden = {"job", "db_now"} if trusted else {"job", "db_now", "holder", "last_error"}
+        body["lock"] = {key: value for key, value in lock.as_json().items() if key not in hidden}
     return body
 
 
 def _iso(value: datetime | None) -> str | None:
     return value.isoformat() if value is not None else None
-
-
-def _describe(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {' '.join(str(exc).split()) or 'no details'}"

@@ -16,10 +16,10 @@ from django.core.management import call_command
 from django.utils import timezone
 
 from contests.models import Contest, Reminder
+from locks.clock import database_now
 from locks.models import JobRun, SyncLock
 from locks.registry import InvalidTick, get_job, run_job
 from locks.schedule import next_tick, slot_at_or_before
-from locks.selectors import database_now
 from tests.conftest import ROOT, manage, project_env, spawn
 from tests.locks.jobs import reschedule
 

@@ -6,8 +6,8 @@ from datetime import timedelta
 import pytest
 
 from locks import api
+from locks.clock import database_now
 from locks.models import SyncLock
-from locks.selectors import database_now
 from tests.locks.conftest import TICK
 
 TTL = timedelta(minutes=5)

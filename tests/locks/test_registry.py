@@ -16,6 +16,7 @@ from django.utils import timezone
 
 from config import settings as project  # the module: what the tests' overrides leave alone
 from locks import schedule
+from locks.clock import database_now
 from locks.crontab import cronjobs
 from locks.models import JobRun, SyncLock
 from locks.registry import (
@@ -29,7 +30,6 @@ from locks.registry import (
     run_job,
 )
 from locks.schedule import next_tick
-from locks.selectors import database_now
 from tests.conftest import ROOT, project_env
 from tests.locks.conftest import TICK
 from tests.locks.jobs import RECORD, TEST_JOBS, register

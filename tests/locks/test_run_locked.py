@@ -8,8 +8,8 @@ import pytest
 from django.utils import timezone
 
 from locks import api
+from locks.clock import database_now
 from locks.models import JobRun, SyncLock
-from locks.selectors import database_now
 from tests.locks.conftest import TICK
 
 TTL = timedelta(minutes=5)
