@@ -1,43 +1,13 @@
 from django.conf import settings
 from django.core.checks import Error, Tags, register
 
-from locks.schedule import is_valid_expression
-
-
-def _schedule_error(name: str, code: str) -> list[Error]:
-    schedule = getattr(settings, name)
-    if is_valid_expression(schedule):
-        return []
-    return [
-        Error(
-            f"{name} {schedule!r} is not a valid cron expression.",
-            hint="Five fields: minute hour day-of-month month day-of-week, e.g. '0 * * * *'.",
-            id=code,
-        )
-    ]
-
-
-def _positive_error(name: str, code: str) -> list[Error]:
-    value = getattr(settings, name)  # an int: settings refuse anything else
-    if value > 0:
-        return []
-    return [Error(f"{name} must be a positive number of seconds, got {value!r}.", id=code)]
-
-
-@register(Tags.compatibility)
-def check_sync_settings(app_configs=None, **kwargs) -> list[Error]:
-    return [
-        *_schedule_error("SYNC_CONTESTS_SCHEDULE", "contests.E001"),
-        *_positive_error("SYNC_CONTESTS_LOCK_TTL", "contests.E002"),
-    ]
+# The jobs' schedules and TTLs reach their LOCKS_JOBS entries, which the locks app checks
+# (locks.E011, locks.E013); these are the settings only the reminders read.
 
 
 @register(Tags.compatibility)
 def check_reminder_settings(app_configs=None, **kwargs) -> list[Error]:
-    errors = [
-        *_schedule_error("SEND_REMINDERS_SCHEDULE", "contests.E003"),
-        *_positive_error("SEND_REMINDERS_LOCK_TTL", "contests.E004"),
-    ]
+    errors = []
     claim_ttl, timeout = settings.SEND_REMINDERS_CLAIM_TTL, settings.EMAIL_TIMEOUT
     if timeout is None or claim_ttl <= 3 * timeout:
         errors.append(

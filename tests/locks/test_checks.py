@@ -34,19 +34,6 @@ def test_a_zero_tick_window_passes(settings):
     assert "locks.E003" not in _ids()
 
 
-@pytest.mark.parametrize("expression", ["every hour", "61 * * * *", "", None])
-def test_a_bad_schedule_fails_the_check(settings, expression):
-    settings.SYNC_CONTESTS_SCHEDULE = expression
-    [error] = [m for m in run_checks() if m.id == "contests.E001"]
-    assert "is not a valid cron expression" in error.msg
-
-
-@pytest.mark.parametrize("ttl", [0, -60])
-def test_a_non_positive_sync_ttl_fails_the_check(settings, ttl):
-    settings.SYNC_CONTESTS_LOCK_TTL = ttl
-    assert "contests.E002" in _ids()
-
-
 def test_a_non_positive_sync_max_run_time_fails_the_check_of_its_job():
     """SYNC_CONTESTS_MAX_RUN_TIME reaches the sync's LOCKS_JOBS entry, whose check refuses it."""
     from tests.conftest import manage, project_env
@@ -56,14 +43,18 @@ def test_a_non_positive_sync_max_run_time_fails_the_check_of_its_job():
     assert "(locks.E014) LOCKS_JOBS['sync_contests']: max_run_time" in proc.stderr, proc.stderr
 
 
-def test_manage_py_check_fails_with_the_code(tmp_path):
+@pytest.mark.parametrize("job", ["SYNC_CONTESTS", "SEND_REMINDERS"])
+def test_a_bad_schedule_or_ttl_is_one_error_on_its_job(job):
+    """The environment variables reach the job's LOCKS_JOBS entry; its check names each problem once."""
     from tests.conftest import manage, project_env
 
-    proc = manage("check", env=project_env(SYNC_CONTESTS_SCHEDULE="0 25 * * *", SYNC_CONTESTS_LOCK_TTL="0"))
+    proc = manage("check", env=project_env(**{f"{job}_SCHEDULE": "0 25 * * *", f"{job}_LOCK_TTL": "0"}))
 
+    name = job.lower()
     assert proc.returncode == 1
-    assert "contests.E001" in proc.stderr
-    assert "contests.E002" in proc.stderr
+    assert proc.stderr.count("is not a valid cron expression") == 1, proc.stderr
+    assert f"(locks.E011) LOCKS_JOBS['{name}']: schedule '0 25 * * *'" in proc.stderr
+    assert f"(locks.E013) LOCKS_JOBS['{name}']: ttl" in proc.stderr
 
 
 # --- LOCKS_JOBS ---------------------------------------------------------------------------
