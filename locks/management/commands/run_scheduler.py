@@ -1,7 +1,7 @@
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from locks.registry import UnknownJob, get_job, jobs
+from locks import registry
 from locks.scheduler import Scheduler, install_signal_handlers
 
 
@@ -16,8 +16,8 @@ class Command(BaseCommand):
 
     def handle(self, *args, jobs: list[str], **options) -> None:
         try:
-            chosen = [get_job(name) for name in jobs] if jobs else list(_registered())
-        except UnknownJob as exc:
+            chosen = [registry.get_job(name) for name in jobs] if jobs else list(registry.jobs().values())
+        except registry.UnknownJob as exc:
             raise CommandError(exc.args[0], returncode=2) from exc
         scheduler = Scheduler(jobs=chosen)
         install_signal_handlers(scheduler, grace=settings.LOCKS_SCHEDULER_GRACE)
@@ -25,7 +25,3 @@ class Command(BaseCommand):
         self.stderr.write(f"scheduler: running {names}; SIGTERM or Ctrl-C stops it")
         scheduler.run_forever()
         self.stderr.write("scheduler: stopped")
-
-
-def _registered():
-    return jobs().values()
