@@ -1,6 +1,7 @@
 """django-crontab installs the hourly line with an absolute interpreter path; the line
 carries no secret value: it sources the file `manage.py crontab_env` wrote (mode 0600)."""
 
+import fcntl
 import os
 import secrets
 import shlex
@@ -20,13 +21,18 @@ pytestmark = pytest.mark.skipif(
 
 @pytest.fixture
 def saved_crontab():
-    """Keep the user's crontab and put it back afterwards, whatever happens."""
-    before = subprocess.run(["crontab", "-l"], capture_output=True, text=True)
-    yield
-    if before.returncode == 0:
-        subprocess.run(["crontab", "-"], input=before.stdout, text=True, check=True)
-    else:
-        subprocess.run(["crontab", "-r"], capture_output=True)
+    """Keep the user's crontab and put it back afterwards, whatever happens. One test at a
+    time per user: two checkouts testing at once would overwrite each other's lines."""
+    with open(f"/tmp/cf-contest-sync-crontab-{os.getuid()}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        before = subprocess.run(["crontab", "-l"], capture_output=True, text=True)
+        try:
+            yield
+        finally:
+            if before.returncode == 0:
+                subprocess.run(["crontab", "-"], input=before.stdout, text=True, check=True)
+            else:
+                subprocess.run(["crontab", "-r"], capture_output=True)
 
 
 def installed_lines() -> list[str]:
