@@ -13,6 +13,7 @@ import os
 import secrets
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -21,7 +22,7 @@ from functools import partial
 from typing import Literal
 
 from django.conf import settings
-from django.db import IntegrityError, connections, router, transaction
+from django.db import Error, IntegrityError, connections, router, transaction
 from django.db.models import DateTimeField, ExpressionWrapper, F, Q, Value
 from django.db.models.functions import Now
 from django.db.models.lookups import GreaterThanOrEqual
@@ -44,6 +45,16 @@ class LockLost(RuntimeError):
 
 class UnknownJob(LookupError):
     pass
+
+
+class CommitUnknown(RuntimeError):
+    """The COMMIT of a fenced write got no answer and the lock row could not be read back
+    to tell whether it committed (docs/architecture.md, The lock: unknown is not failed)."""
+
+
+# How long a run whose COMMIT answer was lost keeps trying to read the lock row back
+# (at most its TTL): the row stays locked until the server has ended that transaction.
+READ_BACK_SECONDS = 30
 
 
 def make_holder() -> str:
@@ -109,7 +120,8 @@ class Lease:
 
     ``writing`` is set while this process is inside ``fenced(lease)``;
     ``committed`` becomes true when such a block committed (docs/architecture.md,
-    The lock: fencing).
+    The lock: fencing). ``prior_commit`` is the token whose fenced write had committed
+    last when this lease was won: a holder that died after its commit is known by it.
     """
 
     job: str
@@ -120,6 +132,7 @@ class Lease:
     acquired_at: datetime
     lost_reason: str = ""
     committed: bool = False
+    prior_commit: int | None = None
     writing: threading.Event = field(default_factory=threading.Event, repr=False)
     _lost: threading.Event = field(default_factory=threading.Event, repr=False)
 
@@ -181,11 +194,21 @@ def acquire(
         with transaction.atomic(using=db, savepoint=False):
             won = None
             if claim.update(**values):
-                won = rows.filter(holder=holder).values_list("token", "acquired_at").first()
+                won = (
+                    rows.filter(holder=holder).values_list("token", "acquired_at", "committed_token").first()
+                )
         if won is not None:
-            token, acquired_at = won
+            token, acquired_at, prior_commit = won
             _warn_on_skew(job=job, db_now=acquired_at)
-            return Lease(job=job, holder=holder, token=token, tick=tick, ttl=ttl, acquired_at=acquired_at)
+            return Lease(
+                job=job,
+                holder=holder,
+                token=token,
+                tick=tick,
+                ttl=ttl,
+                acquired_at=acquired_at,
+                prior_commit=prior_commit,
+            )
         state = (
             rows.annotate(db_now=Now())
             .values("holder", "locked_until", "tick", "tick_done", "db_now")
@@ -298,23 +321,85 @@ def fenced(lease: Lease) -> Iterator[None]:
     """The write phase of a run: one ``transaction.atomic()`` block that starts by
     renewing ``lease`` (raising ``LockLost`` before any write if it is gone).
 
-    For a scheduled lease the same UPDATE marks its tick done, so the tick is done
-    exactly when the block's writes commit. After the block commits,
-    ``lease.committed`` is true: the run is a success whatever happens to the
-    lease afterwards. While inside, ``lease.writing`` is set, so the heartbeat
-    knows that a ``database is locked`` error on SQLite is this process's own
-    write lock. (On MongoDB ``atomic()`` is a no-op: the tick is marked done
-    first, and ``release`` with a failure status marks it not done again.)
+    The same UPDATE records this token as the last one whose write committed and, for
+    a scheduled lease, marks its tick done, so both are true exactly when the block's
+    writes commit. After the block commits, ``lease.committed`` is true: the run is a
+    success whatever happens to the lease afterwards. An error on the COMMIT itself
+    leaves the outcome unknown: the lock row is read back on a new connection, and a
+    write that did commit is a success (no error); otherwise the error stands, or
+    ``CommitUnknown`` when the row cannot be read. While inside, ``lease.writing`` is
+    set, so the heartbeat knows that a ``database is locked`` error on SQLite is this
+    process's own write lock. (On MongoDB ``atomic()`` is a no-op: the tick is marked
+    done first, and ``release`` with a failure status marks it not done again.)
     """
     lease.check()
+    values = {"committed_token": lease.token}
+    if lease.tick is not None:
+        values["tick_done"] = True
     lease.writing.set()
+    body_done = False
     try:
         with transaction.atomic(using=router.db_for_write(SyncLock), durable=True):
-            _renew(lease, values={"tick_done": True} if lease.tick is not None else {})
+            _renew(lease, values=values)
             yield
+            body_done = True
+    except Error as exc:
+        if not body_done:
+            raise  # the block failed and was rolled back: nothing was written
+        committed = read_back_commit(lease)
+        if committed is None:
+            raise CommitUnknown(
+                f"the COMMIT of the fenced write of {lease.job} (token {lease.token}) got no answer "
+                f"({error_text(exc)}) and the lock row could not be read back"
+            ) from exc
+        logger.warning(
+            "job=%s token=%s the COMMIT of its fenced write got no answer (%s); the lock row says it %s",
+            lease.job,
+            lease.token,
+            error_text(exc),
+            "committed" if committed else "did not commit",
+        )
+        if not committed:
+            raise
     finally:
         lease.writing.clear()
     lease.committed = True
+
+
+def read_back_commit(lease: Lease) -> bool | None:
+    """Whether a fenced write of ``lease`` committed, read from its lock row on a new
+    connection; None when that cannot be told.
+
+    The row is read ``FOR UPDATE NOWAIT`` (where the database has row locks): a
+    transaction whose COMMIT answer was lost may still be open on the server, holding
+    the row, and its outcome is only known once it has ended. Bounded: retried with a
+    backoff for at most the lease's TTL (``READ_BACK_SECONDS`` at most).
+    """
+    using = router.db_for_write(SyncLock)
+    deadline = time.monotonic() + min(lease.ttl.total_seconds(), READ_BACK_SECONDS)
+    delay = 0.1
+    while True:
+        connections[using].close()  # the old connection is broken, or in an unknown state
+        try:
+            with transaction.atomic(using=using):
+                committed = (
+                    SyncLock.objects.using(using)
+                    .select_for_update(nowait=True)
+                    .for_job(lease.job)
+                    .values_list("committed_token", flat=True)
+                    .first()
+                )
+        except Error:  # unreachable, or the row still locked by that transaction
+            if time.monotonic() + delay > deadline:
+                return None
+            time.sleep(delay)
+            delay = min(delay * 2, 5.0)
+            continue
+        if committed == lease.token:
+            return True
+        if committed is None or committed < lease.token:
+            return False
+        return None  # a later lease committed since: the row no longer tells about this one
 
 
 def release(*, lease: Lease, status: str, error: str = "") -> bool:
@@ -322,14 +407,21 @@ def release(*, lease: Lease, status: str, error: str = "") -> bool:
 
     A released row keeps no holder (a holder always has an expiry); the run's
     holder stays on its JobRun. A scheduled run's tick becomes done when it
-    succeeded, and not done when it failed without a committed fenced write
-    (which only matters on MongoDB, where that write is not undone).
+    succeeded. On SQL databases a failure never reopens the tick: a fenced write
+    that did not commit was rolled back, so its done mark was never stored, and one
+    whose COMMIT answer was lost may have committed. Only on MongoDB, where
+    ``atomic()`` does nothing and the done mark of a failed block stays, a failure
+    without a committed fenced write marks the tick not done again.
     """
     values = {}
     if lease.tick is not None and status == RunStatus.SUCCEEDED:
         values["tick_done"] = True
-    elif lease.tick is not None and not lease.committed:
-        values["tick_done"] = False
+    elif (
+        not lease.committed and not connections[router.db_for_write(SyncLock)].features.supports_transactions
+    ):
+        values["committed_token"] = None
+        if lease.tick is not None:
+            values["tick_done"] = False
     return bool(
         SyncLock.objects.for_job(lease.job)
         .filter(token=lease.token)

@@ -98,6 +98,13 @@ class SyncLock(models.Model):
         help_text="The run of the claimed tick succeeded; it is never run again. "
         "While false, a later run may claim the same tick again (a retry).",
     )
+    committed_token = models.PositiveBigIntegerField(
+        "committed token",
+        null=True,
+        blank=True,
+        help_text="The fencing token of the last lease whose fenced write committed: how a run whose "
+        "COMMIT answer was lost, or a holder that died after committing, is known to have succeeded.",
+    )
     last_started_at = models.DateTimeField(null=True, blank=True)
     last_finished_at = models.DateTimeField(null=True, blank=True)
     last_status = models.CharField(max_length=20, choices=RunStatus.choices, blank=True)

@@ -20,6 +20,7 @@ from django.db.models.functions import Concat, Now
 from django.utils import timezone
 
 from locks.leases import (
+    CommitUnknown,
     Lease,
     LockError,
     LockLost,
@@ -28,6 +29,7 @@ from locks.leases import (
     error_text,
     iso,
     make_holder,
+    read_back_commit,
     release,
     renew,
     validate_ttl,
@@ -186,12 +188,9 @@ def run_locked(
         lease.check()
         result.outcome = "succeeded"
     except LockLost as exc:
-        if lease.committed:
-            # Its fenced write committed under the lease: the work is done.
-            result.outcome = "succeeded"
-            result.reason = f"the lease was lost after its write committed: {str(exc) or lease.lost_reason}"
-        else:
-            result.outcome, result.error, result.exception = "lost_lock", str(exc) or lease.lost_reason, exc
+        result.outcome, result.error, result.exception = "lost_lock", str(exc) or lease.lost_reason, exc
+    except CommitUnknown as exc:  # a database fault: no traceback
+        result.outcome, result.error, result.exception = "failed", f"outcome unknown: {exc}", exc
     except Error as exc:
         result.outcome, result.error, result.exception = "failed", f"database error: {error_text(exc)}", exc
     except expected_errors as exc:
@@ -202,9 +201,17 @@ def run_locked(
         result.outcome, result.error, interrupted = "failed", f"interrupted: {error_text(exc)}", exc
     finally:
         heartbeat.stop()
+    if isinstance(result.exception, CommitUnknown) and read_back_commit(lease):
+        lease.committed = True  # the database answers again: the write had committed
+    after_commit = lease.committed and result.outcome != "succeeded"
+    if after_commit:
+        # Rule 6: its fenced write committed under the lease, so the work is done; what
+        # went wrong afterwards is kept on the run and logged as an ERROR.
+        result.outcome = "succeeded"
+        result.error = f"after its fenced write committed: {result.error}"
     result.duration = time.monotonic() - started
     _record_finish(lease, run_id, result)
-    level = logging.INFO if result.outcome == "succeeded" else logging.ERROR
+    level = logging.INFO if result.outcome == "succeeded" and not after_commit else logging.ERROR
     # The exception itself: outside its except block, exc_info=True would log "NoneType: None".
     logger.log(level, "%s", result.describe(), exc_info=result.exception if unexpected else None)
     if interrupted is not None:
@@ -221,20 +228,24 @@ def _unreachable(result: RunResult, exc: Exception, started: float) -> RunResult
 
 
 def _record_start(lease: Lease) -> int | None:
-    """Close the runs of earlier tokens still marked ``running`` (their holders
-    died: this lease could only be won once theirs expired or was released),
-    then record this run."""
+    """Close the runs of earlier tokens still marked ``running`` (their holders died:
+    this lease could only be won once theirs expired or was released), then record
+    this run. A dead holder whose fenced write had committed (``lease.prior_commit``)
+    succeeded: its work is done, only its record was not."""
     try:
-        runs = JobRun.objects.for_job(lease.job)
-        runs.filter(status=RunStatus.RUNNING, token__lt=lease.token).update(
+        runs = JobRun.objects.for_job(lease.job).filter(status=RunStatus.RUNNING, token__lt=lease.token)
+        if lease.prior_commit is not None:
+            runs.filter(token=lease.prior_commit).update(
+                status=RunStatus.SUCCEEDED,
+                finished_at=Now(),
+                error=_dead_holder(
+                    f"committed its fenced write, then stopped before recording it; token {lease.token} took over"
+                ),
+            )
+        runs.update(
             status=RunStatus.ABANDONED,
             finished_at=Now(),
-            error=Concat(
-                Value("holder "),
-                "holder",
-                Value(f" stopped renewing; its lease expired and token {lease.token} took over"),
-                output_field=TextField(),
-            ),
+            error=_dead_holder(f"stopped renewing; its lease expired and token {lease.token} took over"),
         )
         return JobRun.objects.create(
             job_name=lease.job,
@@ -246,6 +257,11 @@ def _record_start(lease: Lease) -> int | None:
     except Error as exc:
         logger.warning("job=%s could not record the run start: %s", lease.job, error_text(exc))
         return None
+
+
+def _dead_holder(what: str) -> Concat:
+    """ "holder H <what>", with H the holder on the run's own row."""
+    return Concat(Value("holder "), "holder", Value(f" {what}"), output_field=TextField())
 
 
 def _record_finish(lease: Lease, run_id, result: RunResult) -> None:

@@ -120,6 +120,18 @@ SCENARIOS = [
         "07:00 fails: exit 1, one ERROR line, nothing written; 07:20 claims the 07:00 tick again and syncs; "
         "07:40 skips it as already done; 2 JobRuns for that tick, failed then succeeded",
     ),
+    Scenario(
+        "commit-answer-lost",
+        "the server commits a run's fenced write, and a proxy drops the COMMIT's answer with the connection",
+        "PostgreSQL only: the run reads the lock row back on a new connection, finds its write committed and "
+        "succeeds (exit 0, one WARNING, no traceback); the tick is done; a second run of that tick skips it",
+    ),
+    Scenario(
+        "commit-lost",
+        "a proxy drops a run's COMMIT with the connection before it reaches the server",
+        "PostgreSQL only: the server rolls the write back; the run reads the lock row back, finds it did not "
+        "commit and fails (exit 1, no traceback); the tick stays open and the next run of it succeeds",
+    ),
 ]
 BY_KEY = {scenario.key: scenario for scenario in SCENARIOS}
 

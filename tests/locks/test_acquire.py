@@ -183,17 +183,19 @@ def test_a_forced_run_leaves_the_tick_and_whether_it_is_done_alone():
     assert isinstance(api.acquire(job="job", tick=TICK, ttl=TTL), api.Lease)
 
 
-def test_a_failed_release_undoes_a_done_mark_its_write_did_not_commit():
-    """MongoDB, where atomic() is a no-op, keeps the done mark of a fenced block whose
-    writes then failed; release with a failure status takes it back."""
+def test_on_sql_databases_a_failed_release_never_reopens_a_done_tick():
+    """A done mark on SQLite or PostgreSQL was committed by a fenced write (a rolled-back
+    one left none), even when its run saw an error on COMMIT: release leaves it alone.
+    (MongoDB, where atomic() is a no-op, takes it back: tests/test_mongodb.py.)"""
     lease = api.acquire(job="job", tick=TICK, ttl=TTL)
-    SyncLock.objects.update(tick_done=True)  # what fenced()'s renewal left behind
+    SyncLock.objects.update(tick_done=True, committed_token=lease.token)  # a commit whose answer was lost
     assert not lease.committed
 
-    assert api.release(lease=lease, status="failed", error="the bulk write failed")
+    assert api.release(lease=lease, status="failed", error="OperationalError: server closed the connection")
 
-    assert not SyncLock.objects.get().tick_done
-    assert isinstance(api.acquire(job="job", tick=TICK, ttl=TTL), api.Lease)
+    row = SyncLock.objects.get()
+    assert (row.tick_done, row.committed_token, row.last_status) == (True, 1, "failed")
+    assert isinstance(api.acquire(job="job", tick=TICK, ttl=TTL), api.Skip)
 
 
 def test_a_fenced_block_marks_the_tick_done_only_if_it_commits():

@@ -147,6 +147,37 @@ def test_a_sigkilled_holders_run_is_closed_as_abandoned_by_the_next_holder(db_ur
     assert dead.finished_at is not None
 
 
+def test_a_holder_sigkilled_right_after_its_commit_is_recorded_succeeded_by_the_next_holder(db_url):
+    """Its work is done (the fenced write committed, the tick is done); only its record is
+    missing. The next holder closes its run as succeeded, never abandoned."""
+    args = ["--job", "kill", "--tick", TICK.isoformat(), "--ttl", "600", "--then", "600"]
+    holder = spawn(["-m", "tests.locks.worker", *args], env=project_env(DATABASE_URL=db_url))
+    assert '"outcome": "acquired"' in holder.stdout.readline()
+    assert '"outcome": "committed"' in holder.stdout.readline()
+    holder.send_signal(signal.SIGKILL)
+    holder.wait(timeout=10)
+    [dead] = JobRun.objects.filter(job_name="kill")
+    assert dead.status == "running"
+    SyncLock.objects.filter(job_name="kill").update(locked_until=dead.started_at)  # expired long ago
+    lock = SyncLock.objects.get(job_name="kill")
+    assert (lock.tick, lock.tick_done, lock.committed_token) == (TICK, True, 1)
+
+    again = api.run_locked(job="kill", tick=TICK, ttl=timedelta(seconds=30), fn=lambda lease: {})
+    assert (again.outcome, again.skip.reason) == ("skipped", "tick_claimed")  # its tick is done
+    result = api.run_locked(
+        job="kill", tick=TICK + timedelta(hours=1), ttl=timedelta(seconds=30), fn=lambda lease: {}
+    )
+
+    assert (result.outcome, result.token) == ("succeeded", 2)
+    dead.refresh_from_db()
+    assert dead.status == "succeeded"
+    assert dead.error == (
+        f"holder {dead.holder} committed its fenced write, then stopped before recording it; "
+        "token 2 took over"
+    )
+    assert dead.finished_at is not None
+
+
 def test_on_sqlite_a_write_longer_than_the_busy_timeout_does_not_starve_its_own_heartbeat(db_url):
     """The heartbeat's renewal waits for this process's own write lock, gives up after the
     busy timeout (1 s here) and tries again at the next beat; the run succeeds."""

@@ -168,6 +168,50 @@ def test_a_run_whose_fenced_write_committed_succeeds_even_if_the_lease_changes_h
     assert isinstance(api.acquire(job="job", tick=TICK, ttl=TTL), api.Skip)
 
 
+@pytest.mark.parametrize(
+    "failure",
+    [
+        pytest.param(lambda lease: JobRun.objects.raw("SELECT nonsense")[0], id="database-error"),
+        pytest.param(lambda lease: {}["missing"], id="bug"),
+        pytest.param(lambda lease: api.force_release(job="job") and api.renew(lease=lease), id="lease-lost"),
+    ],
+)
+def test_a_job_that_fails_after_its_fenced_write_committed_succeeds_with_the_error_kept(failure, caplog):
+    """Rule 6: the work is done once the fenced write committed; a failure after it is
+    kept on the run and logged as an ERROR, and the tick is never run again."""
+
+    def job(lease):
+        with api.fenced(lease):
+            pass
+        failure(lease)
+
+    result = api.run_locked(job="job", tick=TICK, ttl=TTL, fn=job)
+
+    assert (result.outcome, result.ok) == ("succeeded", True)
+    assert result.error.startswith("after its fenced write committed: "), result.error
+    run = JobRun.objects.get()
+    assert (run.status, run.error) == ("succeeded", result.error)
+    lock = SyncLock.objects.get()
+    assert (lock.tick, lock.tick_done, lock.committed_token) == (TICK, True, 1)
+    [record] = [r for r in caplog.records if r.name == "locks.api" and "outcome=" in r.getMessage()]
+    assert record.levelno == logging.ERROR
+    assert "outcome=succeeded" in record.getMessage()
+    assert isinstance(api.acquire(job="job", tick=TICK, ttl=TTL), api.Skip)
+
+
+def test_a_job_that_fails_before_committing_leaves_its_tick_to_a_retry():
+    def job(lease):
+        with api.fenced(lease):
+            raise ValueError("half-way")
+
+    result = api.run_locked(job="job", tick=TICK, ttl=TTL, fn=job, expected_errors=(ValueError,))
+
+    assert (result.outcome, result.error) == ("failed", "half-way")
+    lock = SyncLock.objects.get()
+    assert (lock.tick, lock.tick_done, lock.committed_token) == (TICK, False, None)
+    assert isinstance(api.acquire(job="job", tick=TICK, ttl=TTL), api.Lease)
+
+
 def test_the_heartbeat_stops_at_the_maximum_run_time_and_the_run_ends_lost_lock(caplog):
     """A stalled job (say, a server sending one byte a second) is ended at its maximum run time."""
     checks = []

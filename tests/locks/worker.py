@@ -1,10 +1,12 @@
 """A contender for a lock, run as its own OS process by the multi-process tests.
 
-    python -m tests.locks.worker --job J [--tick ISO] [--ttl S] [--go FILE] [--run S] [--write S]
+    python -m tests.locks.worker --job J [--tick ISO] [--ttl S] [--go FILE] [--run S] [--write S] [--then S]
 
 Waits until FILE exists (a start line for every contender), then runs a job of
 --run seconds through ``locks.api.run_locked`` (lease, heartbeat, JobRun); with
---write, the job then holds a fenced write transaction open for S seconds. The
+--write, the job then holds a fenced write transaction open for S seconds; with --then, once that
+transaction committed it prints ``{"outcome": "committed"}`` and sleeps S seconds (a test
+SIGKILLs it there). The
 job prints ``{"outcome": "acquired", …}`` as soon as it holds the lease; the
 process then prints one JSON line with the result.
 """
@@ -26,6 +28,7 @@ def main() -> None:
     parser.add_argument("--go")
     parser.add_argument("--run", type=float, default=0)
     parser.add_argument("--write", type=float, default=0)
+    parser.add_argument("--then", type=float, default=0)
     args = parser.parse_args()
 
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
@@ -44,9 +47,12 @@ def main() -> None:
     def job(lease: api.Lease) -> dict:
         print(json.dumps({"outcome": "acquired", "token": lease.token, "holder": lease.holder}), flush=True)
         time.sleep(args.run)
-        if args.write:
+        if args.write or args.then:
             with api.fenced(lease):
                 time.sleep(args.write)  # a long write: on SQLite it holds the one write lock
+        if args.then:
+            print(json.dumps({"outcome": "committed", "token": lease.token}), flush=True)
+            time.sleep(args.then)
         return {"slept": args.run}
 
     result = api.run_locked(job=args.job, tick=args.tick, ttl=timedelta(seconds=args.ttl), fn=job)

@@ -1,0 +1,104 @@
+"""A COMMIT whose answer is lost: the run finds out from the lock row (docs/architecture.md, rule 10).
+
+A loopback proxy in front of PostgreSQL (``tests/faults/pgproxy.py``) cuts the connection of
+the run's fenced transaction at its COMMIT: after the server committed (the answer is lost), or
+before the COMMIT reached it (the server rolls back). The client sees the same error both
+times; only reading the row back tells them apart.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from urllib.parse import urlsplit, urlunsplit
+
+import pytest
+
+from locks.models import JobRun, SyncLock
+from tests.conftest import project_env
+from tests.faults.pgproxy import PgProxy
+from tests.locks.conftest import TICK
+
+pytestmark = pytest.mark.slow
+
+# The fenced write's own renewal: no other statement of a run sets this column.
+FENCED_RENEWAL = b'"committed_token" = '
+
+
+@pytest.fixture
+def proxy(postgres):
+    parts = urlsplit(postgres)
+    server = PgProxy((parts.hostname, parts.port or 5432)).start()
+    server.url = urlunsplit(parts._replace(netloc=parts.netloc.replace(f":{parts.port}", f":{server.port}")))
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def worker(procs, url: str, *extra: str):
+    args = ["-m", "tests.locks.worker", "--job", "cut", "--tick", TICK.isoformat(), "--ttl", "30", *extra]
+    return procs.start([sys.executable, *args], env=project_env(DATABASE_URL=url, LOCKS_LOG_LEVEL="INFO"))
+
+
+def outcome(proc) -> dict:
+    assert proc.wait(timeout=120) == 0, proc.transcript()
+    return json.loads(proc.stdout_lines[-1])
+
+
+@pytest.mark.scenario("commit-answer-lost")
+def test_a_commit_whose_answer_is_lost_is_read_back_and_the_tick_never_runs_twice(procs, proxy, observe):
+    proxy.cut_commits(marker=FENCED_RENEWAL, mode="after")
+
+    first = worker(procs, proxy.url, "--write", "0.1")
+    result = outcome(first)
+
+    assert proxy.cut == 1
+    assert (result["outcome"], result["error"]) == ("succeeded", ""), first.transcript()
+    [warning] = [line for line in first.stderr_lines if " WARNING " in line]
+    assert "the COMMIT of its fenced write got no answer" in warning
+    assert warning.endswith("the lock row says it committed"), warning
+    assert "Traceback" not in first.stderr
+    lock = SyncLock.objects.get(job_name="cut")
+    assert (lock.tick, lock.tick_done, lock.committed_token, lock.last_status) == (TICK, True, 1, "succeeded")
+
+    second = outcome(worker(procs, proxy.url, "--write", "0.1"))
+    assert (second["outcome"], second["skip"]) == ("skipped", "tick_claimed")
+    runs = list(JobRun.objects.filter(job_name="cut").values_list("tick", "status"))
+    assert runs == [(TICK, "succeeded")]
+    observe(
+        f"the answer of 1 COMMIT dropped: exit 0, outcome=succeeded, WARNING `{warning.split(' token=1 ')[1]}`; "
+        f"tick done; the second run skipped ({second['reason']}); 1 JobRun, succeeded"
+    )
+
+
+@pytest.mark.scenario("commit-lost")
+def test_a_commit_that_never_reached_the_server_fails_and_the_tick_is_retried(procs, proxy, observe):
+    proxy.cut_commits(marker=FENCED_RENEWAL, mode="before")
+
+    first = worker(procs, proxy.url, "--write", "0.1")
+    assert first.wait(timeout=120) == 0, first.transcript()
+    result = json.loads(first.stdout_lines[-1])
+
+    assert proxy.cut == 1
+    assert result["outcome"] == "failed", first.transcript()
+    assert result["error"].startswith("database error: "), result
+    assert any(line.endswith("the lock row says it did not commit") for line in first.stderr_lines)
+    assert "Traceback" not in first.stderr
+    lock = SyncLock.objects.get(job_name="cut")
+    assert (lock.tick, lock.tick_done, lock.committed_token, lock.last_status) == (
+        TICK,
+        False,
+        None,
+        "failed",
+    )
+
+    second = outcome(worker(procs, proxy.url, "--write", "0.1"))
+    assert second["outcome"] == "succeeded"
+    runs = list(JobRun.objects.filter(job_name="cut").order_by("token").values_list("token", "status"))
+    assert runs == [(1, "failed"), (2, "succeeded")]
+    observe(
+        "1 COMMIT dropped before the server: exit 0 from the worker, outcome=failed (`"
+        f"{result['error'][:60]}…`), the row says it did not commit; tick open; the next run succeeded "
+        "(token 2); JobRuns failed, succeeded"
+    )
