@@ -3,13 +3,14 @@
 Runs the skip, sync, lock and pruning benchmarks on SQLite (a file under var/bench/)
 and, when given, on PostgreSQL; prints one table; writes docs/benchmarks.md
 (between its bench markers) and docs/benchmarks.png. The PostgreSQL database
-named by URL has its tables emptied: give it a throwaway one.
+named by URL has its tables emptied: give it a throwaway one. ``--postgres throwaway``
+runs the whole benchmark again inside scripts/with-postgres.sh (with durable settings:
+WITH_POSTGRES_DURABLE=1), on the cluster it starts and deletes.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import sys
@@ -21,7 +22,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench import report, runner  # noqa: E402
-from bench.backends import WORK, PostgreSQL, SQLite, throwaway_postgres  # noqa: E402
+from bench.backends import WORK, PostgreSQL, SQLite  # noqa: E402
 
 PARTS = ("skip", "sync", "lock", "prune")
 
@@ -36,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
         "--postgres",
         default=os.environ.get("BENCH_POSTGRES_URL", ""),
         help="postgres://user@host:port/db to benchmark too (its tables are emptied), or 'throwaway' "
-        "to start a temporary cluster with initdb. Default: $BENCH_POSTGRES_URL.",
+        "for a temporary cluster (scripts/with-postgres.sh). Default: $BENCH_POSTGRES_URL.",
     )
     parser.add_argument("--no-sqlite", action="store_true", help="Skip the SQLite default.")
     parser.add_argument(
@@ -77,6 +78,14 @@ def main(argv: list[str] | None = None) -> int:
         "part when the machine is quieter without redoing the rest.",
     )
     args = parser.parse_args(argv)
+    if args.postgres == "throwaway":
+        if "WITH_POSTGRES_DATA" not in os.environ:  # not yet inside it: the one throwaway-cluster helper
+            script = str(ROOT / "scripts" / "with-postgres.sh")
+            os.environ["WITH_POSTGRES_DURABLE"] = "1"  # fsync on, as a real server: these are timings
+            os.execv(  # noqa: S606 (a known script, no shell: the benchmark again, inside it)
+                script, [script, sys.executable, "-m", "bench", *(argv if argv is not None else sys.argv[1:])]
+            )
+        args.postgres = os.environ["DATABASE_URL"]  # the cluster with-postgres.sh started
     parts = {part.strip() for part in args.parts.split(",") if part.strip()}
     unknown = parts - set(PARTS)
     if unknown:
@@ -102,42 +111,37 @@ def main(argv: list[str] | None = None) -> int:
     if args.merge and previous.exists():
         kept = json.loads(previous.read_text())
         results["backends"] = kept.get("backends", {})
-    with contextlib.ExitStack() as stack:
-        backends = [] if args.no_sqlite else [SQLite()]
-        if args.postgres:
-            url = args.postgres
-            if url == "throwaway":
-                runner.log("starting a throwaway PostgreSQL cluster")
-                url = stack.enter_context(throwaway_postgres())
-            backends.append(PostgreSQL(url))
-        for backend in backends:
-            runner.log(f"preparing {backend.name}")
-            backend.prepare()
-            found: dict = results["backends"].setdefault(backend.name, {})
-            found["version"] = backend.version
-            jobs = {
-                "skip": lambda backend=backend: runner.skip(backend, runs=args.skip_runs),
-                "sync": lambda backend=backend: runner.sync(
-                    backend, scales=args.scales, repeat=args.repeat, naive_max_scale=args.naive_max_scale
-                ),
-                "lock": lambda backend=backend: runner.lock(
-                    backend, cycles=args.cycles, contenders=args.contenders, rounds=args.rounds
-                ),
-                "prune": lambda backend=backend: runner.prune(
-                    backend, reminders=args.reminders, repeat=args.repeat
-                ),
+    backends = [] if args.no_sqlite else [SQLite()]
+    if args.postgres:
+        backends.append(PostgreSQL(args.postgres))
+    for backend in backends:
+        runner.log(f"preparing {backend.name}")
+        backend.prepare()
+        found: dict = results["backends"].setdefault(backend.name, {})
+        found["version"] = backend.version
+        jobs = {
+            "skip": lambda backend=backend: runner.skip(backend, runs=args.skip_runs),
+            "sync": lambda backend=backend: runner.sync(
+                backend, scales=args.scales, repeat=args.repeat, naive_max_scale=args.naive_max_scale
+            ),
+            "lock": lambda backend=backend: runner.lock(
+                backend, cycles=args.cycles, contenders=args.contenders, rounds=args.rounds
+            ),
+            "prune": lambda backend=backend: runner.prune(
+                backend, reminders=args.reminders, repeat=args.repeat
+            ),
+        }
+        for part, job in jobs.items():
+            if part not in parts:
+                continue
+            load, started = os.getloadavg(), time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+            found[part] = job()
+            found.setdefault("when", {})[part] = {
+                "at": started,
+                "load": [round(value, 1) for value in (*load, *os.getloadavg())],
+                "settings": settings[part],
             }
-            for part, job in jobs.items():
-                if part not in parts:
-                    continue
-                load, started = os.getloadavg(), time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-                found[part] = job()
-                found.setdefault("when", {})[part] = {
-                    "at": started,
-                    "load": [round(value, 1) for value in (*load, *os.getloadavg())],
-                    "settings": settings[part],
-                }
-            backend.reset()
+        backend.reset()
     results["environment"]["load_after"] = os.getloadavg()
 
     args.results.parent.mkdir(parents=True, exist_ok=True)

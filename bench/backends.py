@@ -1,19 +1,15 @@
 """The databases the benchmark runs on: a fresh SQLite file per run, or a
-PostgreSQL database whose tables it empties (a throwaway cluster if asked)."""
+PostgreSQL database whose tables it empties (a throwaway cluster, scripts/with-postgres.sh,
+if asked)."""
 
 from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
-import tempfile
-import time
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import unquote, urlsplit
 
 ROOT = Path(__file__).resolve().parent.parent
 WORK = ROOT / "var" / "bench"
@@ -124,82 +120,16 @@ class PostgreSQL(Backend):
 
 
 def conninfo(url: str) -> str:
-    """A libpq connection string for a postgres:// URL."""
-    parts = urlsplit(url)
+    """A libpq connection string for a postgres:// URL (django-environ parses it)."""
+    import environ
+
+    config = environ.Env.db_url_config(url)
     items = {
-        "host": parts.hostname or "127.0.0.1",
-        "port": str(parts.port or 5432),
-        "dbname": unquote(parts.path.lstrip("/")) or "postgres",
-        "user": unquote(parts.username or "postgres"),
+        "host": config["HOST"] or "127.0.0.1",
+        "port": str(config["PORT"] or 5432),
+        "dbname": config["NAME"] or "postgres",
+        "user": config["USER"] or "postgres",
     }
-    if parts.password:
-        items["password"] = unquote(parts.password)
+    if config["PASSWORD"]:
+        items["password"] = config["PASSWORD"]
     return " ".join(f"{key}={value}" for key, value in items.items())
-
-
-# --- a throwaway PostgreSQL cluster -------------------------------------------------
-
-
-def _pg_bin(name: str) -> str:
-    found = shutil.which(name)
-    if found:
-        return found
-    candidates = sorted(Path("/usr/lib/postgresql").glob(f"*/bin/{name}"), reverse=True)
-    if not candidates:
-        raise RuntimeError(f"{name} not found: install PostgreSQL (apt-get install postgresql)")
-    return str(candidates[0])
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-@contextmanager
-def throwaway_postgres():
-    """initdb -A trust in a temporary directory, on a free loopback port; as the
-    ``postgres`` user when run as root. Stopped and deleted afterwards."""
-    directory = Path(tempfile.mkdtemp(prefix="bench-pg-"))
-    data = directory / "data"
-    as_user: list[str] = []
-    if os.geteuid() == 0:
-        shutil.chown(directory, "postgres", "postgres")
-        as_user = ["runuser", "-u", "postgres", "--"]
-    port = _free_port()
-    try:
-        subprocess.run(
-            [*as_user, _pg_bin("initdb"), "-D", str(data), "-A", "trust", "-U", "postgres", "-E", "UTF8"],
-            check=True,
-            capture_output=True,
-        )
-        subprocess.run(
-            [
-                *as_user,
-                _pg_bin("pg_ctl"),
-                "-D",
-                str(data),
-                "-l",
-                str(directory / "log"),
-                "-w",
-                "-o",
-                f"-p {port} -k {directory} -c listen_addresses=127.0.0.1 -c max_connections=100",
-                "start",
-            ],
-            check=True,
-            capture_output=True,
-        )
-        url = f"postgres://postgres@127.0.0.1:{port}/postgres"
-        import psycopg
-
-        with psycopg.connect(conninfo(url), autocommit=True) as db:
-            db.execute("CREATE DATABASE bench")
-        yield f"postgres://postgres@127.0.0.1:{port}/bench"
-    finally:
-        if (data / "postmaster.pid").exists():
-            subprocess.run(
-                [*as_user, _pg_bin("pg_ctl"), "-D", str(data), "-m", "fast", "-w", "stop"],
-                capture_output=True,
-            )
-            time.sleep(0.2)
-        shutil.rmtree(directory, ignore_errors=True)

@@ -3,30 +3,15 @@
 ``python -c`` with this module does ``django.setup()`` and one query, which is the
 least any Django process that consults the lock can do (bench part ``skip``).
 The database is the benchmark's own, from ``DATABASE_URL`` (SQLite or PostgreSQL),
-parsed with the standard library so that nothing is imported that the product
-would have to import too.
+parsed by django-environ, as the product's settings parse it: nothing is imported that
+the product would not import too.
 """
 
 import os
-from urllib.parse import unquote, urlsplit
+
+import environ
 
 SECRET_KEY = "benchmark-only-" + "x" * 40
 INSTALLED_APPS: list[str] = []
 USE_TZ = True
-
-_url = urlsplit(os.environ["DATABASE_URL"])
-if _url.scheme == "sqlite":
-    DATABASES = {
-        "default": {"ENGINE": "django.db.backends.sqlite3", "NAME": unquote(_url.path[1:])}
-    }  # sqlite:///x is x
-else:
-    DATABASES = {
-        "default": {
-            "ENGINE": "django.db.backends.postgresql",
-            "NAME": unquote(_url.path.lstrip("/")),
-            "USER": unquote(_url.username or ""),
-            "PASSWORD": unquote(_url.password or ""),
-            "HOST": _url.hostname or "",
-            "PORT": str(_url.port or ""),
-        }
-    }
+DATABASES = {"default": environ.Env.db_url_config(os.environ["DATABASE_URL"])}

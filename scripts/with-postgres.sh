@@ -12,7 +12,10 @@
 #   WITH_POSTGRES_DATA    the cluster's data directory    } restart this server
 #   WITH_POSTGRES_RUNAS   the OS user that owns it (postgres when run as root)
 #
-# The exit status is the command's. The cluster is deleted however the command ends.
+# The exit status is the command's. The cluster is deleted however the command ends. It is the
+# one throwaway-PostgreSQL helper: tests, `make bench PG=throwaway` (python -m bench re-runs
+# itself inside it) and scripts use it. WITH_POSTGRES_DURABLE=1 keeps fsync and synchronous
+# commits on, as on a real server (the benchmark's timings); tests leave them off.
 set -euo pipefail
 
 if [ $# -eq 0 ]; then
@@ -80,13 +83,17 @@ listen_addresses = '*'
 port = $PORT
 unix_socket_directories = '$WORK'
 max_connections = 200
-# Durability across an OS crash is not under test here; a crash of a client or a stopped
-# server is, and neither needs fsync.
+log_min_messages = warning
+EOF
+if [ "${WITH_POSTGRES_DURABLE:-0}" != 1 ]; then
+    # Durability across an OS crash is not under test here; a crash of a client or a stopped
+    # server is, and neither needs fsync.
+    as_owner tee -a "$DATA/postgresql.conf" >/dev/null <<EOF
 fsync = off
 synchronous_commit = off
 full_page_writes = off
-log_min_messages = warning
 EOF
+fi
 as_owner tee "$DATA/pg_hba.conf" >/dev/null <<EOF
 local all all trust
 host all all 127.0.0.1/32 trust
