@@ -27,14 +27,20 @@ lint: $(BIN)/.installed-dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-# The whole suite twice: on the SQLite default, then on a throwaway PostgreSQL cluster.
+# The whole suite twice: on the SQLite default, then on a throwaway PostgreSQL cluster. Each
+# time two runs: the project's own tests, then tests/locks under a project that installs only
+# the locks app (tests/hostproject/settings.py).
+PYTEST := $(BIN)/python -m pytest
+HOST := --ds tests.hostproject.settings
+
 test: lint test-sqlite test-postgres
 
 test-sqlite: $(BIN)/.installed-dev
-	env -u DATABASE_URL $(BIN)/python -m pytest
+	env -u DATABASE_URL $(PYTEST)
+	env -u DATABASE_URL $(PYTEST) $(HOST)
 
 test-postgres: $(BIN)/.installed-dev
-	scripts/with-postgres.sh $(BIN)/python -m pytest
+	scripts/with-postgres.sh sh -c '$(PYTEST) && $(PYTEST) $(HOST)'
 
 # The fault-test table in docs/faults.md, from the last runs' records in var/faults/.
 faults-table:

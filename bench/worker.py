@@ -164,7 +164,7 @@ def sync_service(api_url: str) -> dict:
 
     from contests.codeforces import CodeforcesClient
     from contests.services import sync_codeforces_contests
-    from locks.api import acquire, release
+    from locks.leases import acquire, release
 
     lease = acquire(job="bench-sync", tick=None, ttl=timedelta(minutes=30))
     client = CodeforcesClient(base_url=api_url)
@@ -340,7 +340,7 @@ def lock_latency(*, cycles: int, warmup: int) -> dict:
     setup_django()
     from django.db import connection
 
-    from locks.api import Lease, acquire, release
+    from locks.leases import Lease, acquire, release
 
     job, ttl = "bench-latency", timedelta(minutes=5)
     base = datetime(2030, 1, 1, tzinfo=UTC)
@@ -410,7 +410,7 @@ def contend(*, job: str, tick: str, ttl: float) -> None:
     setup_django()
     from django.db import connection
 
-    from locks.api import Lease, acquire
+    from locks.leases import Lease, acquire
 
     connection.ensure_connection()
     print("ready", flush=True)
@@ -436,7 +436,7 @@ def lock_prepare(*, job: str, tick: str) -> dict:
     """Create ``job``'s row and leave it free, so contenders race on the
     steady-state UPDATE rather than on the first INSERT."""
     setup_django()
-    from locks.api import acquire, release
+    from locks.leases import acquire, release
 
     lease = acquire(job=job, tick=datetime.fromisoformat(tick), ttl=timedelta(minutes=5))
     release(lease=lease, status="succeeded")

@@ -5,8 +5,9 @@ from __future__ import annotations
 import environ
 from django.core.exceptions import ImproperlyConfigured
 
-TRUE = ("1", "true", "yes", "on")
-FALSE = ("0", "false", "no", "off")
+from locks.auth import FALSE_WORDS as FALSE  # the words for yes and no, as the HTTP trigger reads them
+from locks.auth import TRUE_WORDS as TRUE
+
 EXPECTED = {
     bool: "use 1/0, true/false, yes/no or on/off",
     int: "expected an integer",

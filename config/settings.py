@@ -4,7 +4,6 @@ Every variable is read through ``config.env.Env`` (django-environ): a value
 that does not parse stops start-up with one line that names it.
 """
 
-import shlex
 import sys
 from datetime import timedelta
 from pathlib import Path
@@ -19,36 +18,45 @@ from config.database import (
     is_mongodb,
 )
 from config.env import Env, log_level
-from locks.crontab import cronjobs
+from config.lock_settings import lock_settings
+from locks.crontab import command_prefix, cronjobs
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 env = Env()
 
 DEBUG = env.bool("DJANGO_DEBUG", False)
 
-SECRET_KEY = env.str("DJANGO_SECRET_KEY", "")
+SECRET_KEY = env.str("DJANGO_SECRET_KEY", "django-insecure-development-only-key" if DEBUG else "")
 if not SECRET_KEY:
-    if not DEBUG:
-        raise ImproperlyConfigured(
-            "DJANGO_SECRET_KEY is not set. Set it to a long random string, "
-            "or set DJANGO_DEBUG=1 for local development."
-        )
-    SECRET_KEY = "django-insecure-development-only-key"  # noqa: S105
+    raise ImproperlyConfigured(
+        "DJANGO_SECRET_KEY is not set. Set it to a long random string, "
+        "or set DJANGO_DEBUG=1 for local development."
+    )
 
 ALLOWED_HOSTS = env.list("DJANGO_ALLOWED_HOSTS", default=["localhost", "127.0.0.1", "[::1]"] if DEBUG else [])
 
+DATABASES = {"default": database_from_url(env.str("DATABASE_URL", "sqlite:///db.sqlite3"), base_dir=BASE_DIR)}
+# MongoDB (docs/mongodb.md), only when DATABASE_URL is mongodb:// or mongodb+srv://: ObjectId
+# primary keys, contrib AppConfigs that do not pin AutoField, and the migrations in
+# mongo_migrations/. SQLite and PostgreSQL keep the apps' own migrations.
+MONGODB = is_mongodb(DATABASES["default"])
+DEFAULT_AUTO_FIELD = MONGODB_AUTO_FIELD if MONGODB else "django.db.models.BigAutoField"
+MIGRATION_MODULES = MONGODB_MIGRATION_MODULES if MONGODB else {}
+
 INSTALLED_APPS = [
-    "django.contrib.admin",
-    "django.contrib.auth",
-    "django.contrib.contenttypes",
-    "django.contrib.sessions",
-    "django.contrib.messages",
-    "django.contrib.staticfiles",
-    "django_crontab",
-    "locks",
-    "contests",
-    "contests.ops",
-    "axes",  # admin login lockouts (Admin login block below)
+    MONGODB_APP_CONFIGS.get(app, app) if MONGODB else app
+    for app in (
+        "django.contrib.admin",
+        "django.contrib.auth",
+        "django.contrib.contenttypes",
+        "django.contrib.sessions",
+        "django.contrib.messages",
+        "django.contrib.staticfiles",
+        "django_crontab",
+        "locks",  # the job lock, trigger, /healthz, cron wiring (its defaults: locks/conf.py)
+        "contests",
+        "axes",  # admin login lockouts (Admin login block below)
+    )
 ]
 
 MIDDLEWARE = [
@@ -81,16 +89,13 @@ TEMPLATES = [
     },
 ]
 
-DATABASES = {"default": database_from_url(env.str("DATABASE_URL", "sqlite:///db.sqlite3"), base_dir=BASE_DIR)}
-DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
-
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
 
 STATIC_URL = "static/"
-STATIC_ROOT = BASE_DIR / "staticfiles"
+STATIC_ROOT = Path(env.str("DJANGO_STATIC_ROOT", str(BASE_DIR / "staticfiles")))
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
@@ -113,16 +118,11 @@ LOGGING = {
 }
 
 # --- The lock (locks app) -------------------------------------------------
-LOCKS_DEFAULT_TTL = env.int("LOCKS_DEFAULT_TTL", 300)
-LOCKS_RUN_RETENTION_DAYS = env.int("LOCKS_RUN_RETENTION_DAYS", 30)
-LOCKS_MAX_CLOCK_SKEW = env.int("LOCKS_MAX_CLOCK_SKEW", 120)
-LOCKS_TICK_WINDOW = env.int("LOCKS_TICK_WINDOW", 300)
-LOCKS_SCHEDULER_GRACE = env.int("LOCKS_SCHEDULER_GRACE", 30)
+# Each LOCKS_* variable that is set, under its name; the rest keep locks/conf.py's defaults.
+globals().update(lock_settings(env))
+LOCKS_HEALTHZ_JOB = "sync_contests"  # /healthz repeats its fields at the top level, as it always did
 
 # --- The sync (contests app) ----------------------------------------------
-SYNC_CONTESTS_SCHEDULE = env.str("SYNC_CONTESTS_SCHEDULE", "0 * * * *")
-SYNC_CONTESTS_LOCK_TTL = env.int("SYNC_CONTESTS_LOCK_TTL", 600)
-SYNC_CONTESTS_MAX_RUN_TIME = env.int("SYNC_CONTESTS_MAX_RUN_TIME", 1800)
 CODEFORCES_API_URL = env.str("CODEFORCES_API_URL", "https://codeforces.com/api")
 # (connect, read) seconds per request.
 CODEFORCES_TIMEOUT = (
@@ -136,9 +136,6 @@ CODEFORCES_BACKOFF = env.float("CODEFORCES_BACKOFF", 2.0)
 CODEFORCES_MAX_BYTES = env.int("CODEFORCES_MAX_BYTES", 20 * 1024 * 1024)
 
 # --- Reminders: the send_reminders job (contests app; docs/reminders.md) --------
-SEND_REMINDERS_SCHEDULE = env.str("SEND_REMINDERS_SCHEDULE", "* * * * *")
-SEND_REMINDERS_LOCK_TTL = env.int("SEND_REMINDERS_LOCK_TTL", 120)
-SEND_REMINDERS_MAX_RUN_TIME = env.int("SEND_REMINDERS_MAX_RUN_TIME", 600)
 # A crash between sending and recording means at most one resend, this long later.
 SEND_REMINDERS_CLAIM_TTL = env.int("SEND_REMINDERS_CLAIM_TTL", 600)
 SEND_REMINDERS_MAX_ATTEMPTS = env.int("SEND_REMINDERS_MAX_ATTEMPTS", 5)
@@ -159,22 +156,24 @@ EMAIL_TIMEOUT = env.int("EMAIL_TIMEOUT", 10)
 DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", "reminders@localhost")
 
 # --- Jobs (locks app; docs/jobs.md): the one list of jobs every part of the project reads.
+# Each job's schedule (cron, UTC), lease TTL and maximum run time (seconds) come from its
+# own variables, read here and nowhere else.
 LOCKS_JOBS = {
     "sync_contests": {
-        "schedule": SYNC_CONTESTS_SCHEDULE,
+        "schedule": env.str("SYNC_CONTESTS_SCHEDULE", "0 * * * *"),
         "callable": "contests.jobs.sync_contests",
-        "ttl": SYNC_CONTESTS_LOCK_TTL,
-        "max_run_time": SYNC_CONTESTS_MAX_RUN_TIME,
+        "ttl": env.int("SYNC_CONTESTS_LOCK_TTL", 600),
+        "max_run_time": env.int("SYNC_CONTESTS_MAX_RUN_TIME", 1800),
         # A failed tick is tried again after 1, 5 and 15 minutes (by run_scheduler).
         "retry": {"delays": [60, 300, 900]},
         "expected_errors": ["contests.codeforces.CodeforcesError"],
         "dry_run": "contests.jobs.preview_sync",
     },
     "send_reminders": {
-        "schedule": SEND_REMINDERS_SCHEDULE,
+        "schedule": env.str("SEND_REMINDERS_SCHEDULE", "* * * * *"),
         "callable": "contests.jobs.send_reminders",
-        "ttl": SEND_REMINDERS_LOCK_TTL,
-        "max_run_time": SEND_REMINDERS_MAX_RUN_TIME,
+        "ttl": env.int("SEND_REMINDERS_LOCK_TTL", 120),
+        "max_run_time": env.int("SEND_REMINDERS_MAX_RUN_TIME", 600),
         # A failed minute is tried again once, 20 s later (by run_scheduler).
         "retry": {"delays": [20]},
         "expected_errors": ["contests.reminders.ReminderDeliveryError"],
@@ -190,16 +189,13 @@ CRONTAB_DJANGO_MANAGE_PATH = str(BASE_DIR / "manage.py")
 # The line needs this project's settings (a different SYNC_CONTESTS_SCHEDULE would not
 # even find its job), but carries no value: anyone who can read the crontab or
 # /proc/*/cmdline would see it. `manage.py crontab_env` writes the variables with these
-# prefixes to CRONTAB_ENV_FILE (mode 0600) and the line sources that file. umask 027:
-# the log the line appends to is created 0640. % is escaped: cron turns it into a newline.
-CRONTAB_ENV_PREFIXES = (
+# prefixes to LOCKS_CRONTAB_ENV_FILE (mode 0600) and the line sources that file.
+LOCKS_CRONTAB_ENV_PREFIXES = (
     *("DATABASE_URL", "DJANGO_", "CODEFORCES_", "SYNC_", "LOCKS_", "MONGODB_"),
     *("SEND_REMINDERS_", "EMAIL_", "DEFAULT_FROM_EMAIL"),
 )
-CRONTAB_ENV_FILE = BASE_DIR / env.str("DJANGO_CRONTAB_ENV_FILE", "var/crontab.env")
-CRONTAB_COMMAND_PREFIX = f"umask 027; set -a; . {shlex.quote(str(CRONTAB_ENV_FILE))}; set +a;".replace(
-    "%", "\\%"
-)
+LOCKS_CRONTAB_ENV_FILE = BASE_DIR / env.str("DJANGO_CRONTAB_ENV_FILE", "var/crontab.env")
+CRONTAB_COMMAND_PREFIX = command_prefix(LOCKS_CRONTAB_ENV_FILE)
 
 # --- Admin login: passwords and lockouts (docs/security.md) ---------------------
 AUTH_PASSWORD_VALIDATORS = [
@@ -216,8 +212,8 @@ AXES_FAILURE_LIMIT = env.int("AXES_FAILURE_LIMIT", 5)
 AXES_COOLOFF_TIME = timedelta(hours=env.float("AXES_COOLOFF_TIME", 1.0))
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True  # a successful login forgets that pair's earlier failures
-# The client address as the trigger's rate limit sees it (DJANGO_TRUSTED_PROXY_COUNT).
-AXES_CLIENT_IP_CALLABLE = "contests.ops.auth.client_address"
+# The client address as the trigger's rate limit sees it (LOCKS_TRUSTED_PROXY_COUNT).
+AXES_CLIENT_IP_CALLABLE = "locks.auth.client_address"
 
 # --- Production security (docs/deployment.md) ------------------------------
 # Strict by default whenever DEBUG is off: `manage.py check --deploy` is clean with
@@ -238,22 +234,3 @@ SECURE_HSTS_PRELOAD = env.bool("DJANGO_SECURE_HSTS_PRELOAD", not DEBUG)
 SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = env.bool("DJANGO_SECURE_COOKIES", not DEBUG)
 CSRF_TRUSTED_ORIGINS = env.list("DJANGO_CSRF_TRUSTED_ORIGINS", default=[])
 SILENCED_SYSTEM_CHECKS = env.list("DJANGO_SILENCED_SYSTEM_CHECKS", default=[])
-STATIC_ROOT = Path(env.str("DJANGO_STATIC_ROOT", str(STATIC_ROOT)))
-# 0: X-Forwarded-For is ignored, so the trigger's per-client rate limit cannot be spoofed.
-TRUSTED_PROXY_COUNT = env.int("DJANGO_TRUSTED_PROXY_COUNT", 0)
-
-# --- HTTP trigger and /healthz details (contests.ops; docs/security.md) -----------
-# The trigger answers 404 until SYNC_TRIGGER_TOKEN is set.
-SYNC_TRIGGER_TOKEN = env.str("SYNC_TRIGGER_TOKEN", "")
-SYNC_TRIGGER_RATE_WINDOW = env.int("SYNC_TRIGGER_RATE_WINDOW", 10)
-# Read-only: it shows holder host names and error texts on /healthz, and cannot start a sync.
-HEALTHZ_TOKEN = env.str("HEALTHZ_TOKEN", "")
-
-# --- MongoDB (docs/mongodb.md) --------------------------------------------
-# Only when DATABASE_URL is mongodb:// or mongodb+srv://: ObjectId primary keys,
-# contrib AppConfigs that do not pin AutoField, and the migrations in
-# mongo_migrations/. SQLite and PostgreSQL keep the apps' own migrations.
-if is_mongodb(DATABASES["default"]):
-    DEFAULT_AUTO_FIELD = MONGODB_AUTO_FIELD
-    INSTALLED_APPS = [MONGODB_APP_CONFIGS.get(app, app) for app in INSTALLED_APPS]
-    MIGRATION_MODULES = MONGODB_MIGRATION_MODULES

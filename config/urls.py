@@ -1,10 +1,7 @@
 from django.contrib import admin
-from django.urls import path
-
-from contests.ops import views as ops
+from django.urls import include, path
 
 urlpatterns = [
     path("admin/", admin.site.urls),
-    path("api/jobs/<str:job>/run", ops.trigger_job, name="job-trigger"),
-    path("healthz", ops.healthz, name="healthz"),
+    path("", include("locks.urls")),  # POST /api/jobs/<job>/run, GET /healthz
 ]

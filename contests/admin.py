@@ -16,7 +16,7 @@ from django.utils.translation import gettext_lazy as _
 from contests.models import Contest, Reminder
 from contests.reminders import retry_reminders
 from contests.services import SYNCED_FIELDS
-from locks.admin import ReadOnlyAdminMixin, Styled
+from locks.admin import ReadOnlyAdminMixin
 from locks.display import badge
 
 UPCOMING, DUE, STALE = "upcoming", "due", "stale"
@@ -160,7 +160,7 @@ def _state_badge(state: str | None, labels: dict) -> str:
 
 
 @admin.register(Reminder)
-class ReminderAdmin(Styled, admin.ModelAdmin):
+class ReminderAdmin(admin.ModelAdmin):
     empty_value_display = "—"
     list_display = (
         "user",
@@ -191,6 +191,9 @@ class ReminderAdmin(Styled, admin.ModelAdmin):
         "failed_at",
     )
     actions = ("retry_delivery",)
+
+    class Media:  # the badges' look (the locks admin's), then the reminders' own kinds
+        css = {"all": ["locks/admin.css", "contests/admin.css"]}
 
     def get_queryset(self, request: HttpRequest):
         return super().get_queryset(request).annotate(state=reminder_state(), delivery=delivery_state())

@@ -1,7 +1,7 @@
 """The contests app's jobs, as ``LOCKS_JOBS`` names them.
 
 Each job receives its lease and returns the counts that go on its ``JobRun``; each
-``preview_*`` is the job's dry run (no lease, no writes). ``locks.registry.run_job``
+``preview_*`` is the job's dry run (no lease, no writes). ``locks.runner.run_job``
 runs them (``run_job``, ``sync_contests``, ``send_reminders``, the trigger, the
 scheduler).
 """
@@ -11,9 +11,7 @@ from __future__ import annotations
 from contests.codeforces import CodeforcesClient
 from contests.reminders import deliver_due_reminders
 from contests.services import sync_codeforces_contests
-from locks.api import Lease
-
-JOB_NAME = "sync_contests"  # the job /healthz describes in its top-level fields
+from locks.leases import Lease
 
 
 def sync_contests(lease: Lease) -> dict[str, int]:

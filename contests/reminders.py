@@ -18,7 +18,7 @@ from django.db.models.functions import Now
 from django.utils.timesince import timeuntil
 
 from contests.models import Reminder
-from locks.api import Lease, error_text, make_holder
+from locks.leases import Lease, error_text, make_holder
 
 logger = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from contests.codeforces import CodeforcesClient, CodeforcesError, ContestRecord
 from contests.models import Contest, Platform, Reminder
-from locks.api import Lease, fenced
+from locks.leases import Lease, fenced
 
 logger = logging.getLogger(__name__)
 

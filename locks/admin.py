@@ -1,8 +1,10 @@
 """Admin for job locks and their run history.
 
 Lock and run rows are written only by ``locks.leases``: here they are read-only.
-The two writes, force release and reset of the claimed tick, live in
-``locks.admin_actions`` (the same services as ``manage.py locks release``).
+The two writes, force release and reset of the claimed tick, and their actions live in
+``locks.operations`` (the same services as ``manage.py locks release``).
+``ReadOnlyAdminMixin`` and ``Styled`` (with ``locks.display.badge``) are for other apps'
+admins of machine-written rows too.
 Every state and relative time is computed against the database clock
 (``db_now``, annotated on the queryset), never this host's clock.
 """
@@ -20,7 +22,6 @@ from django.utils.timesince import timesince, timeuntil
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
-from locks.admin_actions import LeaseActionsMixin
 from locks.display import (
     STATE_LABELS,
     absolute,
@@ -35,13 +36,15 @@ from locks.display import (
     tick_progress,
 )
 from locks.models import EXPIRED, HELD, OVERDUE, JobRun, RunStatus, SyncLock
+from locks.operations import LeaseActionsMixin
 from locks.selectors import lock_summary
 
 RECENT_RUNS = 20
 
 
 class Styled:
-    """The badges and layout of locks/static/locks/admin.css."""
+    """The badges (``locks.display.badge``) and layout of locks/static/locks/admin.css; an
+    app's own badge kinds go in a stylesheet of its own, added by its admin's ``Media``."""
 
     class Media:
         css = {"all": ["locks/admin.css"]}

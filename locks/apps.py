@@ -6,4 +6,7 @@ class LocksConfig(AppConfig):
     verbose_name = "Job locks"
 
     def ready(self) -> None:
-        from locks import checks  # noqa: F401  (registers the system checks)
+        from locks import (  # noqa: F401
+            checks,  # registers the system checks
+            conf,  # applies the LOCKS_* defaults to django.conf.settings
+        )

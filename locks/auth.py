@@ -1,13 +1,32 @@
-"""Who is asking: the bearer token and the client address."""
+"""Who is asking, and what a flag they send means: the bearer token, the client address,
+yes or no. Imports nothing that needs settings: the project's settings use ``boolean``."""
 
 from __future__ import annotations
 
 import hashlib
 import hmac
 import ipaddress
+from typing import TYPE_CHECKING
 
 from django.conf import settings
-from django.http import HttpRequest
+
+if TYPE_CHECKING:
+    from django.http import HttpRequest
+
+
+# The words for yes and no: a trigger's ?force= here, every boolean variable in config/env.py.
+TRUE_WORDS = ("1", "true", "yes", "on")
+FALSE_WORDS = ("0", "false", "no", "off")
+
+
+def boolean(word: str) -> bool | None:
+    """``word`` as yes (True) or no (False), case and spaces aside; None when it is neither."""
+    word = word.strip().lower()
+    if word in TRUE_WORDS:
+        return True
+    if word in FALSE_WORDS:
+        return False
+    return None
 
 
 def bearer_token_matches(request: HttpRequest, expected: str) -> bool:
@@ -35,7 +54,7 @@ MAX_ADDRESS_LENGTH = 64
 def client_address(request: HttpRequest) -> str:
     """The address of the client, not spoofable by default.
 
-    With ``TRUSTED_PROXY_COUNT = 0`` it is the TCP peer (``REMOTE_ADDR``) and
+    With ``LOCKS_TRUSTED_PROXY_COUNT = 0`` it is the TCP peer (``REMOTE_ADDR``) and
     X-Forwarded-For is ignored. With N trusted proxies, each appends the address
     it saw, so the client is the N-th entry from the right; entries further left
     were written by the client and are never used. That entry is parsed and
@@ -43,7 +62,7 @@ def client_address(request: HttpRequest) -> str:
     that is not an address falls back to the TCP peer.
     """
     remote = request.META.get("REMOTE_ADDR", "")
-    proxies = getattr(settings, "TRUSTED_PROXY_COUNT", 0)
+    proxies = settings.LOCKS_TRUSTED_PROXY_COUNT
     if proxies > 0:
         hops = [hop.strip() for hop in request.META.get("HTTP_X_FORWARDED_FOR", "").split(",")]
         hops = [hop for hop in hops if hop]

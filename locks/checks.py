@@ -1,215 +1,119 @@
-import re
+"""The locks app's system checks: one id per problem, each message a constant here or in
+``locks.registry`` (the ``LOCKS_JOBS`` entries). Tagged ``locks`` (``TAG``): ``run_job``
+runs these before every run, and so any other check a project tags the same (docs/jobs.md,
+Checks).
+"""
 
 from django.conf import settings
-from django.core.checks import Error, Tags, register
+from django.core.checks import Error, Tags, Warning, register
 from django.utils.module_loading import import_string
 
 from locks.leases import error_text
-from locks.schedule import is_valid_expression
+from locks.registry import PATH_KEYS, error, job_setting_errors
+
+TAG = "locks"
+MIN_TOKEN_LENGTH = 32
+
+# Settings that are whole numbers: id, the least value allowed, its unit, a hint.
+WHOLE_NUMBER = "{name} must be a whole number of {unit}, {least} or more, got {value!r}."
+NUMBERS = {
+    "LOCKS_DEFAULT_TTL": (
+        "locks.E001",
+        1,
+        "seconds",
+        "A lease that expires at once would let every copy run.",
+    ),
+    "LOCKS_RUN_RETENTION_DAYS": ("locks.E002", 1, "days", "How long each job's run history is kept."),
+    "LOCKS_TICK_WINDOW": (
+        "locks.E003",
+        0,
+        "seconds",
+        "How early a run may claim the upcoming slot; 300 is the default.",
+    ),
+    "LOCKS_MAX_CLOCK_SKEW": (
+        "locks.E004",
+        0,
+        "seconds",
+        "A host clock further off than this gets a warning.",
+    ),
+    "LOCKS_SCHEDULER_GRACE": (
+        "locks.E005",
+        0,
+        "seconds",
+        "How long a running job may finish once run_scheduler stops.",
+    ),
+    "LOCKS_TRIGGER_RATE_WINDOW": (
+        "locks.E006",
+        1,
+        "seconds",
+        "Without it the trigger could start a job again and again.",
+    ),
+    "LOCKS_TRUSTED_PROXY_COUNT": (
+        "locks.E007",
+        0,
+        "proxies",
+        "The proxies in front of the app that append to X-Forwarded-For.",
+    ),
+}
+CANNOT_IMPORT = "{where}: {what} {path!r} cannot be imported: {error}."
+NOT_CALLABLE = "{where}: {key} {path!r} is not callable."
+NOT_AN_EXCEPTION = "{where}: expected error {path!r} is not an exception class."
+SHORT_TOKEN = "{name} is {length} characters long; use at least {least}."  # noqa: S105
+SHORT_TOKEN_HINT = 'Generate one with: python -c "import secrets; print(secrets.token_urlsafe(32))"'  # noqa: S105
+SAME_TOKENS = "LOCKS_HEALTHZ_TOKEN is the same as LOCKS_TRIGGER_TOKEN."
+SAME_TOKENS_HINT = "Give monitors a token of their own: the trigger token can start forced runs."
 
 
-@register(Tags.compatibility)
+@register(TAG)
 def check_lock_settings(app_configs=None, **kwargs) -> list[Error]:
-    # The settings module reads these as integers; only the sign is left to check.
     errors = []
-    ttl = getattr(settings, "LOCKS_DEFAULT_TTL", 300)
-    if ttl <= 0:
-        errors.append(
-            Error(
-                f"LOCKS_DEFAULT_TTL must be a positive number of seconds, got {ttl!r}.",
-                hint="A lease that expires at once would let every copy of a job run.",
-                id="locks.E001",
-            )
-        )
-    retention = getattr(settings, "LOCKS_RUN_RETENTION_DAYS", 30)
-    if retention <= 0:
-        errors.append(
-            Error(
-                f"LOCKS_RUN_RETENTION_DAYS must be a positive whole number, got {retention!r}.",
-                id="locks.E002",
-            )
-        )
-    window = getattr(settings, "LOCKS_TICK_WINDOW", 300)
-    if not isinstance(window, int) or isinstance(window, bool) or window < 0:
-        errors.append(
-            Error(
-                f"LOCKS_TICK_WINDOW must be a whole number of seconds, 0 or more, got {window!r}.",
-                hint="How early a run may claim the upcoming slot; 300 (5 minutes) is the default.",
-                id="locks.E003",
-            )
-        )
+    for name, (code, least, unit, hint) in NUMBERS.items():
+        value = getattr(settings, name)
+        if not isinstance(value, int) or isinstance(value, bool) or value < least:
+            message = WHOLE_NUMBER.format(name=name, unit=unit, least=least, value=value)
+            errors.append(Error(message, hint=hint, id=code))
     return errors
 
 
-# --- LOCKS_JOBS (locks.registry; docs/jobs.md) ------------------------------------------
-
-# A job name is a lock's name (SyncLock.job_name, 100 characters), a URL path segment
-# (/api/jobs/<job>/run) and part of a log file's name (var/<job>.log).
-JOB_NAME = re.compile(r"[a-z0-9_-]{1,100}\Z")
-JOB_KEYS = ("schedule", "callable", "ttl", "max_run_time", "retry", "expected_errors", "dry_run")
-RETRY_KEYS = ("delays",)
-
-
-@register(Tags.compatibility)
+@register(TAG)
 def check_jobs_setting(app_configs=None, **kwargs) -> list[Error]:
-    return job_setting_errors(getattr(settings, "LOCKS_JOBS", {}), imports=True)
-
-
-def job_setting_errors(jobs, *, imports: bool) -> list[Error]:
-    """Every problem with ``jobs`` (the ``LOCKS_JOBS`` setting).
-
-    ``imports``: also import each dotted path (the check does; ``locks.registry``
-    leaves importing to the moment a job runs).
-    """
-    if not isinstance(jobs, dict):
-        return [
-            Error(
-                f"LOCKS_JOBS must be a dict of job name to job settings, got {type(jobs).__name__}.",
-                hint='e.g. {"sync": {"schedule": "0 * * * *", "callable": "myapp.tasks.sync"}}',
-                id="locks.E010",
-            )
-        ]
-    errors = _name_errors(list(jobs))
-    for name, entry in jobs.items():
-        errors.extend(_entry_errors(name, entry, imports=imports))
-    return errors
-
-
-def _name_errors(names: list) -> list[Error]:
-    # A dict cannot hold a name twice; what can go wrong is two spellings of one name
-    # ("Sync" and "sync ") and names that cannot be a lock, a URL segment or a file name.
-    errors = []
-    seen: dict[str, object] = {}
-    for name in names:
-        key = name.strip().lower() if isinstance(name, str) else name
-        if key in seen:
-            errors.append(
-                Error(
-                    f"LOCKS_JOBS names {seen[key]!r} and {name!r}: two spellings of one job.",
-                    hint="Keep one entry per job.",
-                    id="locks.E016",
-                )
-            )
-        elif not (isinstance(name, str) and JOB_NAME.match(name)):
-            errors.append(
-                Error(
-                    f"LOCKS_JOBS: {name!r} is not a valid job name.",
-                    hint="1 to 100 characters, each a lowercase letter, a digit, '_' or '-'.",
-                    id="locks.E016",
-                )
-            )
-        seen.setdefault(key, name)
-    return errors
-
-
-def _entry_errors(name, entry, *, imports: bool) -> list[Error]:
-    where = f"LOCKS_JOBS[{name!r}]"
-    if not isinstance(entry, dict):
-        return [Error(f"{where} must be a dict, got {type(entry).__name__}.", id="locks.E010")]
-    errors = []
-    unknown = sorted(str(key) for key in entry if key not in JOB_KEYS)
-    if unknown:
-        errors.append(
-            Error(
-                f"{where} has unknown keys: {', '.join(unknown)}.",
-                hint=f"Known keys: {', '.join(JOB_KEYS)}.",
-                id="locks.E010",
-            )
-        )
-    schedule = entry.get("schedule")
-    if not is_valid_expression(schedule):
-        errors.append(
-            Error(
-                f"{where}: schedule {schedule!r} is not a valid cron expression.",
-                hint="Five fields, read in UTC: minute hour day-of-month month day-of-week, e.g. '0 * * * *'.",
-                id="locks.E011",
-            )
-        )
-    errors.extend(_path_errors(where, "callable", entry.get("callable"), required=True, imports=imports))
-    errors.extend(_path_errors(where, "dry_run", entry.get("dry_run"), required=False, imports=imports))
-    errors.extend(_expected_errors_errors(where, entry.get("expected_errors", ()), imports=imports))
-    for key, code, hint in (
-        ("ttl", "locks.E013", "The lease's length; the heartbeat renews it every third."),
-        ("max_run_time", "locks.E014", "How long the heartbeat keeps renewing the lease of one run."),
-    ):
-        if key in entry and not _positive_int(entry[key]):
-            errors.append(
-                Error(
-                    f"{where}: {key} must be a positive whole number of seconds, got {entry[key]!r}.",
-                    hint=hint,
-                    id=code,
-                )
-            )
-    if "retry" in entry:
-        errors.extend(_retry_errors(where, entry["retry"]))
-    return errors
-
-
-def _positive_int(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value > 0
-
-
-def _path_errors(where: str, key: str, path, *, required: bool, imports: bool) -> list[Error]:
-    if path is None and not required:
-        return []
-    if not isinstance(path, str) or not path:
-        return [
-            Error(
-                f"{where}: {key} must be the dotted path of a function, got {path!r}.",
-                hint="e.g. 'myapp.tasks.sync'",
-                id="locks.E012",
-            )
-        ]
-    if imports:
-        try:
-            target = import_string(path)
-        except Exception as exc:  # ImportError, or whatever importing the module raised
-            return [Error(f"{where}: {key} {path!r} cannot be imported: {error_text(exc)}.", id="locks.E012")]
-        if not callable(target):
-            return [Error(f"{where}: {key} {path!r} is not callable.", id="locks.E012")]
-    return []
-
-
-def _expected_errors_errors(where: str, paths, *, imports: bool) -> list[Error]:
-    if not isinstance(paths, list | tuple) or not all(isinstance(path, str) and path for path in paths):
-        return [
-            Error(
-                f"{where}: expected_errors must be a list of dotted paths of exception classes, got {paths!r}.",
-                id="locks.E010",
-            )
-        ]
-    errors = []
-    for path in paths if imports else ():
-        try:
-            target = import_string(path)
-        except Exception as exc:
-            errors.append(
-                Error(
-                    f"{where}: expected error {path!r} cannot be imported: {error_text(exc)}.",
-                    id="locks.E012",
-                )
-            )
-            continue
-        if not (isinstance(target, type) and issubclass(target, BaseException)):
-            errors.append(
-                Error(f"{where}: expected error {path!r} is not an exception class.", id="locks.E012")
+    """``LOCKS_JOBS`` (``locks.registry``), and each dotted path it names imported."""
+    errors = job_setting_errors(settings.LOCKS_JOBS)
+    if errors:
+        return errors  # a path is imported only once the entries are well formed
+    for name, entry in settings.LOCKS_JOBS.items():
+        where = f"LOCKS_JOBS[{name!r}]"
+        for key in PATH_KEYS:
+            if entry.get(key) is not None:
+                errors.extend(_import_errors(where, key, entry[key], callable, "locks.E022", NOT_CALLABLE))
+        for path in entry.get("expected_errors", ()):
+            errors.extend(
+                _import_errors(where, "expected error", path, _is_exception, "locks.E023", NOT_AN_EXCEPTION)
             )
     return errors
 
 
-def _retry_errors(where: str, retry) -> list[Error]:
-    delays = retry.get("delays") if isinstance(retry, dict) else None
-    if (
-        not isinstance(retry, dict)
-        or set(retry) - set(RETRY_KEYS)
-        or not isinstance(delays, list | tuple)
-        or not all(_positive_int(delay) for delay in delays)
-    ):
-        return [
-            Error(
-                f"{where}: retry must be {{'delays': [seconds, ...]}} with positive whole seconds, got {retry!r}.",
-                hint="e.g. {'delays': [60, 300, 900]}: a failed tick is retried after 1, 5 and 15 minutes.",
-                id="locks.E015",
-            )
-        ]
-    return []
+def _import_errors(where: str, what: str, path: str, accept, code: str, refusal: str) -> list[Error]:
+    """``path`` imported: E021 if it cannot be, ``code`` if what it names is not ``accept``ed."""
+    try:
+        target = import_string(path)
+    except Exception as exc:  # ImportError, or whatever importing the module raised
+        return [error("locks.E021", CANNOT_IMPORT, where=where, what=what, path=path, error=error_text(exc))]
+    return [] if accept(target) else [error(code, refusal, where=where, key=what, path=path)]
+
+
+def _is_exception(target) -> bool:
+    return isinstance(target, type) and issubclass(target, BaseException)
+
+
+@register(Tags.security, deploy=True)
+def check_tokens(app_configs=None, **kwargs) -> list[Warning]:
+    warnings = []
+    for name, code in (("LOCKS_TRIGGER_TOKEN", "locks.W001"), ("LOCKS_HEALTHZ_TOKEN", "locks.W002")):
+        token = getattr(settings, name)
+        if token and len(token) < MIN_TOKEN_LENGTH:
+            message = SHORT_TOKEN.format(name=name, length=len(token), least=MIN_TOKEN_LENGTH)
+            warnings.append(Warning(message, hint=SHORT_TOKEN_HINT, id=code))
+    if settings.LOCKS_TRIGGER_TOKEN and settings.LOCKS_TRIGGER_TOKEN == settings.LOCKS_HEALTHZ_TOKEN:
+        warnings.append(Warning(SAME_TOKENS, hint=SAME_TOKENS_HINT, id="locks.W003"))
+    return warnings

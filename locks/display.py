@@ -21,8 +21,6 @@ STATE_LABELS = {
     EXPIRED: _("expired, not released"),
     OVERDUE: _("heartbeat overdue"),
 }
-# The usual counts of a job (docs/architecture.md, The sync), shown in this order.
-STATS_ORDER = ("fetched", "created", "updated", "unchanged", "invalid", "removed", "pruned")
 ERROR_EXCERPT = 80
 
 
@@ -87,21 +85,16 @@ def excerpt(text: str) -> str:
 
 
 def counts(stats: dict, *, zeros: bool = True) -> str:
-    """ "fetched 1758 · created 3 · …"; without ``zeros``, only what is not 0 (and always fetched).
-
-    The JSON column does not keep key order (PostgreSQL's jsonb sorts keys),
-    so the usual keys come first in a fixed order, then any others by name.
-    """
+    """ "created 3 · fetched 1758 · …", by name: the JSON column keeps no key order (PostgreSQL's
+    jsonb sorts keys its own way), so one order on every backend. Without ``zeros``, only
+    the counts that are not 0."""
     stats = stats or {}
-    keys = sorted(
-        stats, key=lambda key: (STATS_ORDER.index(key) if key in STATS_ORDER else len(STATS_ORDER), key)
-    )
     return format_html_join(
         " · ",
         '<span class="nowrap">{} {}</span>',
         (
             (key, stats[key])
-            for key in keys
-            if not isinstance(stats[key], dict) and (zeros or stats[key] or key == "fetched")
+            for key in sorted(stats)
+            if not isinstance(stats[key], dict) and (zeros or stats[key])
         ),
     )

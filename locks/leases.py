@@ -3,7 +3,7 @@ release and tick reset (``locks.operations``), the only code that writes ``SyncL
 
 Every state change is one conditional UPDATE (compare-and-set) evaluated by the
 database against its own clock (``Now()``), so hosts with skewed clocks agree on
-expiry and no read-then-write race exists. See docs/architecture.md, The lock.
+expiry and no read-then-write race exists (docs/architecture.md, "The lock").
 """
 
 from __future__ import annotations
@@ -23,13 +23,12 @@ from typing import Literal
 
 from django.conf import settings
 from django.db import Error, IntegrityError, connections, router, transaction
-from django.db.models import DateTimeField, ExpressionWrapper, F, Q, Value
+from django.db.models import F, Q, Value
 from django.db.models.functions import Now
 from django.db.models.lookups import GreaterThanOrEqual
 from django.utils import timezone
 
-from locks.clock import database_now
-from locks.models import JobRun, RunStatus, SyncLock
+from locks.models import JobRun, RunStatus, SyncLock, database_now, now_plus
 
 # The name the lock's log lines have always carried (operators filter on it).
 logger = logging.getLogger("locks.api")
@@ -43,13 +42,9 @@ class LockLost(RuntimeError):
     """The lease was taken over or could not be renewed; stop before writing."""
 
 
-class UnknownJob(LookupError):
-    pass
-
-
 class CommitUnknown(RuntimeError):
     """The COMMIT of a fenced write got no answer and the lock row could not be read back
-    to tell whether it committed (docs/architecture.md, The lock: unknown is not failed)."""
+    to tell whether it committed (docs/architecture.md, "The rules": 10, unknown is not failed)."""
 
 
 # How long a run whose COMMIT answer was lost keeps trying to read the lock row back
@@ -70,12 +65,9 @@ def validate_ttl(ttl: timedelta) -> timedelta:
     return ttl
 
 
-def _expires(ttl: timedelta) -> ExpressionWrapper:
-    return ExpressionWrapper(Now() + Value(ttl), output_field=DateTimeField())
-
-
-def iso(value: datetime | None) -> str:
-    return value.isoformat() if value is not None else ""
+def iso(value: datetime | None) -> str | None:
+    """The one ISO 8601 form of a time in messages, logs and JSON; None stays None."""
+    return value.isoformat() if value is not None else None
 
 
 def error_text(exc: BaseException) -> str:
@@ -85,11 +77,9 @@ def error_text(exc: BaseException) -> str:
 
 @dataclass(frozen=True)
 class Skip:
-    """Why a contender did not get the lease.
-
-    ``held``: another holder's lease is in force. ``tick_claimed``: this tick
-    already succeeded, or a later tick was claimed. ``tick_ahead``: the tick lies
-    more than ``horizon`` ahead of the database clock (``db_now``); nothing was stored.
+    """Why a contender did not get the lease. ``held``: another holder's lease is in force;
+    ``tick_claimed``: this tick already succeeded, or a later tick was claimed; ``tick_ahead``:
+    the tick lies more than ``horizon`` ahead of the database clock (``db_now``), nothing stored.
     """
 
     job: str
@@ -120,7 +110,7 @@ class Lease:
 
     ``writing`` is set while this process is inside ``fenced(lease)``;
     ``committed`` becomes true when such a block committed (docs/architecture.md,
-    The lock: fencing). ``prior_commit`` is the token whose fenced write had committed
+    "The rules": 6, fencing). ``prior_commit`` is the token whose fenced write had committed
     last when this lease was won: a holder that died after its commit is known by it.
     """
 
@@ -158,14 +148,12 @@ def acquire(
     holder: str | None = None,
     horizon: timedelta | None = None,
 ) -> Lease | Skip:
-    """Take the lease on ``job`` for ``tick`` (None: any tick, a forced run).
+    """Take the lease on ``job`` for ``tick`` (None: any tick, a forced run), or learn why not.
 
-    One compare-and-set: it wins only if the lease is free by the database
-    clock and, for a scheduled run, the stored tick is empty, earlier, or this
-    tick not yet done (a retry), and the tick is at most ``horizon`` ahead of
-    the database clock (None: no bound). The winner reads its token back in the
-    same transaction, so the read sees the state its UPDATE made (on MongoDB,
-    where ``atomic()`` is a no-op, the read matches on this holder).
+    One compare-and-set on the database clock: the lease free and, for a scheduled run,
+    the stored tick empty, earlier, or this one not done (a retry), and the tick at most
+    ``horizon`` ahead (None: no bound). The winner reads its token back in the same
+    transaction (docs/architecture.md, "The rules": 1 and 3).
     """
     validate_ttl(ttl)
     holder = holder or make_holder()
@@ -176,7 +164,7 @@ def acquire(
         "holder": holder,
         "token": F("token") + 1,
         "acquired_at": Now(),
-        "locked_until": _expires(ttl),
+        "locked_until": now_plus(ttl),
         "heartbeat_at": Now(),
         "last_started_at": Now(),
         "last_status": RunStatus.RUNNING,
@@ -200,15 +188,7 @@ def acquire(
         if won is not None:
             token, acquired_at, prior_commit = won
             _warn_on_skew(job=job, db_now=acquired_at)
-            return Lease(
-                job=job,
-                holder=holder,
-                token=token,
-                tick=tick,
-                ttl=ttl,
-                acquired_at=acquired_at,
-                prior_commit=prior_commit,
-            )
+            return Lease(job, holder, token, tick, ttl, acquired_at, prior_commit=prior_commit)
         state = (
             rows.annotate(db_now=Now())
             .values("holder", "locked_until", "tick", "tick_done", "db_now")
@@ -231,11 +211,7 @@ def acquire(
         if state["locked_until"] is not None and state["locked_until"] >= db_now:
             return skip(reason="held", holder=state["holder"])
         stored = state["tick"]
-        if (
-            tick is not None
-            and stored is not None
-            and (stored > tick or (stored == tick and state["tick_done"]))
-        ):
+        if None not in (tick, stored) and (stored > tick or (stored == tick and state["tick_done"])):
             claimant = state["holder"] or _tick_claimant(job=job, tick=stored, done=stored == tick)
             return skip(reason="tick_claimed", holder=claimant)
         # The holder released between our UPDATE and our read: try again.
@@ -259,10 +235,9 @@ def _tick_claimant(*, job: str, tick: datetime, done: bool) -> str:
 
 
 def _create(*, job: str) -> None:
-    """First use of a job: insert its row, free, for the compare-and-set to
-    claim. A unique-key clash means another contender inserted it first,
-    which serves as well. Plain values only: MongoDB cannot insert
-    expressions such as ``Now()``."""
+    """First use of a job: insert its row, free, for the compare-and-set to claim. A unique-key
+    clash means another contender inserted it first, which serves as well. Plain values
+    only: MongoDB cannot insert expressions such as ``Now()``."""
     using = router.db_for_write(SyncLock)
     table = SyncLock._meta.db_table
     if table not in connections[using].introspection.table_names():
@@ -280,7 +255,7 @@ def _warn_on_skew(*, job: str, db_now: datetime | None) -> None:
     if db_now is None:
         return
     skew = (timezone.now() - db_now).total_seconds()
-    limit = getattr(settings, "LOCKS_MAX_CLOCK_SKEW", 120)
+    limit = settings.LOCKS_MAX_CLOCK_SKEW
     if abs(skew) > limit:
         logger.warning(
             "job=%s host clock is %+.0f s off the database clock (more than %s s): "
@@ -294,12 +269,9 @@ def _warn_on_skew(*, job: str, db_now: datetime | None) -> None:
 
 
 def renew(*, lease: Lease) -> None:
-    """Extend ``lease`` by its TTL from the database's now, or raise ``LockLost``.
-
-    Matches on the fencing token and needs a lease still in force: a lease that
-    was taken over or force-released (both bump the token), released, or that
-    expired (even if nobody took it over yet) cannot be extended.
-    """
+    """Extend ``lease`` by its TTL from the database's now, or raise ``LockLost``. Matches on
+    the fencing token and a lease still in force: one taken over or force-released (both bump
+    the token), released, or expired (even if nobody took it over yet) cannot be extended."""
     _renew(lease, values={})
 
 
@@ -308,7 +280,7 @@ def _renew(lease: Lease, *, values: dict) -> None:
         SyncLock.objects.for_job(lease.job)
         .filter(token=lease.token)
         .held()
-        .update(locked_until=_expires(lease.ttl), heartbeat_at=Now(), **values)
+        .update(locked_until=now_plus(lease.ttl), heartbeat_at=Now(), **values)
     )
     if not updated:
         reason = f"lease on {lease.job} (token {lease.token}) was taken over, released or expired"
@@ -318,19 +290,14 @@ def _renew(lease: Lease, *, values: dict) -> None:
 
 @contextmanager
 def fenced(lease: Lease) -> Iterator[None]:
-    """The write phase of a run: one ``transaction.atomic()`` block that starts by
-    renewing ``lease`` (raising ``LockLost`` before any write if it is gone).
-
-    The same UPDATE records this token as the last one whose write committed and, for
-    a scheduled lease, marks its tick done, so both are true exactly when the block's
-    writes commit. After the block commits, ``lease.committed`` is true: the run is a
-    success whatever happens to the lease afterwards. An error on the COMMIT itself
-    leaves the outcome unknown: the lock row is read back on a new connection, and a
-    write that did commit is a success (no error); otherwise the error stands, or
-    ``CommitUnknown`` when the row cannot be read. While inside, ``lease.writing`` is
-    set, so the heartbeat knows that a ``database is locked`` error on SQLite is this
-    process's own write lock. (On MongoDB ``atomic()`` is a no-op: the tick is marked
-    done first, and ``release`` with a failure status marks it not done again.)
+    """The write phase of a run: one durable ``transaction.atomic()`` block whose first
+    UPDATE renews ``lease`` (``LockLost`` before any write if it is gone), records its
+    token as ``committed_token`` and marks a scheduled tick done, so both are true exactly
+    when the writes commit; then ``lease.committed`` is true. An error on the COMMIT
+    itself is resolved by ``read_back_commit`` (``CommitUnknown`` when it cannot tell).
+    While inside, ``lease.writing`` is set: on SQLite a ``database is locked`` error of
+    the heartbeat is this process's own write lock. docs/architecture.md, "The rules"
+    (6 and 10; MongoDB, where ``atomic()`` does nothing, too).
     """
     lease.check()
     values = {"committed_token": lease.token}
@@ -368,12 +335,9 @@ def fenced(lease: Lease) -> Iterator[None]:
 
 def read_back_commit(lease: Lease) -> bool | None:
     """Whether a fenced write of ``lease`` committed, read from its lock row on a new
-    connection; None when that cannot be told.
-
-    The row is read ``FOR UPDATE NOWAIT`` (where the database has row locks): a
-    transaction whose COMMIT answer was lost may still be open on the server, holding
-    the row, and its outcome is only known once it has ended. Bounded: retried with a
-    backoff for at most the lease's TTL (``READ_BACK_SECONDS`` at most).
+    connection; None when that cannot be told. ``FOR UPDATE NOWAIT``: a transaction whose
+    COMMIT answer was lost may still hold the row on the server; retried with a backoff
+    for at most the lease's TTL (``READ_BACK_SECONDS`` at most).
     """
     using = router.db_for_write(SyncLock)
     deadline = time.monotonic() + min(lease.ttl.total_seconds(), READ_BACK_SECONDS)
@@ -405,13 +369,10 @@ def read_back_commit(lease: Lease) -> bool | None:
 def release(*, lease: Lease, status: str, error: str = "") -> bool:
     """Give the lease back, recording the outcome. Only the holder's token matches.
 
-    A released row keeps no holder (a holder always has an expiry); the run's
-    holder stays on its JobRun. A scheduled run's tick becomes done when it
-    succeeded. On SQL databases a failure never reopens the tick: a fenced write
-    that did not commit was rolled back, so its done mark was never stored, and one
-    whose COMMIT answer was lost may have committed. Only on MongoDB, where
-    ``atomic()`` does nothing and the done mark of a failed block stays, a failure
-    without a committed fenced write marks the tick not done again.
+    A released row keeps no holder (a holder always has an expiry); the run's holder
+    stays on its JobRun. A scheduled run's tick becomes done when it succeeded. A failure
+    never reopens the tick on SQL databases; on MongoDB, where the done mark of a failed
+    block stays, one without a committed fenced write does (docs/architecture.md, "The rules": 10).
     """
     values = {}
     if lease.tick is not None and status == RunStatus.SUCCEEDED:

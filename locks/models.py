@@ -1,5 +1,7 @@
+from datetime import datetime, timedelta
+
 from django.db import models
-from django.db.models import F, Q
+from django.db.models import DateTimeField, ExpressionWrapper, F, Max, Q, Value
 from django.db.models.functions import Now
 
 
@@ -24,6 +26,17 @@ IN_FORCE_Q = Q(locked_until__gte=Now())
 # as long left as it has been silent: now - heartbeat_at > 2 * (locked_until - now).
 OVERDUE_Q = IN_FORCE_Q & Q(heartbeat_at__lt=Now() - (F("locked_until") - Now()) - (F("locked_until") - Now()))
 STUCK_Q = EXPIRED_Q | OVERDUE_Q
+
+
+def now_plus(delta: timedelta) -> ExpressionWrapper:
+    """The database's now plus ``delta`` (negative: in the past), for a filter or an update."""
+    return ExpressionWrapper(Now() + Value(delta), output_field=DateTimeField())
+
+
+def database_now() -> datetime:
+    """The database's clock, by which every lease and slot decision is judged; one query.
+    An aggregate answers with one row even when the table is empty."""
+    return SyncLock.objects.aggregate(now=Max(Now(), default=Now()))["now"]
 
 
 class SyncLockQuerySet(models.QuerySet):
@@ -151,3 +164,24 @@ class JobRun(models.Model):
 
     def __str__(self) -> str:
         return f"{self.job_name} #{self.token} ({self.status})"
+
+
+class Throttle(models.Model):
+    """One row per rate-limited key of the HTTP trigger; written only by ``locks.throttle``.
+
+    The key is the primary key, so the first claim is a unique insert and every
+    later one a conditional UPDATE: no auto field, the same on every backend.
+    """
+
+    key = models.CharField(
+        max_length=200, primary_key=True, help_text="What is limited, e.g. send_digest:203.0.113.7."
+    )
+    until = models.DateTimeField(
+        help_text="The next request for this key is refused before this (database clock)."
+    )
+
+    class Meta:
+        verbose_name = "rate limit"
+
+    def __str__(self) -> str:
+        return self.key

@@ -1,32 +1,29 @@
-"""The jobs a project registers in ``LOCKS_JOBS``, and running one under its lease.
+"""The jobs a project registers in ``LOCKS_JOBS``: validating the setting, reading it into ``Job``s.
 
 ``LOCKS_JOBS`` is the one list of jobs: django-crontab's ``CRONJOBS``, the admin's
 summary, ``locks status``, ``/healthz``, the HTTP trigger and ``run_job`` all read it
-(docs/jobs.md). Dotted paths are imported only when a job runs, so reading the
-registry never imports the apps whose jobs it runs.
+(docs/jobs.md). Dotted paths are imported only when a job runs (and by the system check,
+``locks.checks``), so reading the registry never imports the apps whose jobs it runs.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
+from django.core.checks import Error
 from django.core.exceptions import ImproperlyConfigured
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from locks import schedule
-from locks.api import Lease, RunResult, UnknownJob, run_locked
-from locks.checks import job_setting_errors
-from locks.schedule import InvalidTick
-
-__all__ = ["InvalidTick", "Job", "NoDryRun", "UnknownJob", "get_job", "jobs", "preview_job", "run_job"]
 
 
-class NoDryRun(ValueError):
-    """The job names no ``dry_run`` callable."""
+class UnknownJob(LookupError):
+    """No job (or no lock) of that name."""
 
 
 @dataclass(frozen=True)
@@ -41,7 +38,7 @@ class Job:
     expected_errors: tuple[str, ...] = ()  # logged without a traceback
     dry_run_path: str | None = None  # no arguments, returns what a run would do
 
-    def function(self) -> Callable[[Lease], Mapping | None]:
+    def function(self) -> Callable[..., Mapping | None]:
         return import_string(self.callable_path)
 
     def error_classes(self) -> tuple[type[BaseException], ...]:
@@ -49,7 +46,11 @@ class Job:
 
     def current_tick(self, *, now: datetime | None = None) -> datetime:
         """The slot a run at ``now`` (this host's clock) claims (``locks.schedule.current_tick``)."""
-        return schedule.current_tick(self.schedule, now=now or timezone.now(), window=_tick_window())
+        return schedule.current_tick(self.schedule, now=now or timezone.now(), window=tick_window())
+
+
+def tick_window() -> timedelta:
+    return timedelta(seconds=settings.LOCKS_TICK_WINDOW)
 
 
 def jobs() -> dict[str, Job]:
@@ -58,12 +59,11 @@ def jobs() -> dict[str, Job]:
     Raises ``ImproperlyConfigured`` for a setting the system checks refuse (its first
     problem; ``manage.py check`` lists them all).
     """
-    setting = getattr(settings, "LOCKS_JOBS", {})
-    errors = job_setting_errors(setting, imports=False)
+    errors = job_setting_errors(settings.LOCKS_JOBS)
     if errors:
         more = f" (and {len(errors) - 1} more: run `python manage.py check`)" if len(errors) > 1 else ""
         raise ImproperlyConfigured(f"{errors[0].msg}{more}")
-    return {name: _job(name, entry) for name, entry in setting.items()}
+    return {name: _job(name, entry) for name, entry in settings.LOCKS_JOBS.items()}
 
 
 def _job(name: str, entry: dict) -> Job:
@@ -89,54 +89,94 @@ def get_job(name: str) -> Job:
         raise UnknownJob(f"no job named {name!r} in LOCKS_JOBS (registered: {known})") from None
 
 
-def run_job(*, name: str, tick: datetime | None = None, force: bool = False) -> RunResult:
-    """One run of the job ``name`` under its lease: at most one success per tick across
-    every host. The one way a registered job is run (run_job and its aliases, the
-    trigger, the scheduler).
+# --- validating LOCKS_JOBS (the system check adds the imports: locks.checks) ----------
 
-    ``tick``: the slot to claim, else the current one. ``force`` ignores slots (a
-    manual run) but still needs the lease. Raises ``UnknownJob``; ``InvalidTick`` for
-    a ``tick`` that is no slot, or that the lease refused as more than one schedule
-    period ahead of the database clock (a current tick so refused is a skip: this
-    host's clock is fast); ``LockError`` when the lock table is missing.
-    """
-    job = get_job(name)
-    if force and tick is not None:
-        raise InvalidTick("force and tick exclude each other: a forced run claims no tick")
-    explicit = tick is not None
-    now = timezone.now()
-    if explicit:
-        tick = schedule.check_tick(job.schedule, tick)
-    elif not force:
-        tick = job.current_tick(now=now)
-    result = run_locked(
-        job=job.name,
-        tick=tick,
-        ttl=job.ttl,
-        fn=job.function(),
-        expected_errors=job.error_classes(),
-        # The period around now, not around the tick: on an uneven schedule the
-        # upcoming slot can lie further ahead than the gap that follows it.
-        horizon=schedule.period(job.schedule, now=now),
-        max_run_time=job.max_run_time,
-    )
-    skip = result.skip
-    if explicit and skip is not None and skip.reason == "tick_ahead":
-        raise InvalidTick(
-            schedule.tick_ahead_message(
-                job.schedule, tick, db_now=skip.db_now, horizon=skip.horizon, window=_tick_window()
-            )
-        )
-    return result
+# A job name is a lock's name (SyncLock.job_name, 100 characters), a URL path segment
+# (/api/jobs/<job>/run) and part of a log file's name (var/<job>.log).
+JOB_NAME = re.compile(r"[a-z0-9_-]{1,100}\Z")
+JOB_KEYS = ("schedule", "callable", "ttl", "max_run_time", "retry", "expected_errors", "dry_run")
+PATH_KEYS = ("callable", "dry_run")  # dotted paths of functions; callable is required
+
+# One id per problem (docs/jobs.md, Checks).
+NOT_A_DICT = "LOCKS_JOBS must be a dict of job name to job settings, got {type}."
+BAD_SCHEDULE = "{where}: schedule {value!r} is not a valid cron expression."
+NOT_A_PATH = "{where}: {key} must be the dotted path of a function, got {value!r}."
+NOT_SECONDS = "{where}: {key} must be a positive whole number of seconds, got {value!r}."
+BAD_RETRY = "{where}: retry must be {{'delays': [seconds, ...]}} with positive whole seconds, got {value!r}."
+BAD_NAME = "LOCKS_JOBS: {name!r} is not a valid job name."
+TWO_SPELLINGS = "LOCKS_JOBS names {first!r} and {name!r}: two spellings of one job."
+ENTRY_NOT_A_DICT = "{where} must be a dict, got {type}."
+UNKNOWN_KEYS = "{where} has unknown keys: {keys}."
+NOT_PATHS = "{where}: expected_errors must be a list of dotted paths of exception classes, got {value!r}."
+HINTS = {
+    "locks.E010": 'e.g. {"sync": {"schedule": "0 * * * *", "callable": "myapp.tasks.sync"}}',
+    "locks.E011": "Five fields, read in UTC: minute hour day-of-month month day-of-week, e.g. '0 * * * *'.",
+    "locks.E012": "e.g. 'myapp.tasks.sync'",
+    "locks.E013": "The lease's length; the heartbeat renews it every third.",
+    "locks.E014": "How long the heartbeat keeps renewing the lease of one run.",
+    "locks.E015": "e.g. {'delays': [60, 300, 900]}: a failed tick is retried after 1, 5 and 15 minutes.",
+    "locks.E016": "1 to 100 characters, each a lowercase letter, a digit, '_' or '-'.",
+    "locks.E017": "Keep one entry per job.",
+    "locks.E019": f"Known keys: {', '.join(JOB_KEYS)}.",
+}
 
 
-def preview_job(*, name: str) -> dict:
-    """What a run of ``name`` would do now, from its ``dry_run`` callable: no lease, no writes."""
-    job = get_job(name)
-    if job.dry_run_path is None:
-        raise NoDryRun(f"job {name!r} has no dry run (no 'dry_run' in its LOCKS_JOBS entry)")
-    return dict(import_string(job.dry_run_path)() or {})
+def error(code: str, message: str, **values) -> Error:
+    return Error(message.format(**values), hint=HINTS.get(code), id=code)
 
 
-def _tick_window() -> timedelta:
-    return timedelta(seconds=settings.LOCKS_TICK_WINDOW)
+def job_setting_errors(jobs) -> list[Error]:
+    """Every problem with ``jobs`` (the ``LOCKS_JOBS`` setting) that needs no import."""
+    if not isinstance(jobs, dict):
+        return [error("locks.E010", NOT_A_DICT, type=type(jobs).__name__)]
+    errors = _name_errors(list(jobs))
+    for name, entry in jobs.items():
+        errors.extend(_entry_errors(f"LOCKS_JOBS[{name!r}]", entry))
+    return errors
+
+
+def _name_errors(names: list) -> list[Error]:
+    # A dict cannot hold a name twice; what can go wrong is two spellings of one name
+    # ("Sync" and "sync ") and names that cannot be a lock, a URL segment or a file name.
+    errors = []
+    seen: dict[str, object] = {}
+    for name in names:
+        key = name.strip().lower() if isinstance(name, str) else name
+        if key in seen:
+            errors.append(error("locks.E017", TWO_SPELLINGS, first=seen[key], name=name))
+        elif not (isinstance(name, str) and JOB_NAME.match(name)):
+            errors.append(error("locks.E016", BAD_NAME, name=name))
+        seen.setdefault(key, name)
+    return errors
+
+
+def _entry_errors(where: str, entry) -> list[Error]:
+    if not isinstance(entry, dict):
+        return [error("locks.E018", ENTRY_NOT_A_DICT, where=where, type=type(entry).__name__)]
+    errors = []
+    unknown = sorted(str(key) for key in entry if key not in JOB_KEYS)
+    if unknown:
+        errors.append(error("locks.E019", UNKNOWN_KEYS, where=where, keys=", ".join(unknown)))
+    if not schedule.is_valid_expression(entry.get("schedule")):
+        errors.append(error("locks.E011", BAD_SCHEDULE, where=where, value=entry.get("schedule")))
+    for key in PATH_KEYS:
+        path = entry.get(key)
+        if not (isinstance(path, str) and path) and (key == "callable" or path is not None):
+            errors.append(error("locks.E012", NOT_A_PATH, where=where, key=key, value=path))
+    paths = entry.get("expected_errors", ())
+    if not isinstance(paths, list | tuple) or not all(isinstance(path, str) and path for path in paths):
+        errors.append(error("locks.E020", NOT_PATHS, where=where, value=paths))
+    for key, code in (("ttl", "locks.E013"), ("max_run_time", "locks.E014")):
+        if key in entry and not _positive_int(entry[key]):
+            errors.append(error(code, NOT_SECONDS, where=where, key=key, value=entry[key]))
+    retry = entry.get("retry", {"delays": ()})
+    delays = retry.get("delays") if isinstance(retry, dict) else None
+    if not (
+        isinstance(delays, list | tuple) and set(retry) <= {"delays"} and all(map(_positive_int, delays))
+    ):
+        errors.append(error("locks.E015", BAD_RETRY, where=where, value=retry))
+    return errors
+
+
+def _positive_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0

@@ -1,6 +1,6 @@
-"""Running a job under a lease: the heartbeat, the outcome, the ``JobRun`` record.
-
-See docs/architecture.md, The lock.
+"""Running a job under a lease: ``run_job`` (a registered job, the one way every caller
+runs one), ``run_locked`` (any function), the heartbeat, the outcome, the ``JobRun`` record
+(docs/architecture.md, "The lock").
 """
 
 from __future__ import annotations
@@ -15,10 +15,12 @@ from typing import Literal
 
 from django.conf import settings
 from django.db import Error, OperationalError, ProgrammingError, connections, router
-from django.db.models import DateTimeField, ExpressionWrapper, TextField, Value
+from django.db.models import TextField, Value
 from django.db.models.functions import Concat, Now
 from django.utils import timezone
+from django.utils.module_loading import import_string
 
+from locks import schedule
 from locks.leases import (
     CommitUnknown,
     Lease,
@@ -34,7 +36,9 @@ from locks.leases import (
     renew,
     validate_ttl,
 )
-from locks.models import JobRun, RunStatus, SyncLock
+from locks.models import JobRun, RunStatus, SyncLock, now_plus
+from locks.registry import get_job, tick_window
+from locks.schedule import InvalidTick
 
 # The name the lock's log lines have always carried (operators filter on it).
 logger = logging.getLogger("locks.api")
@@ -291,7 +295,7 @@ def _record_finish(lease: Lease, run_id, result: RunResult) -> None:
                 # The statements match on the token or the run's key, so repeating is harmless.
                 connections[router.db_for_write(SyncLock)].close()
                 continue
-            # The lease expires on its own after its TTL (docs/architecture.md, The lock).
+            # The lease expires on its own after its TTL (docs/architecture.md, "The lock").
             logger.warning(
                 "job=%s token=%s could not record outcome %s: %s; the lease expires by itself",
                 lease.job,
@@ -303,8 +307,7 @@ def _record_finish(lease: Lease, run_id, result: RunResult) -> None:
 
 def prune_runs(*, job: str) -> int:
     """Delete this job's runs older than LOCKS_RUN_RETENTION_DAYS, in one statement."""
-    days = getattr(settings, "LOCKS_RUN_RETENTION_DAYS", 30)
-    cutoff = ExpressionWrapper(Now() - Value(timedelta(days=days)), output_field=DateTimeField())
+    cutoff = now_plus(-timedelta(days=settings.LOCKS_RUN_RETENTION_DAYS))
     deleted, _ = JobRun.objects.for_job(job).filter(started_at__lt=cutoff).delete()
     return deleted
 
@@ -312,3 +315,59 @@ def prune_runs(*, job: str) -> int:
 def _missing_table(exc: Exception) -> bool:
     text = str(exc).lower()
     return "no such table" in text or ("relation" in text and "does not exist" in text)
+
+
+# --- a registered job (LOCKS_JOBS) --------------------------------------------------------
+
+
+class NoDryRun(ValueError):
+    """The job names no ``dry_run`` callable."""
+
+
+def run_job(*, name: str, tick: datetime | None = None, force: bool = False) -> RunResult:
+    """One run of the job ``name`` under its lease: at most one success per tick across
+    every host. The one way a registered job is run (run_job and its aliases, the
+    trigger, the scheduler).
+
+    ``tick``: the slot to claim, else the current one. ``force`` ignores slots (a
+    manual run) but still needs the lease. Raises ``UnknownJob``; ``InvalidTick`` for
+    a ``tick`` that is no slot, or that the lease refused as more than one schedule
+    period ahead of the database clock (a current tick so refused is a skip: this
+    host's clock is fast); ``LockError`` when the lock table is missing.
+    """
+    job = get_job(name)
+    if force and tick is not None:
+        raise InvalidTick("force and tick exclude each other: a forced run claims no tick")
+    explicit = tick is not None
+    now = timezone.now()
+    if explicit:
+        tick = schedule.check_tick(job.schedule, tick)
+    elif not force:
+        tick = job.current_tick(now=now)
+    result = run_locked(
+        job=job.name,
+        tick=tick,
+        ttl=job.ttl,
+        fn=job.function(),
+        expected_errors=job.error_classes(),
+        # The period around now, not around the tick: on an uneven schedule the
+        # upcoming slot can lie further ahead than the gap that follows it.
+        horizon=schedule.period(job.schedule, now=now),
+        max_run_time=job.max_run_time,
+    )
+    skip = result.skip
+    if explicit and skip is not None and skip.reason == "tick_ahead":
+        raise InvalidTick(
+            schedule.tick_ahead_message(
+                job.schedule, tick, db_now=skip.db_now, horizon=skip.horizon, window=tick_window()
+            )
+        )
+    return result
+
+
+def preview_job(*, name: str) -> dict:
+    """What a run of ``name`` would do now, from its ``dry_run`` callable: no lease, no writes."""
+    job = get_job(name)
+    if job.dry_run_path is None:
+        raise NoDryRun(f"job {name!r} has no dry run (no 'dry_run' in its LOCKS_JOBS entry)")
+    return dict(import_string(job.dry_run_path)() or {})

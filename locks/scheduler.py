@@ -18,8 +18,9 @@ from django.db import close_old_connections, reset_queries
 from django.utils import timezone
 
 from locks import schedule
-from locks.registry import InvalidTick, Job, run_job
-from locks.runner import RunResult
+from locks.registry import Job
+from locks.runner import RunResult, run_job
+from locks.schedule import InvalidTick
 
 logger = logging.getLogger(__name__)
 
@@ -147,7 +148,8 @@ class Scheduler:
 def install_signal_handlers(scheduler: Scheduler, *, grace: float) -> None:
     """SIGTERM and SIGINT stop the waiting at once. A job that is running gets ``grace``
     seconds to finish; then SystemExit is raised inside it, which run_locked records
-    (the lease released, the run marked abandoned) before the loop ends."""
+    (the lease released, the run recorded as failed: ``interrupted: SystemExit: 0``)
+    before the loop ends."""
 
     def give_up(signum, frame) -> None:
         if scheduler.running is not None:

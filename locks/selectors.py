@@ -1,4 +1,5 @@
-"""Reads of lock state, computed against the database clock."""
+"""The read side, on the database clock: lock states (``locks status``), job health and
+freshness (``/healthz``), the admin's summary line."""
 
 from __future__ import annotations
 
@@ -9,10 +10,12 @@ from datetime import datetime, timedelta
 from django.core.exceptions import ImproperlyConfigured
 from django.db.models import Count, Max
 from django.db.models.functions import Coalesce, Now
+from django.utils import timezone
 
+from locks.leases import iso
 from locks.models import STUCK_Q, JobRun, SyncLock
 from locks.registry import jobs as registered_jobs
-from locks.schedule import next_tick
+from locks.schedule import next_tick, previous_slots
 
 # A registered job without a lock row: it creates its lock on its first run.
 NEVER_RUN = "never run"
@@ -35,8 +38,7 @@ class LockState:
 
     def as_json(self) -> dict:
         return {
-            key: value.isoformat() if isinstance(value, datetime) else value
-            for key, value in asdict(self).items()
+            key: iso(value) if isinstance(value, datetime) else value for key, value in asdict(self).items()
         }
 
 
@@ -84,8 +86,8 @@ def job_health(*, job: str) -> JobHealth:
 
 
 def jobs_health(*, jobs: Iterable[str]) -> dict[str, JobHealth]:
-    """Two queries whatever the number of jobs: their lock rows, and each one's newest
-    successful run, each with the database's now."""
+    """Two queries whatever the number of jobs: their lock rows, and each one's last
+    success (the newest end of a succeeded run: the one definition), with the database's now."""
     jobs = list(jobs)
     locks = {
         row.job_name: _lock_state_of(row) for row in SyncLock.objects.filter(job_name__in=jobs).with_state()
@@ -114,6 +116,49 @@ def jobs_health(*, jobs: Iterable[str]) -> dict[str, JobHealth]:
     return health
 
 
+# --- freshness (/healthz) --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Freshness:
+    job: JobHealth
+    schedule: str
+    # The oldest success that still counts as fresh: the slot before the latest
+    # slot at or before the database's now.
+    fresh_since: datetime
+
+    @property
+    def fresh(self) -> bool:
+        return self.job.last_success_at is not None and self.job.last_success_at >= self.fresh_since
+
+    @property
+    def stale_after(self) -> datetime | None:
+        """When the last success stops being fresh: at the second slot after it."""
+        if self.job.last_success_at is None:
+            return None
+        return next_tick(self.schedule, now=next_tick(self.schedule, now=self.job.last_success_at))
+
+
+def jobs_freshness() -> dict[str, Freshness]:
+    """Each job of ``LOCKS_JOBS``: fresh unless two of its slots passed without a
+    success, that is, its last success is at or after the slot before its latest
+    slot, which suits uneven schedules too (``0 8,9 * * *`` at 11:00, ``0 9 * * 1-5``
+    over a weekend).
+
+    Slots are taken at the database's now, like the lock's clock; two queries
+    whatever the number of jobs. Raises ``DatabaseError`` when the database cannot
+    be read.
+    """
+    registered = registered_jobs()
+    health = jobs_health(jobs=registered)
+    freshness = {}
+    for name, job in registered.items():
+        now = health[name].db_now or timezone.now()
+        _latest, before_latest = previous_slots(job.schedule, now=now, count=2)
+        freshness[name] = Freshness(job=health[name], schedule=job.schedule, fresh_since=before_latest)
+    return freshness
+
+
 # --- the summary above the admin's list of locks ----------------------------------
 
 
@@ -134,7 +179,7 @@ class Summary:
 
 def lock_summary() -> Summary:
     """Last success and next tick of each job in ``LOCKS_JOBS``, and the number of
-    stuck locks; one query for the locks and the database's now, plus one per job."""
+    stuck locks; three queries whatever the number of jobs."""
     # An aggregate answers with one row even when there are no locks yet.
     locks = SyncLock.objects.aggregate(stuck=Count("pk", filter=STUCK_Q), db_now=Coalesce(Max(Now()), Now()))
     db_now = locks["db_now"]
@@ -142,14 +187,9 @@ def lock_summary() -> Summary:
         registered = registered_jobs()
     except ImproperlyConfigured as exc:  # the page still shows the locks, and why no jobs
         return Summary(jobs=[], stuck=locks["stuck"], db_now=db_now, error=str(exc))
-    jobs = []
-    for job in registered.values():
-        last = (
-            JobRun.objects.for_job(job.name)
-            .succeeded()
-            .order_by("-started_at")
-            .values_list("finished_at", flat=True)
-            .first()
-        )
-        jobs.append(ScheduledJob(job.name, last, next_tick(job.schedule, now=db_now)))
+    health = jobs_health(jobs=registered)
+    jobs = [
+        ScheduledJob(name, health[name].last_success_at, next_tick(job.schedule, now=db_now))
+        for name, job in registered.items()
+    ]
     return Summary(jobs=jobs, stuck=locks["stuck"], db_now=db_now)

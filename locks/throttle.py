@@ -2,7 +2,7 @@
 
 Why the database through the ORM, and not Django's cache framework:
 - a per-process cache (locmem) would let every gunicorn worker and every host
-  grant its own request, so N copies would hammer Codeforces N times;
+  grant its own request, so N copies would run a job's outside calls N times;
 - ``DatabaseCache.add()`` reads the row and then writes it, so two hosts that both
   see an expired entry both succeed (a race on PostgreSQL), it uses the host's
   clock, swallows database errors (an outage would look like "rate limited"),
@@ -21,10 +21,9 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from django.db import IntegrityError, router, transaction
-from django.db.models import DateTimeField, ExpressionWrapper, Value
 from django.db.models.functions import Now
 
-from contests.ops.models import Throttle
+from locks.models import Throttle, now_plus
 
 
 @dataclass(frozen=True)
@@ -38,7 +37,7 @@ def throttle_claim(*, key: str, window: timedelta) -> Claim:
 
     Raises ``DatabaseError`` when the database cannot be used.
     """
-    until = ExpressionWrapper(Now() + Value(window), output_field=DateTimeField())
+    until = now_plus(window)
     if Throttle.objects.filter(key=key, until__lte=Now()).update(until=until):
         return Claim(allowed=True)
     try:

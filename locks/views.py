@@ -1,51 +1,51 @@
-"""``POST /api/jobs/<job>/run`` for external schedulers, and ``GET /healthz``."""
+"""``POST /api/jobs/<job>/run`` for external schedulers, and ``GET /healthz`` (``locks.urls``)."""
 
 from __future__ import annotations
 
 import logging
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 from django.conf import settings
 from django.db import Error as DBError  # DatabaseError and InterfaceError
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponsePermanentRedirect, JsonResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_POST, require_safe
 
-from contests.jobs import JOB_NAME
-from contests.ops.auth import bearer_token_matches, client_address
-from contests.ops.health import Freshness, jobs_freshness
-from contests.ops.throttle import throttle_claim
-from locks.api import LockError, RunResult, error_text
-from locks.registry import Job, UnknownJob, get_job, run_job
+from locks.auth import bearer_token_matches, boolean, client_address
+from locks.leases import LockError, error_text, iso
+from locks.registry import Job, UnknownJob, get_job
+from locks.runner import RunResult, run_job
+from locks.selectors import Freshness, jobs_freshness
+from locks.throttle import throttle_claim
 
 logger = logging.getLogger(__name__)
-
-FLAG_VALUES = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False, "": False}
 
 
 @csrf_exempt  # a machine endpoint authenticated by its bearer token, not by a session cookie
 @never_cache
 def trigger_job(request: HttpRequest, job: str) -> JsonResponse:
     """Run the registered ``job`` under its lease for the tick of now (or ``?force=1``),
-    as ``run_job`` does."""
-    token = settings.SYNC_TRIGGER_TOKEN
-    if not token:
-        raise Http404("The job trigger is disabled: SYNC_TRIGGER_TOKEN is not set.")
-    if request.method != "POST":
-        response = JsonResponse({"error": f"method {request.method} not allowed; use POST"}, status=405)
-        response["Allow"] = "POST"
-        return response
-    if not bearer_token_matches(request, token):
+    as ``run_job`` does. Disabled (404, whatever the method) without LOCKS_TRIGGER_TOKEN."""
+    if not settings.LOCKS_TRIGGER_TOKEN:
+        raise Http404("The job trigger is disabled: LOCKS_TRIGGER_TOKEN is not set.")
+    return _trigger(request, job)
+
+
+@require_POST
+def _trigger(request: HttpRequest, job: str) -> JsonResponse:
+    if not bearer_token_matches(request, settings.LOCKS_TRIGGER_TOKEN):
         # The same answer for a missing and a wrong token: no hint either way.
         response = JsonResponse({"error": "authentication required"}, status=401)
-        response["WWW-Authenticate"] = 'Bearer realm="sync trigger"'
+        response["WWW-Authenticate"] = 'Bearer realm="job trigger"'
         return response
     # After the token: only a caller that may run jobs learns which ones exist.
     try:
         registered = get_job(job)
     except UnknownJob as exc:
         return JsonResponse({"error": exc.args[0]}, status=404)
-    force = FLAG_VALUES.get(request.GET.get("force", "").strip().lower())
+    given = request.GET.get("force", "").strip()
+    force = boolean(given) if given else False
     if force is None:
         return JsonResponse(
             {"error": f"force={request.GET['force']!r} is not a flag; use force=1 or leave it out"},
@@ -53,7 +53,7 @@ def trigger_job(request: HttpRequest, job: str) -> JsonResponse:
         )
 
     address = client_address(request)
-    window = timedelta(seconds=settings.SYNC_TRIGGER_RATE_WINDOW)
+    window = timedelta(seconds=settings.LOCKS_TRIGGER_RATE_WINDOW)
     try:
         claim = throttle_claim(key=f"{job}:{address}", window=window)
     except DBError as exc:
@@ -87,7 +87,7 @@ def _run_status(result: RunResult, job: Job) -> int:
     if result.outcome == "skipped":
         return 409 if result.skip is not None else 503  # no Skip: the database was unreachable
     if isinstance(result.exception, job.error_classes()):
-        return 502  # an outside system failed the way the job expects (the sync: Codeforces)
+        return 502  # an outside system failed the way the job expects (its expected_errors)
     if isinstance(result.exception, DBError):
         return 503
     return 500  # the lease was lost mid-run, or a bug (logged with its traceback)
@@ -98,7 +98,7 @@ def _run_payload(result: RunResult) -> dict:
         "job": result.job,
         # lost_lock is a failure to the caller; the JobRun row keeps the detail.
         "outcome": "failed" if result.outcome == "lost_lock" else result.outcome,
-        "tick": _iso(result.tick),
+        "tick": iso(result.tick),
         "forced": result.tick is None,
         "holder": result.holder,
         "token": result.token,
@@ -111,46 +111,44 @@ def _run_payload(result: RunResult) -> dict:
         payload["skip"] = {
             "kind": result.skip.reason,
             "holder": result.skip.holder,
-            "locked_until": _iso(result.skip.locked_until),
-            "claimed_tick": _iso(result.skip.claimed_tick),
+            "locked_until": iso(result.skip.locked_until),
+            "claimed_tick": iso(result.skip.claimed_tick),
         }
     if result.error:
         payload["error"] = result.error
     return payload
 
 
+@require_safe
 @never_cache
 def healthz(request: HttpRequest) -> HttpResponse:
     """200 while every job of ``LOCKS_JOBS`` succeeded within two slots of its schedule,
-    else 503. ``jobs`` reports each one; the top-level fields describe the sync, as
-    they always have.
+    else 503. ``jobs`` reports each one; the top-level fields repeat those of
+    ``LOCKS_HEALTHZ_JOB``, if set (the answer's shape before it reported every job).
 
-    Holder host names and error texts only for a request that carries ``HEALTHZ_TOKEN``.
+    Holder host names and error texts only for a request that carries ``LOCKS_HEALTHZ_TOKEN``.
     """
     if settings.SECURE_SSL_REDIRECT and not request.is_secure() and "Authorization" in request.headers:
         # /healthz is exempt from the HTTPS redirect for plain probes (SECURE_REDIRECT_EXEMPT),
         # not for a request that sends credentials: it is redirected like every other.
         host = settings.SECURE_SSL_HOST or request.get_host()
         return HttpResponsePermanentRedirect(f"https://{host}{request.get_full_path()}")
-    if request.method not in {"GET", "HEAD"}:
-        response = JsonResponse({"error": f"method {request.method} not allowed; use GET"}, status=405)
-        response["Allow"] = "GET, HEAD"
-        return response
-    trusted = bearer_token_matches(request, settings.HEALTHZ_TOKEN)
+    trusted = bearer_token_matches(request, settings.LOCKS_HEALTHZ_TOKEN)
+    summary = settings.LOCKS_HEALTHZ_JOB
     try:
         freshness = jobs_freshness()
     except DBError as exc:
-        body = {"status": "database unreachable", "database": False, "job": JOB_NAME}
+        body = {"status": "database unreachable", "database": False, **({"job": summary} if summary else {})}
         if trusted:
             body["error"] = error_text(exc)
         return JsonResponse(body, status=503)
 
     fresh = all(job.fresh for job in freshness.values())
     body = {"status": "ok" if fresh else "stale", "database": True}
-    if JOB_NAME in freshness:  # the fields /healthz had before it reported every job
-        sync = _job_health(freshness[JOB_NAME], trusted=trusted)
-        del sync["status"]  # the top-level status is every job's
-        body.update(job=JOB_NAME, **sync)
+    if summary in freshness:  # the fields /healthz had before it reported every job
+        fields = _job_health(freshness[summary], trusted=trusted)
+        del fields["status"]  # the top-level status is every job's
+        body.update(job=summary, **fields)
     body["jobs"] = {name: _job_health(job, trusted=trusted) for name, job in freshness.items()}
     return JsonResponse(body, status=200 if fresh else 503)
 
@@ -161,17 +159,13 @@ def _job_health(health: Freshness, *, trusted: bool) -> dict:
     body = {
         "status": "ok" if health.fresh else "stale",
         "schedule": health.schedule,
-        "stale_after": _iso(health.stale_after),
-        "last_success_at": _iso(job.last_success_at),
+        "stale_after": iso(health.stale_after),
+        "last_success_at": iso(job.last_success_at),
         "last_success_age_seconds": round(age.total_seconds(), 3) if age is not None else None,
         "lock": None,
     }
     if lock is not None:
-        # Holder host names and error texts only for a request that carries HEALTHZ_TOKEN.
+        # Holder host names and error texts only for a request that carries LOCKS_HEALTHZ_TOKEN.
         hidden = {"job", "db_now"} if trusted else {"job", "db_now", "holder", "last_error"}
         body["lock"] = {key: value for key, value in lock.as_json().items() if key not in hidden}
     return body
-
-
-def _iso(value: datetime | None) -> str | None:
-    return value.isoformat() if value is not None else None

@@ -1,5 +1,10 @@
 """Shared fixtures: a real Codeforces stand-in on loopback, subprocess helpers
-that run the project against the test database, and database URLs."""
+that run the project against the test database, and database URLs.
+
+Two projects are under test, each in its own pytest run (``make test`` runs both): the
+product (``config.settings``, the default) and a host project that installs only the
+locks app (``--ds tests.hostproject.settings``), under which tests/locks runs.
+"""
 
 from __future__ import annotations
 
@@ -20,12 +25,41 @@ from tests.standin import Standin, serve
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.fixture(autouse=True)
-def only_the_sync_is_registered(settings) -> None:
-    """In-process tests see one registered job, the sync, and register more where they
-    need them (tests.locks.jobs.register); tests/locks/test_registry.py checks that the
-    project's own LOCKS_JOBS has both jobs. Processes a test starts use the real setting."""
-    settings.LOCKS_JOBS = {"sync_contests": settings.LOCKS_JOBS["sync_contests"]}
+HOST_SETTINGS = "tests.hostproject.settings"
+HOST_TESTS = ROOT / "tests" / "locks"  # the reusable app's tests: they run under the host project
+
+
+def _under_host(path: Path) -> bool:
+    return path == HOST_TESTS or HOST_TESTS in path.parents
+
+
+def _settings_module() -> str:
+    return os.environ.get("DJANGO_SETTINGS_MODULE", "config.settings")
+
+
+def pytest_report_header(config) -> str:
+    other = "config.settings" if _settings_module() == HOST_SETTINGS else f"--ds {HOST_SETTINGS}"
+    return f"settings: {_settings_module()}; the other half of the suite runs with {other} (make test)"
+
+
+def pytest_configure(config) -> None:
+    """A path given on the command line that the other project's run owns is an error, not
+    a silent 'no tests ran'."""
+    host = _settings_module() == HOST_SETTINGS
+    for arg in config.args:
+        path = Path(arg.split("::")[0]).resolve()
+        if path.exists() and path != ROOT / "tests" and _under_host(path) != host:
+            where = f"--ds {HOST_SETTINGS}" if _under_host(path) else "the default settings (config.settings)"
+            raise pytest.UsageError(f"{arg} runs under {where}")
+
+
+def pytest_ignore_collect(collection_path: Path, config) -> bool | None:
+    """tests/locks only under the host project; everything else only under config.settings."""
+    if collection_path.is_dir() and collection_path == ROOT / "tests":
+        return None
+    if _under_host(collection_path) != (_settings_module() == HOST_SETTINGS):
+        return True
+    return None
 
 
 @pytest.fixture
@@ -44,8 +78,12 @@ def standin(settings) -> Iterator[Standin]:
         server.server_close()
 
 
-def database_url(settings_dict: dict | None = None) -> str:
-    """A DATABASE_URL naming the database the tests use right now."""
+def database_url(
+    settings_dict: dict | None = None, *, host: str | None = None, port: int | None = None
+) -> str:
+    """A DATABASE_URL naming ``settings_dict`` (default: the database the tests use right now),
+    reached through ``host`` and ``port`` when given. ``environ.Env.db_url_config`` (django-environ,
+    as the settings) reads one back into a settings dict."""
     sd = settings_dict or connection.settings_dict
     if sd["ENGINE"].endswith("sqlite3"):
         return f"sqlite:///{sd['NAME']}"
@@ -53,8 +91,9 @@ def database_url(settings_dict: dict | None = None) -> str:
         auth = quote(sd["USER"] or "")
         if sd.get("PASSWORD"):
             auth += ":" + quote(sd["PASSWORD"])
-        host = sd["HOST"] or "127.0.0.1"
-        return f"postgres://{auth}@{host}:{sd['PORT'] or 5432}/{sd['NAME']}"
+        return (
+            f"postgres://{auth}@{host or sd['HOST'] or '127.0.0.1'}:{port or sd['PORT'] or 5432}/{sd['NAME']}"
+        )
     raise NotImplementedError(f"no URL form for {sd['ENGINE']}")
 
 
@@ -96,11 +135,13 @@ def spawn(module_args: list[str], *, env: dict[str, str]) -> subprocess.Popen:
 
 @contextmanager
 def gunicorn(*, env: dict[str, str], log: Path, workers: int = 1) -> Iterator[str]:
-    """Serve the project with gunicorn, the documented production server; yields its base URL.
+    """Serve the project (the host project's, under its settings) with gunicorn, the documented
+    production server; yields its base URL.
 
     The test binds the listening socket and hands it over (``--bind fd://N``), so
     requests queue in its backlog until the worker is up: no polling, no port race.
     """
+    wsgi = "tests.hostproject.wsgi" if env.get("DJANGO_SETTINGS_MODULE") == HOST_SETTINGS else "config.wsgi"
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     listener.bind(("127.0.0.1", 0))
     listener.listen(64)
@@ -108,7 +149,7 @@ def gunicorn(*, env: dict[str, str], log: Path, workers: int = 1) -> Iterator[st
     with log.open("w") as out:
         process = subprocess.Popen(
             [
-                *(sys.executable, "-m", "gunicorn", "config.wsgi", "--bind", f"fd://{listener.fileno()}"),
+                *(sys.executable, "-m", "gunicorn", wsgi, "--bind", f"fd://{listener.fileno()}"),
                 *("--workers", str(workers), "--timeout", "120", "--access-logfile", "-"),
             ],
             cwd=ROOT,
@@ -127,3 +168,23 @@ def gunicorn(*, env: dict[str, str], log: Path, workers: int = 1) -> Iterator[st
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+# --- cron -------------------------------------------------------------------------------
+
+
+def shell_command(line: str) -> str:
+    """What cron hands to /bin/sh for a crontab line: its command field, cron's escaped % unescaped."""
+    command = line.split(" ", 5)[5].split(" # django-cronjobs")[0]
+    assert "%" not in command.replace("\\%", "")  # cron would cut the line at a bare %
+    return command.replace("\\%", "%")
+
+
+def run_as_cron(command: str, *, timeout: float = 120) -> subprocess.CompletedProcess:
+    """``command`` as cron runs it: with sh, almost no environment, under the user's umask."""
+    return subprocess.run(
+        ["env", "-i", "PATH=/usr/bin:/bin", "sh", "-c", f"umask 022; {command}"],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )

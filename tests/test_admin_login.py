@@ -12,10 +12,9 @@ from axes.models import AccessAttempt
 from django.contrib.auth.password_validation import validate_password
 from django.core.exceptions import ValidationError
 from django.core.management import call_command
-from django.db.models import DateTimeField, ExpressionWrapper, Value
-from django.db.models.functions import Now
 from django.test import Client
 
+from locks.models import now_plus
 from tests.conftest import ROOT
 
 LOGIN = "/admin/login/?next=/admin/"
@@ -94,14 +93,14 @@ def test_the_lockout_ends_after_the_cool_off_hour(client, admin):
     assert log_in(client, PASSWORD).status_code == 429
 
     # The failures (and the refusal, which restarted the wait) just under an hour ago: still locked.
-    AccessAttempt.objects.update(attempt_time=_ago(timedelta(minutes=59)))
+    AccessAttempt.objects.update(attempt_time=now_plus(-timedelta(minutes=59)))
     assert log_in(client, PASSWORD).status_code == 429
-    AccessAttempt.objects.update(attempt_time=_ago(timedelta(minutes=61)))
+    AccessAttempt.objects.update(attempt_time=now_plus(-timedelta(minutes=61)))
     assert log_in(client, PASSWORD).status_code == 302
 
 
 def test_behind_a_trusted_proxy_the_lockout_keys_on_the_forwarded_client(client, admin, settings):
-    settings.TRUSTED_PROXY_COUNT = 1
+    settings.LOCKS_TRUSTED_PROXY_COUNT = 1
     proxy = "10.0.0.9"
     for attempt in range(5):
         log_in(client, f"wrong-{attempt}", addr=proxy, HTTP_X_FORWARDED_FOR=f"6.6.6.{attempt}, 203.0.113.5")
@@ -152,7 +151,3 @@ def test_the_four_standard_validators_are_on(settings):
         "CommonPasswordValidator",
         "NumericPasswordValidator",
     ]
-
-
-def _ago(delta: timedelta) -> ExpressionWrapper:
-    return ExpressionWrapper(Now() - Value(delta), output_field=DateTimeField())

@@ -22,13 +22,11 @@ from django.conf import settings
 from django.contrib.admin.models import LogEntry
 from django.contrib.auth import get_user_model
 from django.contrib.staticfiles.testing import StaticLiveServerTestCase
-from django.db.models import DateTimeField, ExpressionWrapper, Value
-from django.db.models.functions import Now
 from django.test import override_settings
 from django.utils import timezone
 
-from locks import api
-from locks.models import JobRun, RunStatus, SyncLock
+from locks.leases import LockLost, acquire, release, renew
+from locks.models import JobRun, RunStatus, SyncLock, now_plus
 
 CHROMIUM = Path(os.environ.get("CHROMIUM", "/usr/bin/chromium"))
 CHROMEDRIVER = Path(os.environ.get("CHROMEDRIVER", "/usr/bin/chromedriver"))
@@ -52,10 +50,6 @@ MISSING = (
     else "needs Debian's chromium and chromium-driver at /usr/bin (apt-get install chromium "
     "chromium-driver; .ci/run does this as root)"
 )
-
-
-def db_time(delta: timedelta) -> ExpressionWrapper:
-    return ExpressionWrapper(Now() + Value(delta), output_field=DateTimeField())
 
 
 def chromium_options(profile: str) -> Options:
@@ -158,36 +152,32 @@ class ForceReleaseInTheBrowser(StaticLiveServerTestCase):
             )
         JobRun.objects.bulk_create(runs)
         # The current run: sync_contests held by a web worker that may be stuck.
-        self.lease = api.acquire(job="sync_contests", tick=hour, ttl=timedelta(minutes=10), holder=HOLDER)
+        self.lease = acquire(job="sync_contests", tick=hour, ttl=timedelta(minutes=10), holder=HOLDER)
         SyncLock.objects.filter(job_name="sync_contests").update(token=9)
         self.lease.token = 9
         JobRun.objects.create(
             job_name="sync_contests", tick=hour, holder=HOLDER, token=9, started_at=self.lease.acquired_at
         )
         # A holder that died without releasing, and a job that ran fine.
-        api.acquire(job="send_reminders", tick=None, ttl=timedelta(minutes=5), holder="worker-2:977:9f3e1d")
+        acquire(job="send_reminders", tick=None, ttl=timedelta(minutes=5), holder="worker-2:977:9f3e1d")
         SyncLock.objects.filter(job_name="send_reminders").update(
-            acquired_at=db_time(-timedelta(minutes=12)),
-            last_started_at=db_time(-timedelta(minutes=12)),
-            locked_until=db_time(-timedelta(minutes=7)),
-            heartbeat_at=db_time(-timedelta(minutes=11)),
+            acquired_at=now_plus(-timedelta(minutes=12)),
+            last_started_at=now_plus(-timedelta(minutes=12)),
+            locked_until=now_plus(-timedelta(minutes=7)),
+            heartbeat_at=now_plus(-timedelta(minutes=11)),
         )
-        done = api.acquire(
-            job="weekly_report", tick=None, ttl=timedelta(minutes=5), holder="cron-1:311:0c5a7b"
-        )
-        api.release(lease=done, status=RunStatus.SUCCEEDED)
+        done = acquire(job="weekly_report", tick=None, ttl=timedelta(minutes=5), holder="cron-1:311:0c5a7b")
+        release(lease=done, status=RunStatus.SUCCEEDED)
         SyncLock.objects.filter(job_name="weekly_report").update(
-            last_started_at=db_time(-timedelta(hours=3, seconds=47)),
-            last_finished_at=db_time(-timedelta(hours=3)),
+            last_started_at=now_plus(-timedelta(hours=3, seconds=47)),
+            last_finished_at=now_plus(-timedelta(hours=3)),
         )
         # Alive on paper (lease valid 90 s more) but silent for 5 minutes.
-        api.acquire(
-            job="rebuild_rankings", tick=None, ttl=timedelta(minutes=6), holder="worker-1:5120:77aa01"
-        )
+        acquire(job="rebuild_rankings", tick=None, ttl=timedelta(minutes=6), holder="worker-1:5120:77aa01")
         SyncLock.objects.filter(job_name="rebuild_rankings").update(
-            last_started_at=db_time(-timedelta(minutes=5, seconds=20)),
-            locked_until=db_time(timedelta(seconds=90)),
-            heartbeat_at=db_time(-timedelta(minutes=5)),
+            last_started_at=now_plus(-timedelta(minutes=5, seconds=20)),
+            locked_until=now_plus(timedelta(seconds=90)),
+            heartbeat_at=now_plus(-timedelta(minutes=5)),
         )
 
     # --- helpers
@@ -246,8 +236,8 @@ class ForceReleaseInTheBrowser(StaticLiveServerTestCase):
         lock = SyncLock.objects.get(job_name="sync_contests")
         self.assertIsNone(lock.locked_until)
         self.assertEqual(lock.token, 10)
-        with self.assertRaises(api.LockLost):  # the old holder is fenced out
-            api.renew(lease=self.lease)
+        with self.assertRaises(LockLost):  # the old holder is fenced out
+            renew(lease=self.lease)
         entry = LogEntry.objects.get()
         self.assertEqual(entry.user.username, "operator")
         self.assertIn(HOLDER, entry.get_change_message())

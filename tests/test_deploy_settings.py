@@ -18,7 +18,8 @@ from tests.conftest import ROOT, gunicorn, manage, project_env
 
 SETTINGS = str(ROOT / "config" / "settings.py")
 TOKEN = secrets.token_urlsafe(32)
-OURS = ("DJANGO_", "SYNC_TRIGGER_")  # the variables this file controls, whatever the caller's shell has
+# The variables this file controls, whatever the caller's shell has.
+OURS = ("DJANGO_", "LOCKS_", "SYNC_TRIGGER_", "HEALTHZ_TOKEN")
 
 
 def production_env(**extra: str) -> dict[str, str]:
@@ -28,7 +29,7 @@ def production_env(**extra: str) -> dict[str, str]:
         DJANGO_DEBUG="0",
         DJANGO_SECRET_KEY=secrets.token_urlsafe(50),
         DJANGO_ALLOWED_HOSTS="contests.example.com",
-        SYNC_TRIGGER_TOKEN=TOKEN,
+        LOCKS_TRIGGER_TOKEN=TOKEN,
     )
     env.update(extra)
     return env
@@ -57,8 +58,8 @@ def test_strict_by_default_when_debug_is_off(monkeypatch):
     assert ns["CSRF_COOKIE_SECURE"] is True
     assert ns["SECURE_PROXY_SSL_HEADER"] is None  # opt-in only
     assert ns["ALLOWED_HOSTS"] == []
-    assert ns["TRUSTED_PROXY_COUNT"] == 0
-    assert ns["SYNC_TRIGGER_TOKEN"] == ""
+    # Left to the locks app's defaults (locks/conf.py): 0 proxies, the trigger disabled.
+    assert not {"LOCKS_TRUSTED_PROXY_COUNT", "LOCKS_TRIGGER_TOKEN", "LOCKS_HEALTHZ_TOKEN"} & set(ns)
     assert "whitenoise.middleware.WhiteNoiseMiddleware" in ns["MIDDLEWARE"]
 
 
@@ -84,9 +85,9 @@ def test_every_switch_follows_the_environment(monkeypatch, tmp_path):
         DJANGO_CSRF_TRUSTED_ORIGINS="https://contests.example.com, https://admin.example.com",
         DJANGO_SILENCED_SYSTEM_CHECKS="security.W008",
         DJANGO_STATIC_ROOT=str(tmp_path),
-        DJANGO_TRUSTED_PROXY_COUNT="2",
-        SYNC_TRIGGER_TOKEN=TOKEN,
-        SYNC_TRIGGER_RATE_WINDOW="30",
+        LOCKS_TRUSTED_PROXY_COUNT="2",
+        LOCKS_TRIGGER_TOKEN=TOKEN,
+        LOCKS_TRIGGER_RATE_WINDOW="30",
     )
     assert ns["SECURE_SSL_REDIRECT"] is False
     assert ns["SECURE_PROXY_SSL_HEADER"] == ("HTTP_X_FORWARDED_PROTO", "https")
@@ -97,9 +98,79 @@ def test_every_switch_follows_the_environment(monkeypatch, tmp_path):
     assert ns["CSRF_TRUSTED_ORIGINS"] == ["https://contests.example.com", "https://admin.example.com"]
     assert ns["SILENCED_SYSTEM_CHECKS"] == ["security.W008"]
     assert ns["STATIC_ROOT"] == tmp_path
-    assert ns["TRUSTED_PROXY_COUNT"] == 2
-    assert ns["SYNC_TRIGGER_TOKEN"] == TOKEN
-    assert ns["SYNC_TRIGGER_RATE_WINDOW"] == 30
+    assert ns["LOCKS_TRUSTED_PROXY_COUNT"] == 2
+    assert ns["LOCKS_TRIGGER_TOKEN"] == TOKEN
+    assert ns["LOCKS_TRIGGER_RATE_WINDOW"] == 30
+
+
+def test_the_locks_defaults_come_from_the_app(settings):
+    """config/settings.py sets no LOCKS_* default of its own: unset, each is locks/conf.py's."""
+    ns = runpy.run_path(SETTINGS)
+    assert not {"LOCKS_DEFAULT_TTL", "LOCKS_TICK_WINDOW", "LOCKS_TRIGGER_RATE_WINDOW"} & set(ns)
+    assert (settings.LOCKS_DEFAULT_TTL, settings.LOCKS_TICK_WINDOW, settings.LOCKS_TRIGGER_RATE_WINDOW) == (
+        300,
+        300,
+        10,
+    )
+    assert (settings.LOCKS_TRUSTED_PROXY_COUNT, settings.LOCKS_TRIGGER_TOKEN) == (0, "")
+
+
+# --- the old names of the trigger's and /healthz's variables: one more release -------------
+
+RENAMED = [
+    ("SYNC_TRIGGER_TOKEN", "LOCKS_TRIGGER_TOKEN", TOKEN, TOKEN),
+    ("SYNC_TRIGGER_RATE_WINDOW", "LOCKS_TRIGGER_RATE_WINDOW", "30", 30),
+    ("HEALTHZ_TOKEN", "LOCKS_HEALTHZ_TOKEN", TOKEN, TOKEN),
+    ("DJANGO_TRUSTED_PROXY_COUNT", "LOCKS_TRUSTED_PROXY_COUNT", "2", 2),
+]
+
+
+@pytest.mark.parametrize(("old", "new", "value", "setting"), RENAMED)
+def test_an_old_name_still_works_with_a_future_warning(monkeypatch, old, new, value, setting):
+    with pytest.warns(FutureWarning) as warned:
+        ns = load_settings(monkeypatch, DJANGO_DEBUG="1", **{old: value})
+    assert ns[new] == setting
+    assert [str(w.message) for w in warned] == [
+        f"{old} is deprecated: rename it {new} (the old name stops working in the next release)"
+    ]
+
+
+@pytest.mark.parametrize(("old", "new", "value", "setting"), RENAMED)
+def test_both_names_with_one_value_are_fine(monkeypatch, old, new, value, setting):
+    with pytest.warns(FutureWarning, match=f"^{old} is deprecated"):
+        ns = load_settings(monkeypatch, DJANGO_DEBUG="1", **{old: value, new: value})
+    assert ns[new] == setting
+
+
+@pytest.mark.parametrize(("old", "new", "value", "setting"), RENAMED)
+def test_both_names_with_two_values_are_refused(monkeypatch, old, new, value, setting):
+    with pytest.raises(ImproperlyConfigured) as refused:
+        load_settings(monkeypatch, DJANGO_DEBUG="1", **{old: value, new: value + "1"})
+    assert str(refused.value) == (
+        f"{old} and {new} are set to different values: {old} is the old name of {new}; unset {old}"
+    )
+
+
+def test_an_old_name_is_one_warning_line_on_stderr_of_a_command():
+    env = {
+        name: value
+        for name, value in project_env(SYNC_TRIGGER_TOKEN=TOKEN).items()
+        if name != "LOCKS_TRIGGER_TOKEN"
+    }
+    proc = manage("check", env=env)
+
+    assert proc.returncode == 0, proc.stderr
+    [warning] = [line for line in proc.stderr.splitlines() if "Warning:" in line]
+    assert warning.endswith(
+        "FutureWarning: SYNC_TRIGGER_TOKEN is deprecated: rename it LOCKS_TRIGGER_TOKEN "
+        "(the old name stops working in the next release)"
+    )
+    refused = manage("check", env={**env, "LOCKS_TRIGGER_TOKEN": "another"})
+    assert refused.returncode == 1
+    assert refused.stderr.strip().splitlines()[-1] == (
+        "ImproperlyConfigured: SYNC_TRIGGER_TOKEN and LOCKS_TRIGGER_TOKEN are set to different values: "
+        "SYNC_TRIGGER_TOKEN is the old name of LOCKS_TRIGGER_TOKEN; unset SYNC_TRIGGER_TOKEN"
+    )
 
 
 def test_a_bad_switch_value_is_named(monkeypatch):
@@ -110,13 +181,13 @@ def test_a_bad_switch_value_is_named(monkeypatch):
 
 
 def test_every_kind_of_value_is_read_from_the_environment(monkeypatch):
-    monkeypatch.setenv("LOCKS_DEFAULT_TTL", " 90 ")
     monkeypatch.setenv("CODEFORCES_BACKOFF", "1e-2")
     monkeypatch.setenv("CODEFORCES_READ_TIMEOUT", "12.5")
-    monkeypatch.setenv("LOCKS_LOG_LEVEL", "debug")
     monkeypatch.setenv("SYNC_CONTESTS_LOCK_TTL", "")  # empty: the default
     ns = load_settings(
         monkeypatch,
+        LOCKS_DEFAULT_TTL=" 90 ",
+        LOCKS_LOG_LEVEL="debug",
         DJANGO_DEBUG="yes",
         DJANGO_ALLOWED_HOSTS="a.example.com,,b.example.com ",
         DJANGO_SECRET_KEY="$x",
@@ -125,7 +196,7 @@ def test_every_kind_of_value_is_read_from_the_environment(monkeypatch):
     assert ns["CODEFORCES_BACKOFF"] == 0.01
     assert ns["CODEFORCES_TIMEOUT"] == (5.0, 12.5)
     assert ns["LOGGING"]["loggers"]["locks"]["level"] == "DEBUG"
-    assert ns["SYNC_CONTESTS_LOCK_TTL"] == 600
+    assert ns["LOCKS_JOBS"]["sync_contests"]["ttl"] == 600
     assert ns["ALLOWED_HOSTS"] == ["a.example.com", "b.example.com"]
     assert ns["SECRET_KEY"] == "$x"  # taken as it is, not as the name of another variable
 
@@ -134,7 +205,7 @@ def test_every_kind_of_value_is_read_from_the_environment(monkeypatch):
     ("name", "value", "message"),
     [
         ("LOCKS_DEFAULT_TTL", "abc", "LOCKS_DEFAULT_TTL='abc': expected an integer"),
-        ("SYNC_TRIGGER_RATE_WINDOW", "1.5", "SYNC_TRIGGER_RATE_WINDOW='1.5': expected an integer"),
+        ("LOCKS_TRIGGER_RATE_WINDOW", "1.5", "LOCKS_TRIGGER_RATE_WINDOW='1.5': expected an integer"),
         ("CODEFORCES_BACKOFF", "fast", "CODEFORCES_BACKOFF='fast': expected a number"),
         ("DJANGO_DEBUG", "2", "DJANGO_DEBUG='2': use 1/0, true/false, yes/no or on/off"),
         ("CONTESTS_LOG_LEVEL", "loud", "CONTESTS_LOG_LEVEL='loud': expected one of DEBUG, INFO,"),
@@ -217,25 +288,25 @@ def test_check_deploy_names_each_protection_that_is_switched_off():
         DJANGO_SECURE_SSL_REDIRECT="0",
         DJANGO_SECURE_HSTS_SECONDS="0",
         DJANGO_SECURE_COOKIES="0",
-        SYNC_TRIGGER_TOKEN="short",
+        LOCKS_TRIGGER_TOKEN="short",
     )
     result = manage("check", "--deploy", "--fail-level", "WARNING", env=env)
     assert result.returncode == 1
-    found = {code for code in ("W004", "W008", "W012", "W016", "ops.W001") if code in result.stderr}
-    assert found == {"W004", "W008", "W012", "W016", "ops.W001"}, result.stderr
+    found = {code for code in ("W004", "W008", "W012", "W016", "locks.W001") if code in result.stderr}
+    assert found == {"W004", "W008", "W012", "W016", "locks.W001"}, result.stderr
 
 
-def test_ops_settings_are_checked(settings):
-    settings.SYNC_TRIGGER_RATE_WINDOW = 0
-    settings.TRUSTED_PROXY_COUNT = -1
-    settings.SYNC_TRIGGER_TOKEN = "too-short"
+def test_the_trigger_settings_are_checked(settings):
+    settings.LOCKS_TRIGGER_RATE_WINDOW = 0
+    settings.LOCKS_TRUSTED_PROXY_COUNT = -1
+    settings.LOCKS_TRIGGER_TOKEN = "too-short"
     ids = {message.id for message in run_checks(include_deployment_checks=True)}
-    assert {"ops.E001", "ops.E002", "ops.W001"} <= ids
-    settings.SYNC_TRIGGER_RATE_WINDOW = 10
-    settings.TRUSTED_PROXY_COUNT = 1
-    settings.SYNC_TRIGGER_TOKEN = TOKEN
+    assert {"locks.E006", "locks.E007", "locks.W001"} <= ids
+    settings.LOCKS_TRIGGER_RATE_WINDOW = 10
+    settings.LOCKS_TRUSTED_PROXY_COUNT = 1
+    settings.LOCKS_TRIGGER_TOKEN = TOKEN
     ids = {message.id for message in run_checks(include_deployment_checks=True)}
-    assert not {"ops.E001", "ops.E002", "ops.W001"} & ids
+    assert not {"locks.E006", "locks.E007", "locks.W001"} & ids
 
 
 # --- refusing to start -------------------------------------------------------------

@@ -356,34 +356,35 @@ def step_state() -> dict:
 
 
 def step_acquire(*, job: str, ttl: float) -> dict:
-    from locks import api
+    from locks.leases import LockError, Skip, acquire
 
     try:
-        got = api.acquire(job=job, tick=None, ttl=timedelta(seconds=ttl))
-    except api.LockError as exc:
+        got = acquire(job=job, tick=None, ttl=timedelta(seconds=ttl))
+    except LockError as exc:
         return {"error": str(exc)}
-    if isinstance(got, api.Skip):
+    if isinstance(got, Skip):
         return {"skip": got.reason, "holder": got.holder}
     return {"lease": True, "holder": got.holder, "token": got.token}
 
 
 def step_hold(*, job: str, ttl: float, work: float) -> dict:
-    from locks import api
+    from locks.leases import Lease
+    from locks.runner import run_locked
 
-    def work_while_holding(lease: api.Lease) -> dict:
+    def work_while_holding(lease: Lease) -> dict:
         print(json.dumps({"holder": lease.holder, "token": lease.token}), flush=True)
         time.sleep(work)
         lease.check()
         return {}
 
-    result = api.run_locked(job=job, tick=None, ttl=timedelta(seconds=ttl), fn=work_while_holding)
+    result = run_locked(job=job, tick=None, ttl=timedelta(seconds=ttl), fn=work_while_holding)
     return {"outcome": result.outcome, "error": result.error}
 
 
 def step_renew_release(*, job: str, holder: str, token: int, ttl: float) -> dict:
-    from locks import api
+    from locks.leases import Lease, LockLost, release, renew
 
-    lease = api.Lease(
+    lease = Lease(
         job=job,
         holder=holder,
         token=token,
@@ -392,17 +393,17 @@ def step_renew_release(*, job: str, holder: str, token: int, ttl: float) -> dict
         acquired_at=datetime.now(UTC),
     )
     try:
-        api.renew(lease=lease)
+        renew(lease=lease)
         renewed = True
-    except api.LockLost:
+    except LockLost:
         renewed = False
-    return {"renewed": renewed, "released": api.release(lease=lease, status="succeeded")}
+    return {"renewed": renewed, "released": release(lease=lease, status="succeeded")}
 
 
 def step_force_release(*, job: str) -> dict:
-    from locks import api
+    from locks.operations import force_release
 
-    released = api.force_release(job=job, by="tests.test_mongodb")
+    released = force_release(job=job, by="tests.test_mongodb")
     return {"was_held": released.was_held, "previous_token": released.previous_token, "token": released.token}
 
 

@@ -13,6 +13,7 @@ from django.utils.html import escape
 from django.utils.text import Truncator
 
 from contests.models import Contest, Platform, Reminder
+from tests.contests.reminder_data import make_contest
 from tests.standin import FIXTURE
 
 pytestmark = pytest.mark.django_db
@@ -27,19 +28,9 @@ def fast_password_hashing(settings):
 
 
 def contest(contest_id: int, *, start: timedelta | None, **fields) -> Contest:
-    """A contest starting ``start`` from now (negative: in the past)."""
-    now = timezone.now()
-    values = {
-        "name": f"Codeforces Round {contest_id} (Div. 2)",
-        "type": "CF",
-        "phase": "BEFORE" if start and start > timedelta(0) else "FINISHED",
-        "start_time": now + start if start is not None else None,
-        "duration": timedelta(hours=2),
-        "fingerprint": "0" * 32,
-        "updated_at": now,
-        **fields,
-    }
-    return Contest.objects.create(contest_id=contest_id, **values)
+    """A contest starting ``start`` from now (negative: in the past, and finished)."""
+    fields.setdefault("phase", "BEFORE" if start and start > timedelta(0) else "FINISHED")
+    return make_contest(contest_id, start=start, **fields)
 
 
 def real_contests(limit: int) -> list[Contest]:

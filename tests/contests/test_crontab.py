@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from tests.conftest import ROOT, manage, project_env
+from tests.conftest import ROOT, manage, project_env, run_as_cron, shell_command
 
 pytestmark = pytest.mark.skipif(
     shutil.which("crontab") is None, reason="needs `crontab` from Debian's cron package (.ci/run installs it)"
@@ -47,13 +47,6 @@ def installed_line(job: str = "sync_contests") -> str:
     """The line of ``job``: one line per registered job (the sync and the reminders)."""
     [line] = [line for line in installed_lines() if f"/{job}.log " in line]
     return line
-
-
-def shell_command(line: str) -> str:
-    """What cron hands to /bin/sh: the command field, with cron's escaped % unescaped."""
-    command = line.split(" ", 5)[5].split(" # django-cronjobs")[0]
-    assert "%" not in command.replace("\\%", "")  # cron would cut the line at a bare %
-    return command.replace("\\%", "%")
 
 
 def test_add_show_remove(saved_crontab, tmp_path):
@@ -94,7 +87,7 @@ def test_the_installed_line_carries_no_secret_value(saved_crontab, tmp_path):
     env = project_env(
         DJANGO_SECRET_KEY=secret_key,
         DATABASE_URL=f"postgres://sync:{password}@db.internal:5432/app",
-        SYNC_TRIGGER_TOKEN=token,
+        LOCKS_TRIGGER_TOKEN=token,
         DJANGO_CRONTAB_ENV_FILE=str(env_file),
     )
 
@@ -149,13 +142,7 @@ def test_the_installed_line_runs_the_sync_in_crons_bare_environment(saved_cronta
     command = shell_command(line).replace(str(ROOT / "var" / "sync_contests.log"), str(log))
     assert f">> {log} 2>&1" in command
 
-    # cron runs the line with sh and almost no environment, under the user's umask.
-    ran = subprocess.run(
-        ["env", "-i", "PATH=/usr/bin:/bin", "sh", "-c", f"umask 022; {command}"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    ran = run_as_cron(command)
 
     assert ran.returncode == 0, ran.stderr
     output = log.read_text()

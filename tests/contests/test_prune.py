@@ -9,23 +9,13 @@ from django.utils import timezone
 
 from contests.models import Contest, Reminder
 from contests.services import prune_stale_reminders
+from tests.contests.reminder_data import make_contest
 
 pytestmark = pytest.mark.django_db
 
 
 def _contest(contest_id: int, *, start: timedelta, phase: str = "BEFORE", removed: bool = False) -> Contest:
-    now = timezone.now()
-    return Contest.objects.create(
-        contest_id=contest_id,
-        name=f"Round {contest_id}",
-        type="CF",
-        phase=phase,
-        start_time=now + start,
-        duration=timedelta(hours=2),
-        fingerprint="x",
-        updated_at=now,
-        removed_at=now if removed else None,
-    )
+    return make_contest(contest_id, start=start, phase=phase, removed_at=timezone.now() if removed else None)
 
 
 @pytest.fixture

@@ -19,8 +19,8 @@ from django.db.models.functions import Now
 from django.utils import timezone
 
 from contests.models import Reminder
-from locks.api import force_release
 from locks.models import JobRun
+from locks.operations import force_release
 from tests.conftest import ROOT, manage, project_env, spawn
 from tests.contests.reminder_data import due_reminders, make_contest, make_reminder, make_user
 from tests.test_mongodb_settings import closed_port

@@ -12,8 +12,9 @@ from django.utils import timezone
 from contests.codeforces import MAX_CONTEST_ID, CodeforcesClient, CodeforcesError
 from contests.models import Contest, Reminder
 from contests.services import sync_codeforces_contests
-from locks import api
+from locks.leases import LockLost, acquire
 from locks.models import JobRun, SyncLock
+from locks.operations import force_release
 from tests.conftest import manage, project_env
 from tests.contests.conftest import shift_to_now, upcoming_ids
 
@@ -146,16 +147,16 @@ def test_dry_run_counts_and_writes_nothing(standin, payload, django_user_model):
 
 
 def test_a_stale_lease_writes_nothing(standin):
-    lease = api.acquire(job="sync_contests", tick=None, ttl=timedelta(minutes=5))
-    api.force_release(job="sync_contests", by="test")  # someone took over
+    lease = acquire(job="sync_contests", tick=None, ttl=timedelta(minutes=5))
+    force_release(job="sync_contests", by="test")  # someone took over
 
-    with pytest.raises(api.LockLost):
+    with pytest.raises(LockLost):
         sync(lease=lease)
     assert Contest.objects.count() == 0
 
 
 def test_a_live_lease_is_renewed_inside_the_write_transaction(standin):
-    lease = api.acquire(job="sync_contests", tick=None, ttl=timedelta(minutes=5))
+    lease = acquire(job="sync_contests", tick=None, ttl=timedelta(minutes=5))
 
     with CaptureQueriesContext(connection) as queries:
         sync(lease=lease)

@@ -18,7 +18,7 @@ from django.utils import timezone
 from contests.codeforces import CodeforcesClient
 from contests.models import Contest, Reminder
 from contests.services import BATCH_SIZE, prune_stale_reminders, sync_codeforces_contests
-from locks import api
+from locks.leases import Lease, acquire
 from tests.contests.conftest import shift_to_now, upcoming_ids
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -60,8 +60,8 @@ def stored_rows() -> list[tuple]:
 def test_a_resync_of_the_unchanged_list_is_at_most_four_queries_and_writes_no_contest_row(standin):
     first = sync()
     assert first.created == CONTESTS
-    lease = api.acquire(job="sync_contests", tick=None, ttl=timedelta(minutes=5))
-    assert isinstance(lease, api.Lease)
+    lease = acquire(job="sync_contests", tick=None, ttl=timedelta(minutes=5))
+    assert isinstance(lease, Lease)
     before = stored_rows()
     changes_before = connection.connection.total_changes if connection.vendor == "sqlite" else None
 

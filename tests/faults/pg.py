@@ -6,7 +6,6 @@ import os
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 
 @dataclass
@@ -42,11 +41,3 @@ class PgServer:
     def start(self) -> None:
         log = self.data.parent / "postgres.log"
         self._pg_ctl("-l", str(log), "-w", "-t", "60", "start")
-
-
-def with_host(url: str, host: str) -> str:
-    """The same database URL reached through another address."""
-    parts = urlsplit(url)
-    userinfo = parts.netloc.rpartition("@")[0]
-    netloc = f"{userinfo}@{host}:{parts.port or 5432}" if userinfo else f"{host}:{parts.port or 5432}"
-    return urlunsplit(parts._replace(netloc=netloc))

@@ -12,13 +12,13 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 
+import environ
 import pytest
 from django.db.models import F
 
 from contests.models import Contest
 from locks.models import JobRun, SyncLock
-from tests.conftest import project_env
-from tests.faults.pg import with_host
+from tests.conftest import database_url, project_env
 from tests.faults.support import wait_until
 from tests.standin import Standin, load_fixture, serve
 
@@ -47,7 +47,11 @@ def network_standin(request) -> Iterator:
 
 
 def host_env(postgres: str, box, fake: Standin, **extra: str) -> dict[str, str]:
-    return project_env(DATABASE_URL=with_host(postgres, box.gateway), CODEFORCES_API_URL=fake.url, **extra)
+    return project_env(
+        DATABASE_URL=database_url(environ.Env.db_url_config(postgres), host=box.gateway),
+        CODEFORCES_API_URL=fake.url,
+        **extra,
+    )
 
 
 def run_tick(procs, hosts, tick: str, env: dict[str, str]) -> list:

@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import json
 import sys
-from urllib.parse import urlsplit, urlunsplit
+from datetime import UTC, datetime
 
+import environ
 import pytest
 
 from locks.models import JobRun, SyncLock
-from tests.conftest import project_env
+from tests.conftest import database_url, project_env
 from tests.faults.pgproxy import PgProxy
-from tests.locks.conftest import TICK
+
+TICK = datetime(2026, 11, 30, 14, 0, tzinfo=UTC)
 
 pytestmark = pytest.mark.slow
 
@@ -27,9 +29,9 @@ FENCED_RENEWAL = b'"committed_token" = '
 
 @pytest.fixture
 def proxy(postgres):
-    parts = urlsplit(postgres)
-    server = PgProxy((parts.hostname, parts.port or 5432)).start()
-    server.url = urlunsplit(parts._replace(netloc=parts.netloc.replace(f":{parts.port}", f":{server.port}")))
+    config = environ.Env.db_url_config(postgres)
+    server = PgProxy((config["HOST"], config["PORT"] or 5432)).start()
+    server.url = database_url(config, port=server.port)
     try:
         yield server
     finally:

@@ -1,9 +1,17 @@
-"""The test host project's jobs: what a project of its own would register in LOCKS_JOBS."""
+"""The test host project's jobs: what a project of its own registers in LOCKS_JOBS
+(tests/hostproject/settings.py). Each receives its lease and returns its counts."""
 
 from __future__ import annotations
 
+import os
+import time
+
 from locks.leases import fenced
 from tests.jobsapp.models import SlotWrite
+
+
+class Refused(RuntimeError):
+    """An expected failure (listed in the job's expected_errors)."""
 
 
 def write_slot(lease) -> dict:
@@ -11,3 +19,27 @@ def write_slot(lease) -> dict:
     with fenced(lease):
         SlotWrite.objects.create(job=lease.job, tick=lease.tick, token=lease.token, holder=lease.holder)
     return {"written": 1}
+
+
+def slow_write(lease) -> dict:
+    """``write_slot`` after SLOW_WRITE_SECONDS (default 2) of work before the write."""
+    time.sleep(float(os.environ.get("SLOW_WRITE_SECONDS", "2")))
+    return write_slot(lease)
+
+
+def record(lease) -> dict:
+    """Writes nothing: it checks its lease and reports the TTL the lease got."""
+    lease.check()  # before "writing": the lease is still ours
+    return {"recorded": 1, "ttl": int(lease.ttl.total_seconds())}
+
+
+def refuse(lease) -> None:
+    raise Refused("nothing to record today")
+
+
+def preview() -> dict:
+    return {"would_record": 1}
+
+
+def linger(lease) -> None:
+    time.sleep(60)  # stopped by SIGTERM in the test

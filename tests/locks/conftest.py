@@ -1,3 +1,6 @@
+"""What tests/locks share; they run under the host project (tests/hostproject/settings.py),
+whose jobs (tests/jobsapp/jobs.py) are registered in every test."""
+
 import json
 from datetime import UTC, datetime
 from pathlib import Path
@@ -40,3 +43,13 @@ def contenders(db_url, tmp_path):
     yield crowd
     for proc in crowd.procs:
         proc.kill()
+
+
+def register(settings, **jobs: dict) -> None:
+    """Register ``jobs`` beside the host project's own for one test (a new dict: undone afterwards)."""
+    settings.LOCKS_JOBS = {**settings.LOCKS_JOBS, **jobs}
+
+
+def reschedule(settings, job: str, expression: str) -> None:
+    """Give one registered job another schedule for one test."""
+    register(settings, **{job: {**settings.LOCKS_JOBS[job], "schedule": expression}})

@@ -1,5 +1,15 @@
+"""The locks app's system checks: one id per problem, each message a constant
+(locks/checks.py, locks/registry.py), all tagged `locks`."""
+
+import re
+
 import pytest
 from django.core.checks import run_checks
+from django.core.management import call_command
+from django.core.management.base import SystemCheckError
+
+from locks import checks, registry
+from locks.checks import TAG
 
 
 def _ids() -> set[str]:
@@ -7,7 +17,15 @@ def _ids() -> set[str]:
 
 
 def test_default_settings_pass():
-    assert not {i for i in _ids() if i.startswith(("locks.", "contests."))}
+    assert not {i for i in _ids() if i.startswith("locks.")}
+
+
+def test_a_host_that_sets_no_lock_setting_passes_every_check(settings):
+    """The host project sets only LOCKS_JOBS and LOCKS_HEALTHZ_JOB; the rest are locks/conf.py's."""
+    from tests.hostproject import settings as host
+
+    assert not set(checks.NUMBERS) & set(vars(host))
+    assert [m.id for m in run_checks(tags=[TAG]) if m.id.startswith("locks.")] == []
 
 
 @pytest.mark.parametrize("ttl", [0, -1])
@@ -29,167 +47,221 @@ def test_a_bad_tick_window_fails_the_check(settings, window):
     assert f"LOCKS_TICK_WINDOW must be a whole number of seconds, 0 or more, got {window!r}." == error.msg
 
 
-def test_a_zero_tick_window_passes(settings):
-    settings.LOCKS_TICK_WINDOW = 0
-    assert "locks.E003" not in _ids()
+@pytest.mark.parametrize(
+    ("name", "value", "code", "message"),
+    [
+        (
+            "LOCKS_DEFAULT_TTL",
+            "300",
+            "locks.E001",
+            "LOCKS_DEFAULT_TTL must be a whole number of seconds, 1 or more, got '300'.",
+        ),
+        (
+            "LOCKS_RUN_RETENTION_DAYS",
+            0,
+            "locks.E002",
+            "LOCKS_RUN_RETENTION_DAYS must be a whole number of days, 1 or more, got 0.",
+        ),
+        (
+            "LOCKS_MAX_CLOCK_SKEW",
+            -1,
+            "locks.E004",
+            "LOCKS_MAX_CLOCK_SKEW must be a whole number of seconds, 0 or more, got -1.",
+        ),
+        (
+            "LOCKS_SCHEDULER_GRACE",
+            2.5,
+            "locks.E005",
+            "LOCKS_SCHEDULER_GRACE must be a whole number of seconds, 0 or more, got 2.5.",
+        ),
+        (
+            "LOCKS_TRIGGER_RATE_WINDOW",
+            0,
+            "locks.E006",
+            "LOCKS_TRIGGER_RATE_WINDOW must be a whole number of seconds, 1 or more, got 0.",
+        ),
+        (
+            "LOCKS_TRUSTED_PROXY_COUNT",
+            -1,
+            "locks.E007",
+            "LOCKS_TRUSTED_PROXY_COUNT must be a whole number of proxies, 0 or more, got -1.",
+        ),
+    ],
+)
+def test_each_numeric_setting_has_its_own_check(settings, name, value, code, message):
+    setattr(settings, name, value)
+    assert [(m.id, m.msg) for m in run_checks(tags=[TAG]) if m.id.startswith("locks.")] == [(code, message)]
 
 
-def test_a_non_positive_sync_max_run_time_fails_the_check_of_its_job():
-    """SYNC_CONTESTS_MAX_RUN_TIME reaches the sync's LOCKS_JOBS entry, whose check refuses it."""
-    from tests.conftest import manage, project_env
+def test_the_checks_are_tagged_locks_and_run_job_selects_that_tag(settings):
+    """run_job runs the `locks` checks (the lock's, and any a project tags the same), not
+    every check: a bad LOCKS_JOBS stops it before it runs anything."""
+    settings.LOCKS_DEFAULT_TTL = 0
+    assert "locks.E001" in {m.id for m in run_checks(tags=[TAG])}
+    assert "locks.E001" not in {m.id for m in run_checks(tags=["compatibility"])}
+    with pytest.raises(SystemCheckError, match=r"\(locks\.E001\) LOCKS_DEFAULT_TTL must be"):
+        call_command("run_job", "record", "--dry-run", skip_checks=False)
 
-    proc = manage("check", env=project_env(SYNC_CONTESTS_MAX_RUN_TIME="0"))
-    assert proc.returncode == 1
-    assert "(locks.E014) LOCKS_JOBS['sync_contests']: max_run_time" in proc.stderr, proc.stderr
+
+def _templates(message: str) -> set[str]:
+    """The message constants of locks/checks.py and locks/registry.py that ``message`` fills in."""
+    constants = {
+        f"{module.__name__}.{name}": value
+        for module in (checks, registry)
+        for name, value in vars(module).items()
+        if name.isupper() and isinstance(value, str) and "{" in value
+    }
+    return {
+        name
+        for name, template in constants.items()
+        if re.fullmatch(re.sub(r"\\\{[^}]*\\\}", ".*", re.escape(template)), message)
+    }
 
 
-@pytest.mark.parametrize("job", ["SYNC_CONTESTS", "SEND_REMINDERS"])
-def test_a_bad_schedule_or_ttl_is_one_error_on_its_job(job):
-    """The environment variables reach the job's LOCKS_JOBS entry; its check names each problem once."""
-    from tests.conftest import manage, project_env
-
-    proc = manage("check", env=project_env(**{f"{job}_SCHEDULE": "0 25 * * *", f"{job}_LOCK_TTL": "0"}))
-
-    name = job.lower()
-    assert proc.returncode == 1
-    assert proc.stderr.count("is not a valid cron expression") == 1, proc.stderr
-    assert f"(locks.E011) LOCKS_JOBS['{name}']: schedule '0 25 * * *'" in proc.stderr
-    assert f"(locks.E013) LOCKS_JOBS['{name}']: ttl" in proc.stderr
+def test_each_check_id_speaks_for_one_problem_in_one_message():
+    """Every refusal's text is a message constant, and no id is used for two of them."""
+    by_code: dict[str, set[str]] = {}
+    for _jobs, code, message in BAD_JOB_SETTINGS:
+        templates = _templates(message)
+        assert templates, message
+        by_code.setdefault(code, set()).update(templates)
+    assert {code: names for code, names in by_code.items() if len(names) > 1} == {}
+    assert sorted(by_code) == [f"locks.E0{n}" for n in range(10, 24)]  # a case for every LOCKS_JOBS id
+    assert len({code for code, *_ in checks.NUMBERS.values()}) == len(checks.NUMBERS)
 
 
 # --- LOCKS_JOBS ---------------------------------------------------------------------------
 
-GOOD = {"schedule": "*/5 * * * *", "callable": "tests.locks.jobs.record", "ttl": 60, "max_run_time": 120}
+GOOD = {"schedule": "*/5 * * * *", "callable": "tests.jobsapp.jobs.record", "ttl": 60, "max_run_time": 120}
 
 
 def _job_errors(settings, jobs) -> list[tuple[str, str]]:
     settings.LOCKS_JOBS = jobs
-    return [(m.id, m.msg) for m in run_checks() if m.id.startswith("locks.E01")]
+    return [(m.id, m.msg) for m in run_checks() if m.id.startswith(("locks.E01", "locks.E02"))]
 
 
 def test_the_registered_jobs_pass(settings):
-    from tests.locks.jobs import TEST_JOBS
+    assert settings.LOCKS_JOBS
+    assert _job_errors(settings, settings.LOCKS_JOBS) == []
 
-    assert _job_errors(settings, {**settings.LOCKS_JOBS, **TEST_JOBS}) == []
+
+BAD_JOB_SETTINGS = [
+    (
+        [("record", GOOD)],
+        "locks.E010",
+        "LOCKS_JOBS must be a dict of job name to job settings, got list.",
+    ),
+    ({"record": "*/5 * * * *"}, "locks.E018", "LOCKS_JOBS['record'] must be a dict, got str."),
+    (
+        {"record": {**GOOD, "schedlue": "0 * * * *", "every": 5}},
+        "locks.E019",
+        "LOCKS_JOBS['record'] has unknown keys: every, schedlue.",
+    ),
+    (
+        {"record": {**GOOD, "expected_errors": "tests.jobsapp.jobs.Refused"}},
+        "locks.E020",
+        "LOCKS_JOBS['record']: expected_errors must be a list of dotted paths of exception classes, "
+        "got 'tests.jobsapp.jobs.Refused'.",
+    ),
+    (
+        {"record": {**GOOD, "schedule": "61 * * * *"}},
+        "locks.E011",
+        "LOCKS_JOBS['record']: schedule '61 * * * *' is not a valid cron expression.",
+    ),
+    (
+        {"record": {"callable": "tests.jobsapp.jobs.record"}},
+        "locks.E011",
+        "LOCKS_JOBS['record']: schedule None is not a valid cron expression.",
+    ),
+    (
+        {"record": {**GOOD, "callable": "tests.locks.nowhere.record"}},
+        "locks.E021",
+        "LOCKS_JOBS['record']: callable 'tests.locks.nowhere.record' cannot be imported: "
+        "ModuleNotFoundError: No module named 'tests.locks.nowhere'.",
+    ),
+    (
+        {"record": {**GOOD, "callable": "tests.jobsapp.jobs.missing"}},
+        "locks.E021",
+        "LOCKS_JOBS['record']: callable 'tests.jobsapp.jobs.missing' cannot be imported: ImportError: "
+        'Module "tests.jobsapp.jobs" does not define a "missing" attribute/class.',
+    ),
+    (
+        {"record": {**GOOD, "callable": "tests.hostproject.settings.RECORD"}},
+        "locks.E022",
+        "LOCKS_JOBS['record']: callable 'tests.hostproject.settings.RECORD' is not callable.",
+    ),
+    (
+        {"record": {k: v for k, v in GOOD.items() if k != "callable"}},
+        "locks.E012",
+        "LOCKS_JOBS['record']: callable must be the dotted path of a function, got None.",
+    ),
+    (
+        {"record": {**GOOD, "dry_run": "tests.jobsapp.jobs.nope"}},
+        "locks.E021",
+        "LOCKS_JOBS['record']: dry_run 'tests.jobsapp.jobs.nope' cannot be imported: ImportError: "
+        'Module "tests.jobsapp.jobs" does not define a "nope" attribute/class.',
+    ),
+    (
+        {"record": {**GOOD, "expected_errors": ["tests.jobsapp.jobs.record"]}},
+        "locks.E023",
+        "LOCKS_JOBS['record']: expected error 'tests.jobsapp.jobs.record' is not an exception class.",
+    ),
+    (
+        {"record": {**GOOD, "ttl": 0}},
+        "locks.E013",
+        "LOCKS_JOBS['record']: ttl must be a positive whole number of seconds, got 0.",
+    ),
+    (
+        {"record": {**GOOD, "ttl": "60"}},
+        "locks.E013",
+        "LOCKS_JOBS['record']: ttl must be a positive whole number of seconds, got '60'.",
+    ),
+    (
+        {"record": {**GOOD, "ttl": True}},
+        "locks.E013",
+        "LOCKS_JOBS['record']: ttl must be a positive whole number of seconds, got True.",
+    ),
+    (
+        {"record": {**GOOD, "max_run_time": -5}},
+        "locks.E014",
+        "LOCKS_JOBS['record']: max_run_time must be a positive whole number of seconds, got -5.",
+    ),
+    (
+        {"record": {**GOOD, "max_run_time": 1.5}},
+        "locks.E014",
+        "LOCKS_JOBS['record']: max_run_time must be a positive whole number of seconds, got 1.5.",
+    ),
+    (
+        {"record": {**GOOD, "retry": [60, 300]}},
+        "locks.E015",
+        "LOCKS_JOBS['record']: retry must be {'delays': [seconds, ...]} with positive whole seconds, "
+        "got [60, 300].",
+    ),
+    (
+        {"record": {**GOOD, "retry": {"delays": [60, 0]}}},
+        "locks.E015",
+        "LOCKS_JOBS['record']: retry must be {'delays': [seconds, ...]} with positive whole seconds, "
+        "got {'delays': [60, 0]}.",
+    ),
+    (
+        {"record": {**GOOD, "retry": {"delays": [60], "max": 3}}},
+        "locks.E015",
+        "LOCKS_JOBS['record']: retry must be {'delays': [seconds, ...]} with positive whole seconds, "
+        "got {'delays': [60], 'max': 3}.",
+    ),
+    (
+        {"record": GOOD, " Record": GOOD},
+        "locks.E017",
+        "LOCKS_JOBS names 'record' and ' Record': two spellings of one job.",
+    ),
+    ({"send reminders": GOOD}, "locks.E016", "LOCKS_JOBS: 'send reminders' is not a valid job name."),
+    ({"x" * 101: GOOD}, "locks.E016", f"LOCKS_JOBS: {'x' * 101!r} is not a valid job name."),
+    ({"": GOOD}, "locks.E016", "LOCKS_JOBS: '' is not a valid job name."),
+    ({7: GOOD}, "locks.E016", "LOCKS_JOBS: 7 is not a valid job name."),
+]
 
 
-@pytest.mark.parametrize(
-    ("jobs", "code", "message"),
-    [
-        (
-            [("record", GOOD)],
-            "locks.E010",
-            "LOCKS_JOBS must be a dict of job name to job settings, got list.",
-        ),
-        ({"record": "*/5 * * * *"}, "locks.E010", "LOCKS_JOBS['record'] must be a dict, got str."),
-        (
-            {"record": {**GOOD, "schedlue": "0 * * * *", "every": 5}},
-            "locks.E010",
-            "LOCKS_JOBS['record'] has unknown keys: every, schedlue.",
-        ),
-        (
-            {"record": {**GOOD, "expected_errors": "tests.locks.jobs.Refused"}},
-            "locks.E010",
-            "LOCKS_JOBS['record']: expected_errors must be a list of dotted paths of exception classes, "
-            "got 'tests.locks.jobs.Refused'.",
-        ),
-        (
-            {"record": {**GOOD, "schedule": "61 * * * *"}},
-            "locks.E011",
-            "LOCKS_JOBS['record']: schedule '61 * * * *' is not a valid cron expression.",
-        ),
-        (
-            {"record": {"callable": "tests.locks.jobs.record"}},
-            "locks.E011",
-            "LOCKS_JOBS['record']: schedule None is not a valid cron expression.",
-        ),
-        (
-            {"record": {**GOOD, "callable": "tests.locks.nowhere.record"}},
-            "locks.E012",
-            "LOCKS_JOBS['record']: callable 'tests.locks.nowhere.record' cannot be imported: "
-            "ModuleNotFoundError: No module named 'tests.locks.nowhere'.",
-        ),
-        (
-            {"record": {**GOOD, "callable": "tests.locks.jobs.missing"}},
-            "locks.E012",
-            "LOCKS_JOBS['record']: callable 'tests.locks.jobs.missing' cannot be imported: ImportError: "
-            'Module "tests.locks.jobs" does not define a "missing" attribute/class.',
-        ),
-        (
-            {"record": {**GOOD, "callable": "tests.locks.jobs.TEST_JOBS"}},
-            "locks.E012",
-            "LOCKS_JOBS['record']: callable 'tests.locks.jobs.TEST_JOBS' is not callable.",
-        ),
-        (
-            {"record": {k: v for k, v in GOOD.items() if k != "callable"}},
-            "locks.E012",
-            "LOCKS_JOBS['record']: callable must be the dotted path of a function, got None.",
-        ),
-        (
-            {"record": {**GOOD, "dry_run": "tests.locks.jobs.nope"}},
-            "locks.E012",
-            "LOCKS_JOBS['record']: dry_run 'tests.locks.jobs.nope' cannot be imported: ImportError: "
-            'Module "tests.locks.jobs" does not define a "nope" attribute/class.',
-        ),
-        (
-            {"record": {**GOOD, "expected_errors": ["tests.locks.jobs.record"]}},
-            "locks.E012",
-            "LOCKS_JOBS['record']: expected error 'tests.locks.jobs.record' is not an exception class.",
-        ),
-        (
-            {"record": {**GOOD, "ttl": 0}},
-            "locks.E013",
-            "LOCKS_JOBS['record']: ttl must be a positive whole number of seconds, got 0.",
-        ),
-        (
-            {"record": {**GOOD, "ttl": "60"}},
-            "locks.E013",
-            "LOCKS_JOBS['record']: ttl must be a positive whole number of seconds, got '60'.",
-        ),
-        (
-            {"record": {**GOOD, "ttl": True}},
-            "locks.E013",
-            "LOCKS_JOBS['record']: ttl must be a positive whole number of seconds, got True.",
-        ),
-        (
-            {"record": {**GOOD, "max_run_time": -5}},
-            "locks.E014",
-            "LOCKS_JOBS['record']: max_run_time must be a positive whole number of seconds, got -5.",
-        ),
-        (
-            {"record": {**GOOD, "max_run_time": 1.5}},
-            "locks.E014",
-            "LOCKS_JOBS['record']: max_run_time must be a positive whole number of seconds, got 1.5.",
-        ),
-        (
-            {"record": {**GOOD, "retry": [60, 300]}},
-            "locks.E015",
-            "LOCKS_JOBS['record']: retry must be {'delays': [seconds, ...]} with positive whole seconds, "
-            "got [60, 300].",
-        ),
-        (
-            {"record": {**GOOD, "retry": {"delays": [60, 0]}}},
-            "locks.E015",
-            "LOCKS_JOBS['record']: retry must be {'delays': [seconds, ...]} with positive whole seconds, "
-            "got {'delays': [60, 0]}.",
-        ),
-        (
-            {"record": {**GOOD, "retry": {"delays": [60], "max": 3}}},
-            "locks.E015",
-            "LOCKS_JOBS['record']: retry must be {'delays': [seconds, ...]} with positive whole seconds, "
-            "got {'delays': [60], 'max': 3}.",
-        ),
-        (
-            {"record": GOOD, " Record": GOOD},
-            "locks.E016",
-            "LOCKS_JOBS names 'record' and ' Record': two spellings of one job.",
-        ),
-        ({"send reminders": GOOD}, "locks.E016", "LOCKS_JOBS: 'send reminders' is not a valid job name."),
-        ({"x" * 101: GOOD}, "locks.E016", f"LOCKS_JOBS: {'x' * 101!r} is not a valid job name."),
-        ({"": GOOD}, "locks.E016", "LOCKS_JOBS: '' is not a valid job name."),
-        ({7: GOOD}, "locks.E016", "LOCKS_JOBS: 7 is not a valid job name."),
-    ],
-)
+@pytest.mark.parametrize(("jobs", "code", "message"), BAD_JOB_SETTINGS)
 def test_a_bad_job_setting_fails_the_check(settings, jobs, code, message):
     assert _job_errors(settings, jobs) == [(code, message)]
 
@@ -207,18 +279,6 @@ def test_every_problem_of_an_entry_is_reported(settings):
 
 def test_optional_keys_may_be_left_out(settings):
     assert (
-        _job_errors(settings, {"a-b_1": {"schedule": "0 3 * * 1-5", "callable": "tests.locks.jobs.record"}})
+        _job_errors(settings, {"a-b_1": {"schedule": "0 3 * * 1-5", "callable": "tests.jobsapp.jobs.record"}})
         == []
-    )
-
-
-def test_manage_py_check_names_a_bad_job_setting():
-    from tests.conftest import manage, project_env
-
-    proc = manage("check", env=project_env(SYNC_CONTESTS_MAX_RUN_TIME="0"))
-
-    assert proc.returncode == 1
-    assert (
-        "(locks.E014) LOCKS_JOBS['sync_contests']: max_run_time must be a positive whole number of seconds, got 0."
-        in proc.stderr
     )

@@ -9,11 +9,12 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from locks import api
+from locks.leases import Lease, LockLost, Skip, acquire, release, renew
 from locks.models import SyncLock
+from locks.operations import force_release, reset_tick
+from locks.runner import run_locked
 from tests.conftest import manage, project_env
 from tests.locks.conftest import TICK
-from tests.locks.jobs import RECORD, register
 
 TTL = timedelta(minutes=5)
 pytestmark = pytest.mark.django_db
@@ -30,28 +31,33 @@ def test_status_without_locks_or_jobs_says_so(settings):
     assert _call("status") == "No locks and no jobs in LOCKS_JOBS: a job creates its lock on its first run.\n"
 
 
-def test_status_lists_registered_jobs_that_never_ran(settings):
-    register(settings, record=RECORD)
-    api.acquire(job="held_job", tick=TICK, ttl=TTL, holder="web-1:42:abc")
+def test_status_lists_registered_jobs_that_never_ran():
+    acquire(job="held_job", tick=TICK, ttl=TTL, holder="web-1:42:abc")
 
     lines = _call("status").splitlines()
 
     rows = {line.split()[0]: line.split() for line in lines[1:]}
-    assert list(rows) == ["held_job", "record", "sync_contests"]  # by name, locks and jobs alike
+    assert list(rows) == [
+        "held_job",
+        "linger",
+        "record",
+        "refuse",
+        "slow_write",
+        "write_slot",
+    ]  # by name, locks and jobs alike
     assert rows["record"] == ["record", "never", "run", "-", "-", "-", "-", "-", "-"]
-    assert rows["sync_contests"][1:3] == ["never", "run"]
+    assert rows["write_slot"][1:3] == ["never", "run"]
     assert rows["held_job"][1] == "held"
 
 
-def test_status_json_lists_registered_jobs_that_never_ran(settings):
-    register(settings, record=RECORD)
-    api.acquire(job="record", tick=TICK, ttl=TTL, holder="web-1:42:abc")
+def test_status_json_lists_registered_jobs_that_never_ran():
+    acquire(job="record", tick=TICK, ttl=TTL, holder="web-1:42:abc")
 
     entries = {entry["job"]: entry for entry in json.loads(_call("status", "--json"))}
 
     assert entries["record"]["state"] == "held"
-    assert entries["sync_contests"] == {
-        "job": "sync_contests",
+    assert entries["write_slot"] == {
+        "job": "write_slot",
         "state": "never run",
         "holder": "",
         "token": None,
@@ -64,14 +70,14 @@ def test_status_json_lists_registered_jobs_that_never_ran(settings):
         "last_error": "",
         "db_now": None,
     }
-    assert set(entries["sync_contests"]) == set(entries["record"])  # one shape for both
+    assert set(entries["write_slot"]) == set(entries["record"])  # one shape for both
 
 
 def test_status_lists_each_lock_with_its_state():
-    api.acquire(job="held_job", tick=TICK, ttl=TTL, holder="web-1:42:abc")
-    done = api.acquire(job="free_job", tick=TICK, ttl=TTL, holder="web-2:7:def")
-    api.release(lease=done, status="succeeded")
-    api.acquire(job="stuck_job", tick=TICK, ttl=TTL, holder="web-3:9:ghi")
+    acquire(job="held_job", tick=TICK, ttl=TTL, holder="web-1:42:abc")
+    done = acquire(job="free_job", tick=TICK, ttl=TTL, holder="web-2:7:def")
+    release(lease=done, status="succeeded")
+    acquire(job="stuck_job", tick=TICK, ttl=TTL, holder="web-3:9:ghi")
     SyncLock.objects.filter(job_name="stuck_job").update(
         locked_until=SyncLock.objects.get(job_name="stuck_job").acquired_at - TTL
     )
@@ -100,7 +106,7 @@ def test_status_lists_each_lock_with_its_state():
 
 def test_status_json(settings):
     settings.LOCKS_JOBS = {}
-    api.acquire(job="held_job", tick=TICK, ttl=TTL, holder="web-1:42:abc")
+    acquire(job="held_job", tick=TICK, ttl=TTL, holder="web-1:42:abc")
 
     [entry] = json.loads(_call("status", "--json"))
 
@@ -114,38 +120,38 @@ def test_status_json(settings):
 
 
 def test_release_frees_the_lock_bumps_the_token_and_logs(caplog):
-    lease = api.acquire(job="sync_contests", tick=TICK, ttl=TTL, holder="web-1:42:abc")
+    lease = acquire(job="write_slot", tick=TICK, ttl=TTL, holder="web-1:42:abc")
 
-    out = _call("release", "sync_contests")
+    out = _call("release", "write_slot")
 
-    assert out == "Released sync_contests: holder was web-1:42:abc (token 1); new token 2.\n"
+    assert out == "Released write_slot: holder was web-1:42:abc (token 1); new token 2.\n"
     lock = SyncLock.objects.get()
     assert (lock.holder, lock.locked_until, lock.token, lock.last_status) == ("", None, 2, "released")
     assert "force-released by manage.py locks release" in lock.last_error
     [record] = [r for r in caplog.records if r.name == "locks.api"]
     assert record.levelno == logging.WARNING
     assert record.getMessage() == (
-        "job=sync_contests force-released by manage.py locks release; "
+        "job=write_slot force-released by manage.py locks release; "
         "previous holder web-1:42:abc (token 1), new token 2"
     )
     # The old holder can no longer renew or release.
-    with pytest.raises(api.LockLost):
-        api.renew(lease=lease)
-    assert api.release(lease=lease, status="succeeded") is False
+    with pytest.raises(LockLost):
+        renew(lease=lease)
+    assert release(lease=lease, status="succeeded") is False
 
 
 def test_release_of_a_free_lock_changes_nothing():
-    lease = api.acquire(job="sync_contests", tick=TICK, ttl=TTL)
-    api.release(lease=lease, status="succeeded")
+    lease = acquire(job="write_slot", tick=TICK, ttl=TTL)
+    release(lease=lease, status="succeeded")
 
-    assert _call("release", "sync_contests") == "sync_contests was not held; nothing to release.\n"
+    assert _call("release", "write_slot") == "write_slot was not held; nothing to release.\n"
     assert SyncLock.objects.get().token == 1
 
 
 def test_release_of_an_unknown_job_is_a_clear_error():
-    api.acquire(job="sync_contests", tick=TICK, ttl=TTL)
+    acquire(job="write_slot", tick=TICK, ttl=TTL)
 
-    with pytest.raises(CommandError, match=r"no lock named 'nope' \(known jobs: sync_contests\)"):
+    with pytest.raises(CommandError, match=r"no lock named 'nope' \(known jobs: write_slot\)"):
         _call("release", "nope")
 
 
@@ -159,28 +165,28 @@ def test_release_of_an_unknown_job_exits_1(db_url):
 def test_release_closes_the_released_holders_run(transactional_db):
     # A holder that died mid-run leaves its JobRun "running"; the release closes it.
     def die_holding(lease):
-        api.force_release(job="sync_contests", by="ops")
+        force_release(job="write_slot", by="ops")
         return {}
 
     from locks.models import JobRun
 
-    api.run_locked(job="sync_contests", tick=TICK, ttl=TTL, fn=die_holding)
+    run_locked(job="write_slot", tick=TICK, ttl=TTL, fn=die_holding)
     run = JobRun.objects.get()
     # It finished, but its lease had changed hands: recorded as such, not as a success.
     assert (run.status, run.error) == (
         "lost_lock",
-        "lease on sync_contests (token 1) was taken over before the run finished",
+        "lease on write_slot (token 1) was taken over before the run finished",
     )
 
-    lease = api.acquire(job="sync_contests", tick=None, ttl=TTL)
+    lease = acquire(job="write_slot", tick=None, ttl=TTL)
     JobRun.objects.create(
-        job_name="sync_contests",
+        job_name="write_slot",
         tick=None,
         holder=lease.holder,
         token=lease.token,
         started_at=lease.acquired_at,
     )
-    _call("release", "sync_contests")
+    _call("release", "write_slot")
 
     closed = JobRun.objects.get(token=lease.token)
     assert (closed.status, closed.error) == ("lost_lock", "force-released by manage.py locks release")
@@ -191,47 +197,47 @@ def test_release_closes_the_released_holders_run(transactional_db):
 
 
 def test_release_with_the_shown_token_releases_that_lease():
-    lease = api.acquire(job="sync_contests", tick=TICK, ttl=TTL, holder="web-1:42:abc")
+    lease = acquire(job="write_slot", tick=TICK, ttl=TTL, holder="web-1:42:abc")
 
-    out = _call("release", "sync_contests", "--token", str(lease.token))
+    out = _call("release", "write_slot", "--token", str(lease.token))
 
-    assert out == "Released sync_contests: holder was web-1:42:abc (token 1); new token 2.\n"
+    assert out == "Released write_slot: holder was web-1:42:abc (token 1); new token 2.\n"
     assert SyncLock.objects.get().last_status == "released"
 
 
 def test_release_with_a_token_another_holder_replaced_changes_nothing():
-    old = api.acquire(job="sync_contests", tick=TICK, ttl=TTL, holder="web-1:42:abc")
-    api.release(lease=old, status="failed")
-    api.acquire(job="sync_contests", tick=TICK, ttl=TTL, holder="web-2:7:def")  # the retry, healthy
+    old = acquire(job="write_slot", tick=TICK, ttl=TTL, holder="web-1:42:abc")
+    release(lease=old, status="failed")
+    acquire(job="write_slot", tick=TICK, ttl=TTL, holder="web-2:7:def")  # the retry, healthy
     before = SyncLock.objects.values().get()
 
     with pytest.raises(CommandError) as refused:
-        _call("release", "sync_contests", "--token", str(old.token), "--reset-tick")
+        _call("release", "write_slot", "--token", str(old.token), "--reset-tick")
 
-    assert str(refused.value) == "lease on sync_contests is now token 2 held by web-2:7:def; nothing released"
+    assert str(refused.value) == "lease on write_slot is now token 2 held by web-2:7:def; nothing released"
     assert SyncLock.objects.values().get() == before  # neither released nor its tick reset
 
 
 def test_release_with_the_token_of_a_lease_that_finished_leaves_its_outcome():
-    lease = api.acquire(job="sync_contests", tick=TICK, ttl=TTL, holder="web-1:42:abc")
-    api.release(lease=lease, status="succeeded")
+    lease = acquire(job="write_slot", tick=TICK, ttl=TTL, holder="web-1:42:abc")
+    release(lease=lease, status="succeeded")
 
-    out = _call("release", "sync_contests", "--token", str(lease.token))
+    out = _call("release", "write_slot", "--token", str(lease.token))
 
     assert out == (
-        "lease on sync_contests (token 1) is not held any more (finished as succeeded); nothing released.\n"
+        "lease on write_slot (token 1) is not held any more (finished as succeeded); nothing released.\n"
     )
     lock = SyncLock.objects.get()
     assert (lock.token, lock.last_status, lock.last_error) == (1, "succeeded", "")
 
 
 def test_release_of_an_expired_lease_releases_nothing():
-    api.acquire(job="sync_contests", tick=TICK, ttl=TTL, holder="dead:1:x")
+    acquire(job="write_slot", tick=TICK, ttl=TTL, holder="dead:1:x")
     SyncLock.objects.update(locked_until=SyncLock.objects.get().acquired_at - TTL)
 
-    out = _call("release", "sync_contests")
+    out = _call("release", "write_slot")
 
-    assert out.startswith("lease on sync_contests (token 1) is not held any more (its lease expired at ")
+    assert out.startswith("lease on write_slot (token 1) is not held any more (its lease expired at ")
     assert out.endswith(" without being released; the next run takes it over); nothing released.\n")
     lock = SyncLock.objects.get()
     assert (lock.token, lock.last_status) == (1, "running")
@@ -240,45 +246,45 @@ def test_release_of_an_expired_lease_releases_nothing():
 def test_release_reset_tick_releases_and_clears_a_far_future_tick(caplog):
     """A mistyped tick stored by a caller without the bound blocks every real tick."""
     far = TICK.replace(year=2062)
-    api.acquire(job="sync_contests", tick=far, ttl=TTL, holder="web-1:42:abc")
-    assert isinstance(api.acquire(job="sync_contests", tick=TICK, ttl=TTL), api.Skip)
+    acquire(job="write_slot", tick=far, ttl=TTL, holder="web-1:42:abc")
+    assert isinstance(acquire(job="write_slot", tick=TICK, ttl=TTL), Skip)
 
-    out = _call("release", "sync_contests", "--reset-tick")
+    out = _call("release", "write_slot", "--reset-tick")
 
     assert out == (
-        "Released sync_contests: holder was web-1:42:abc (token 1); new token 2.\n"
-        f"Reset the claimed tick of sync_contests: it was {far.isoformat()} (not done).\n"
+        "Released write_slot: holder was web-1:42:abc (token 1); new token 2.\n"
+        f"Reset the claimed tick of write_slot: it was {far.isoformat()} (not done).\n"
     )
     lock = SyncLock.objects.get()
     assert (lock.tick, lock.tick_done, lock.locked_until) == (None, False, None)
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert warnings[-1] == (
-        f"job=sync_contests claimed tick reset by manage.py locks release; it was {far.isoformat()} (not done)"
+        f"job=write_slot claimed tick reset by manage.py locks release; it was {far.isoformat()} (not done)"
     )
-    assert isinstance(api.acquire(job="sync_contests", tick=TICK, ttl=TTL), api.Lease)
-    api.reset_tick(job="sync_contests", by="test")
-    assert _call("release", "sync_contests", "--reset-tick").endswith(
-        "new token 4.\nsync_contests has no claimed tick; nothing to reset.\n"
+    assert isinstance(acquire(job="write_slot", tick=TICK, ttl=TTL), Lease)
+    reset_tick(job="write_slot", by="test")
+    assert _call("release", "write_slot", "--reset-tick").endswith(
+        "new token 4.\nwrite_slot has no claimed tick; nothing to reset.\n"
     )
 
 
 def test_release_token_must_be_a_number_exit_2(db_url):
-    proc = manage("locks", "release", "sync_contests", "--token", "abc", env=project_env(DATABASE_URL=db_url))
+    proc = manage("locks", "release", "write_slot", "--token", "abc", env=project_env(DATABASE_URL=db_url))
 
     assert proc.returncode == 2
     assert "argument --token: invalid int value: 'abc'" in proc.stderr
 
 
 def test_release_with_a_token_whose_successor_already_finished_says_so():
-    old = api.acquire(job="sync_contests", tick=TICK, ttl=TTL, holder="web-1:42:abc")
-    api.release(lease=old, status="failed")
-    retry = api.acquire(job="sync_contests", tick=TICK, ttl=TTL, holder="web-2:7:def")
-    api.release(lease=retry, status="succeeded")
+    old = acquire(job="write_slot", tick=TICK, ttl=TTL, holder="web-1:42:abc")
+    release(lease=old, status="failed")
+    retry = acquire(job="write_slot", tick=TICK, ttl=TTL, holder="web-2:7:def")
+    release(lease=retry, status="succeeded")
 
     with pytest.raises(CommandError) as refused:
-        _call("release", "sync_contests", "--token", str(old.token))
+        _call("release", "write_slot", "--token", str(old.token))
 
     assert str(refused.value) == (
-        "lease on sync_contests is now token 2, not held (finished as succeeded); nothing released"
+        "lease on write_slot is now token 2, not held (finished as succeeded); nothing released"
     )
     assert SyncLock.objects.get().last_status == "succeeded"

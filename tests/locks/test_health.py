@@ -1,4 +1,7 @@
-"""GET /healthz: is each job keeping up, is the database there, what are the locks doing."""
+"""GET /healthz: is each job keeping up, is the database there, what are the locks doing.
+
+The host project's ``write_slot`` runs hourly here, and is the one registered job unless a
+test registers another; it is LOCKS_HEALTHZ_JOB, so its fields are at the top level too."""
 
 from __future__ import annotations
 
@@ -9,30 +12,34 @@ from datetime import datetime, timedelta
 import pytest
 import requests
 from django.core.checks import run_checks
-from django.db.models import DateTimeField, ExpressionWrapper, Value
-from django.db.models.functions import Now
 
-from contests.jobs import JOB_NAME
-from locks.api import acquire
-from locks.clock import database_now
-from locks.models import JobRun, RunStatus
-from locks.registry import run_job
+from locks.leases import acquire
+from locks.models import JobRun, RunStatus, database_now, now_plus
+from locks.runner import run_job
 from locks.schedule import slot_at_or_before
 from tests.conftest import gunicorn, project_env
-from tests.locks.jobs import RECORD, register, reschedule
+from tests.hostproject.settings import RECORD
+from tests.locks.conftest import register, reschedule
 
 URL = "/healthz"
-TOKEN = secrets.token_urlsafe(32)  # HEALTHZ_TOKEN: read-only health details
-TRIGGER_TOKEN = secrets.token_urlsafe(32)  # SYNC_TRIGGER_TOKEN: starts syncs, shows no details
+JOB_NAME = "write_slot"
+TOKEN = secrets.token_urlsafe(32)  # LOCKS_HEALTHZ_TOKEN: read-only health details
+TRIGGER_TOKEN = secrets.token_urlsafe(32)  # LOCKS_TRIGGER_TOKEN: starts runs, shows no details
 HOUR = 3600
 ONE_HOUR = timedelta(hours=1)
 
 
+@pytest.fixture(autouse=True)
+def hourly(settings):
+    """``write_slot`` alone, on an hourly schedule."""
+    settings.LOCKS_JOBS = {JOB_NAME: {**settings.LOCKS_JOBS[JOB_NAME], "schedule": "0 * * * *"}}
+
+
 @pytest.fixture
-def synced(settings, standin, transactional_db):
-    """One real, successful sync against the Codeforces stand-in."""
-    settings.HEALTHZ_TOKEN = TOKEN
-    settings.SYNC_TRIGGER_TOKEN = TRIGGER_TOKEN
+def synced(settings, transactional_db):
+    """One real, successful run of the job: its row written under its lease."""
+    settings.LOCKS_HEALTHZ_TOKEN = TOKEN
+    settings.LOCKS_TRIGGER_TOKEN = TRIGGER_TOKEN
     result = run_job(name=JOB_NAME, force=True)
     assert result.outcome == "succeeded", result.describe()
     return result
@@ -46,7 +53,7 @@ def finished_at(moment: datetime, *, job: str = JOB_NAME) -> int:
 def finished_ago(seconds: float, *, job: str = JOB_NAME) -> int:
     """Move every successful run's end ``seconds`` into the past, on the database clock."""
     return JobRun.objects.filter(job_name=job, status=RunStatus.SUCCEEDED).update(
-        finished_at=ExpressionWrapper(Now() - Value(timedelta(seconds=seconds)), output_field=DateTimeField())
+        finished_at=now_plus(-timedelta(seconds=seconds))
     )
 
 
@@ -68,7 +75,7 @@ def test_fresh_after_a_sync(client, synced, django_assert_num_queries):
     assert body["lock"]["last_status"] == "succeeded"
     assert body["lock"]["token"] == synced.token
     assert "no-store" in response["Cache-Control"]
-    # The same, per job: the sync is the only registered job here.
+    # The same, per job: write_slot is the only registered job here.
     [(name, job)] = body["jobs"].items()
     assert name == JOB_NAME
     assert job == {"status": "ok", **{key: body[key] for key in job if key != "status"}}
@@ -84,7 +91,7 @@ def test_fresh_after_a_sync(client, synced, django_assert_num_queries):
 
 @pytest.fixture
 def running(synced):
-    """A sync in progress on this host: the lock row names its holder."""
+    """A run in progress on this host: the lock row names its holder."""
     return acquire(
         job=JOB_NAME, tick=None, ttl=timedelta(minutes=10), holder=f"{socket.gethostname()}:4242:abcdef"
     )
@@ -148,17 +155,21 @@ def test_the_limit_follows_the_schedule(client, synced, settings):
     assert response.json()["stale_after"] == stale_after.isoformat()
 
 
-def test_a_failed_run_after_a_success_does_not_hide_the_success(client, synced, standin, settings):
-    settings.CODEFORCES_MAX_ATTEMPTS = 1
-    standin.status = 500
+def test_a_failed_run_after_a_success_does_not_hide_the_success(client, synced, settings):
+    # The same job, failing this time the way its expected errors do.
+    failing = {"callable": "tests.jobsapp.jobs.refuse", "expected_errors": ["tests.jobsapp.jobs.Refused"]}
+    register(settings, **{JOB_NAME: {**settings.LOCKS_JOBS[JOB_NAME], **failing}})
     assert run_job(name=JOB_NAME, force=True).outcome == "failed"
     response = client.get(URL)
     assert response.status_code == 200
     body = response.json()
     assert body["lock"]["last_status"] == "failed"
     assert body["last_success_at"] == JobRun.objects.get(status=RunStatus.SUCCEEDED).finished_at.isoformat()
-    assert "HTTP 500" in client.get(URL, HTTP_AUTHORIZATION=f"Bearer {TOKEN}").json()["lock"]["last_error"]
-    assert "HTTP 500" not in response.content.decode()
+    assert (
+        "nothing to record today"
+        in client.get(URL, HTTP_AUTHORIZATION=f"Bearer {TOKEN}").json()["lock"]["last_error"]
+    )
+    assert "nothing to record today" not in response.content.decode()
 
 
 def test_never_synced_is_unhealthy(client, transactional_db):
@@ -183,7 +194,7 @@ def test_503_when_the_database_is_down(tmp_path):
     with socket.socket() as closed:
         closed.bind(("127.0.0.1", 0))  # held, never listened on
         url = f"postgres://nobody@127.0.0.1:{closed.getsockname()[1]}/contests"
-        env = project_env(DATABASE_URL=url, HEALTHZ_TOKEN=TOKEN, SYNC_TRIGGER_TOKEN=TRIGGER_TOKEN)
+        env = project_env(DATABASE_URL=url, LOCKS_HEALTHZ_TOKEN=TOKEN, LOCKS_TRIGGER_TOKEN=TRIGGER_TOKEN)
         log = tmp_path / "gunicorn.log"
         with gunicorn(env=env, log=log) as base:
             anonymous = requests.get(base + URL, timeout=60)
@@ -249,19 +260,21 @@ def test_without_the_https_redirect_credentials_over_plain_http_are_answered(cli
 def test_health_token_checks(settings):
     def ids() -> set[str]:
         return {message.id for message in run_checks(include_deployment_checks=True)} & {
-            "ops.W001",
-            "ops.W002",
-            "ops.W003",
+            "locks.W001",
+            "locks.W002",
+            "locks.W003",
         }
 
-    settings.SYNC_TRIGGER_TOKEN = TRIGGER_TOKEN
-    settings.HEALTHZ_TOKEN = "too-short"
-    assert ids() == {"ops.W002"}
-    settings.HEALTHZ_TOKEN = TRIGGER_TOKEN
-    assert ids() == {"ops.W003"}
-    settings.HEALTHZ_TOKEN = TOKEN
+    settings.LOCKS_TRIGGER_TOKEN = TRIGGER_TOKEN
+    settings.LOCKS_HEALTHZ_TOKEN = "too-short"
+    assert ids() == {"locks.W002"}
+    settings.LOCKS_HEALTHZ_TOKEN = TRIGGER_TOKEN
+    assert ids() == {"locks.W003"}
+    settings.LOCKS_HEALTHZ_TOKEN = TOKEN
     assert ids() == set()
-    settings.SYNC_TRIGGER_TOKEN = settings.HEALTHZ_TOKEN = ""
+    settings.LOCKS_TRIGGER_TOKEN = "short"
+    assert ids() == {"locks.W001"}
+    settings.LOCKS_TRIGGER_TOKEN = settings.LOCKS_HEALTHZ_TOKEN = ""
     assert ids() == set()
 
 
@@ -356,7 +369,7 @@ def test_each_job_is_fresh_by_its_own_schedule(client, synced, settings, django_
     assert {"holder", "last_error"} <= set(trusted["jobs"]["record"]["lock"])  # released: both ""
 
 
-def test_without_the_sync_registered_only_the_jobs_are_reported(client, synced, settings):
+def test_without_the_healthz_job_registered_only_the_jobs_are_reported(client, synced, settings):
     settings.LOCKS_JOBS = {"record": RECORD}
     run_job(name="record", force=True)
     response = client.get(URL)

@@ -7,8 +7,10 @@ from datetime import timedelta
 
 import pytest
 
-from locks import api
+from locks.leases import Lease, Skip, acquire, release
 from locks.models import JobRun, SyncLock
+from locks.operations import force_release
+from locks.runner import run_locked
 from tests.conftest import project_env, spawn
 from tests.locks.conftest import TICK
 
@@ -58,27 +60,27 @@ def test_a_sigkilled_holder_blocks_until_its_lease_expires(db_url):
     _killed_holder(db_url, ttl=3)
 
     next_tick = TICK + timedelta(hours=1)
-    blocked = api.acquire(job="kill", tick=next_tick, ttl=timedelta(seconds=30))
-    assert isinstance(blocked, api.Skip) and blocked.reason == "held"
+    blocked = acquire(job="kill", tick=next_tick, ttl=timedelta(seconds=30))
+    assert isinstance(blocked, Skip) and blocked.reason == "held"
 
     # No cleanup: the lease runs out by itself (3 s TTL) and the next tick proceeds.
     deadline = time.monotonic() + 30
     got = blocked
-    while isinstance(got, api.Skip) and time.monotonic() < deadline:
+    while isinstance(got, Skip) and time.monotonic() < deadline:
         time.sleep(0.25)
-        got = api.acquire(job="kill", tick=next_tick, ttl=timedelta(seconds=30))
-    assert isinstance(got, api.Lease), got
+        got = acquire(job="kill", tick=next_tick, ttl=timedelta(seconds=30))
+    assert isinstance(got, Lease), got
     assert got.token == 2
 
 
 def test_a_sigkilled_holder_is_freed_by_force_release(db_url):
     _killed_holder(db_url, ttl=600)
 
-    released = api.force_release(job="kill", by="test")
-    got = api.acquire(job="kill", tick=TICK + timedelta(hours=1), ttl=timedelta(seconds=30))
+    released = force_release(job="kill", by="test")
+    got = acquire(job="kill", tick=TICK + timedelta(hours=1), ttl=timedelta(seconds=30))
 
     assert released.was_held and released.token == 2
-    assert isinstance(got, api.Lease) and got.token == 3
+    assert isinstance(got, Lease) and got.token == 3
 
 
 def test_a_job_three_times_its_ttl_keeps_its_lease(db_url):
@@ -108,11 +110,11 @@ def test_a_job_three_times_its_ttl_keeps_its_lease(db_url):
     skips, late = [], 0
     # Contend (forced: any tick) until the job ends; every attempt while it runs must skip.
     while job.poll() is None and time.monotonic() < deadline:
-        got = api.acquire(job="long", tick=None, ttl=timedelta(seconds=30), holder="contender:0:0")
-        if isinstance(got, api.Lease):
+        got = acquire(job="long", tick=None, ttl=timedelta(seconds=30), holder="contender:0:0")
+        if isinstance(got, Lease):
             # Only legitimate once the job has released at its end.
             assert JobRun.objects.get(job_name="long").status == "succeeded", got
-            api.release(lease=got, status="succeeded")
+            release(lease=got, status="succeeded")
             break
         skips.append(got.reason)
         # Past its first TTL the lease lives only because the heartbeat renewed it.
@@ -136,7 +138,7 @@ def test_a_sigkilled_holders_run_is_closed_as_abandoned_by_the_next_holder(db_ur
     assert dead.status == "running"
     SyncLock.objects.filter(job_name="kill").update(locked_until=dead.started_at)  # expired long ago
 
-    result = api.run_locked(
+    result = run_locked(
         job="kill", tick=TICK + timedelta(hours=1), ttl=timedelta(seconds=30), fn=lambda lease: {}
     )
 
@@ -162,9 +164,9 @@ def test_a_holder_sigkilled_right_after_its_commit_is_recorded_succeeded_by_the_
     lock = SyncLock.objects.get(job_name="kill")
     assert (lock.tick, lock.tick_done, lock.committed_token) == (TICK, True, 1)
 
-    again = api.run_locked(job="kill", tick=TICK, ttl=timedelta(seconds=30), fn=lambda lease: {})
+    again = run_locked(job="kill", tick=TICK, ttl=timedelta(seconds=30), fn=lambda lease: {})
     assert (again.outcome, again.skip.reason) == ("skipped", "tick_claimed")  # its tick is done
-    result = api.run_locked(
+    result = run_locked(
         job="kill", tick=TICK + timedelta(hours=1), ttl=timedelta(seconds=30), fn=lambda lease: {}
     )
 

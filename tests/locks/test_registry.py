@@ -2,111 +2,49 @@
 
 import json
 import logging
-import os
-import runpy
 import subprocess
 import sys
 from datetime import datetime, timedelta
-from pathlib import Path
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
-from django.core.management import CommandError, call_command
 from django.utils import timezone
 
-from config import settings as project  # the module: what the tests' overrides leave alone
 from locks import schedule
-from locks.clock import database_now
 from locks.crontab import cronjobs
-from locks.models import JobRun, SyncLock
-from locks.registry import (
-    InvalidTick,
-    Job,
-    NoDryRun,
-    UnknownJob,
-    get_job,
-    jobs,
-    preview_job,
-    run_job,
-)
-from locks.schedule import next_tick
+from locks.models import JobRun, SyncLock, database_now
+from locks.registry import UnknownJob, get_job, jobs
+from locks.runner import NoDryRun, preview_job, run_job
+from locks.schedule import InvalidTick, next_tick
 from tests.conftest import ROOT, project_env
-from tests.locks.conftest import TICK
-from tests.locks.jobs import RECORD, TEST_JOBS, register
+from tests.hostproject import settings as host  # the module: what the tests' overrides leave alone
+from tests.locks.conftest import TICK, register
 
-SETTINGS = str(ROOT / "config" / "settings.py")
-
-
-def test_the_project_registers_the_sync_and_the_reminders():
-    assert list(project.LOCKS_JOBS) == ["sync_contests", "send_reminders"]
-    assert project.LOCKS_JOBS["send_reminders"] == {
-        "schedule": project.SEND_REMINDERS_SCHEDULE,
-        "callable": "contests.jobs.send_reminders",
-        "ttl": project.SEND_REMINDERS_LOCK_TTL,
-        "max_run_time": project.SEND_REMINDERS_MAX_RUN_TIME,
-        "retry": {"delays": [20]},
-        "expected_errors": ["contests.reminders.ReminderDeliveryError"],
-        "dry_run": "contests.jobs.preview_reminders",
-    }
-
-
-def test_the_sync_is_registered_from_its_environment_variables(settings):
-    assert get_job("sync_contests") == Job(
-        name="sync_contests",
-        schedule=settings.SYNC_CONTESTS_SCHEDULE,
-        callable_path="contests.jobs.sync_contests",
-        ttl=timedelta(seconds=settings.SYNC_CONTESTS_LOCK_TTL),
-        max_run_time=timedelta(seconds=settings.SYNC_CONTESTS_MAX_RUN_TIME),
-        retry_delays=(timedelta(minutes=1), timedelta(minutes=5), timedelta(minutes=15)),
-        expected_errors=("contests.codeforces.CodeforcesError",),
-        dry_run_path="contests.jobs.preview_sync",
-    )
-
-
-def test_environment_variables_reach_the_registered_sync(monkeypatch):
-    for name, value in {
-        "SYNC_CONTESTS_SCHEDULE": "15 */2 * * *",
-        "SYNC_CONTESTS_LOCK_TTL": "900",
-        "SYNC_CONTESTS_MAX_RUN_TIME": "3600",
-        "DJANGO_DEBUG": "1",
-    }.items():
-        monkeypatch.setenv(name, value)
-    ns = runpy.run_path(SETTINGS)
-    sync = ns["LOCKS_JOBS"]["sync_contests"]
-    assert (sync["schedule"], sync["ttl"], sync["max_run_time"]) == ("15 */2 * * *", 900, 3600)
-    assert ns["CRONJOBS"][:1] == [
-        (
-            "15 */2 * * *",
-            "django.core.management.call_command",
-            ["run_job", "sync_contests"],
-            {"verbosity": 0},
-            f">> {ROOT / 'var' / 'sync_contests.log'} 2>&1",
-        )
-    ]
-    assert "LOCKS_SCHEDULES" not in ns  # the registry replaced it
+HOST_JOBS = ["write_slot", "record", "refuse", "linger", "slow_write"]
 
 
 def test_only_schedule_and_callable_are_required(settings):
     settings.LOCKS_DEFAULT_TTL = 240
-    register(settings, minimal={"schedule": "0 3 * * *", "callable": "tests.locks.jobs.record"})
+    register(settings, minimal={"schedule": "0 3 * * *", "callable": "tests.jobsapp.jobs.record"})
     job = get_job("minimal")
     assert (job.ttl, job.max_run_time, job.retry_delays) == (timedelta(minutes=4), None, ())
     assert (job.expected_errors, job.dry_run_path) == ((), None)
 
 
 def test_jobs_keep_the_order_of_the_setting(settings):
-    register(settings, **TEST_JOBS)
-    assert list(jobs()) == ["sync_contests", "record", "refuse", "linger"]
+    register(settings, early={"schedule": "0 3 * * *", "callable": "tests.jobsapp.jobs.record"})
+    assert list(jobs()) == [*HOST_JOBS, "early"]
 
 
 def test_an_unknown_job_lists_the_registered_ones(settings):
-    register(settings, record=RECORD)
     with pytest.raises(UnknownJob) as unknown:
         get_job("recrod")
-    assert str(unknown.value) == "no job named 'recrod' in LOCKS_JOBS (registered: sync_contests, record)"
+    assert str(unknown.value) == (
+        "no job named 'recrod' in LOCKS_JOBS (registered: write_slot, record, refuse, linger, slow_write)"
+    )
     settings.LOCKS_JOBS = {}
     with pytest.raises(UnknownJob, match=r"\(registered: none\)"):
-        get_job("sync_contests")
+        get_job("record")
 
 
 def test_an_invalid_setting_is_refused_with_its_first_problem(settings):
@@ -134,8 +72,8 @@ def test_reading_the_registry_imports_nothing(settings):
 
 
 @pytest.fixture
-def registered(settings, transactional_db):
-    register(settings, **TEST_JOBS)
+def registered(transactional_db):
+    """The host project's jobs (tests/hostproject/settings.py), on a database that commits."""
 
 
 def test_run_job_claims_the_current_tick_and_records_the_stats(registered):
@@ -217,19 +155,6 @@ def test_a_current_tick_too_far_ahead_is_a_skip_not_an_error(registered, monkeyp
     assert not SyncLock.objects.exists()
 
 
-@pytest.mark.parametrize("job", ["sync_contests", "send_reminders"])
-def test_the_job_commands_are_run_job_with_the_job_named(registered, job):
-    """One command implementation: an alias answers as ``run_job NAME`` does, word for word."""
-    for args in (["--tick", "2026-11-30T14:30:30+00:00"], ["--force", "--tick", "2026-11-30T14:00:00+00:00"]):
-        with pytest.raises(CommandError) as via_alias:
-            call_command(job, *args)
-        with pytest.raises(CommandError) as via_run_job:
-            call_command("run_job", job, *args)
-        assert (str(via_alias.value), via_alias.value.returncode) == (str(via_run_job.value), 2)
-    assert str(via_alias.value) == "--force and --tick exclude each other: a forced run claims no tick."
-    assert not SyncLock.objects.exists()
-
-
 def test_the_dry_run_callable_is_the_preview(registered):
     assert preview_job(name="record") == {"would_record": 1}
     with pytest.raises(
@@ -242,23 +167,16 @@ def test_the_dry_run_callable_is_the_preview(registered):
 # --- CRONJOBS: one line per job ---------------------------------------------------------
 
 
-def test_the_settings_build_cronjobs_from_the_registry():
-    assert cronjobs(project.LOCKS_JOBS, log_dir=ROOT / "var") == project.CRONJOBS
-    assert [line[2] for line in project.CRONJOBS] == [
-        ["run_job", "sync_contests"],
-        ["run_job", "send_reminders"],
-    ]
+def test_the_host_project_builds_cronjobs_from_its_registry():
+    assert cronjobs(host.LOCKS_JOBS, log_dir=host.VAR / "log") == host.CRONJOBS
+    assert [line[2] for line in host.CRONJOBS] == [["run_job", name] for name in HOST_JOBS]
 
 
 def test_one_cron_line_per_registered_job(tmp_path):
     log_dir = tmp_path / "a 100% odd dir"
-    lines = cronjobs({**TEST_JOBS, "broken": "not a dict"}, log_dir=log_dir)
-    assert [line[2] for line in lines] == [
-        ["run_job", "record"],
-        ["run_job", "refuse"],
-        ["run_job", "linger"],
-    ]
-    schedule, function, _args, kwargs, suffix = lines[0]
+    lines = cronjobs({**host.LOCKS_JOBS, "broken": "not a dict"}, log_dir=log_dir)
+    assert [line[2] for line in lines] == [["run_job", name] for name in HOST_JOBS]
+    schedule, function, _args, kwargs, suffix = lines[1]
     assert (schedule, function, kwargs) == (
         "*/5 * * * *",
         "django.core.management.call_command",
@@ -268,20 +186,15 @@ def test_one_cron_line_per_registered_job(tmp_path):
     assert suffix == f">> '{log_dir}/record.log' 2>&1".replace("%", "\\%")
 
 
-def test_a_project_with_two_jobs_has_two_cron_lines(transactional_db):
-    """The settings a deployment would have: the sync and the test jobs, read in a new process."""
+def test_a_new_process_reads_the_same_cron_lines(transactional_db):
+    """The settings a deployment would have, read in a new process: one line per job."""
     code = "import django, json; django.setup(); from django.conf import settings; print(json.dumps(settings.CRONJOBS))"
-    env = {**project_env(), "DJANGO_SETTINGS_MODULE": "tests.locks.settings"}
     proc = subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+        [sys.executable, "-c", code], cwd=ROOT, env=project_env(), capture_output=True, text=True, timeout=60
     )
     assert proc.returncode == 0, proc.stderr
     lines = json.loads(proc.stdout)
     assert [(line[0], line[2]) for line in lines] == [
-        (os.environ.get("SYNC_CONTESTS_SCHEDULE", "0 * * * *"), ["run_job", "sync_contests"]),
-        (os.environ.get("SEND_REMINDERS_SCHEDULE", "* * * * *"), ["run_job", "send_reminders"]),
-        ("*/5 * * * *", ["run_job", "record"]),
-        ("*/5 * * * *", ["run_job", "refuse"]),
-        ("*/5 * * * *", ["run_job", "linger"]),
+        ("*/5 * * * *", ["run_job", name]) for name in HOST_JOBS
     ]
-    assert lines[2][4] == f">> {Path(ROOT) / 'var' / 'record.log'} 2>&1"
+    assert lines[1][4] == f">> {host.VAR / 'log' / 'record.log'} 2>&1"

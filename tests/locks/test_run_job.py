@@ -1,25 +1,23 @@
-"""`manage.py run_job NAME` as real processes: any registered job, sync_contests' exit codes."""
+"""`manage.py run_job NAME` as real processes: the host project's jobs, the exit codes."""
 
 import signal
-import socket
 import time
 
 import pytest
 
 from locks.models import JobRun, SyncLock
 from tests.conftest import manage, project_env, spawn
+from tests.jobsapp.models import SlotWrite
 
 TICK = "2026-11-30T14:00:00+00:00"
-REGISTERED = "sync_contests, send_reminders, record, refuse, linger"
+REGISTERED = "write_slot, record, refuse, linger, slow_write"
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
-def env(db_url, standin):
-    """The project with the test jobs of tests/locks/jobs.py registered beside the sync."""
-    return project_env(
-        DATABASE_URL=db_url, CODEFORCES_API_URL=standin.url, DJANGO_SETTINGS_MODULE="tests.locks.settings"
-    )
+def env(db_url):
+    """The host project (tests/hostproject/settings.py) on the test database."""
+    return project_env(DATABASE_URL=db_url)
 
 
 def test_a_registered_job_runs_once_per_tick(env):
@@ -41,13 +39,14 @@ def test_a_registered_job_runs_once_per_tick(env):
     )
 
 
-def test_the_sync_runs_through_run_job(env, standin):
-    proc = manage("run_job", "sync_contests", "--tick", TICK, env=env)
+def test_a_job_that_writes_runs_through_run_job_under_its_token(env):
+    proc = manage("run_job", "write_slot", "--tick", TICK, env=env)
 
     assert proc.returncode == 0, proc.stderr
-    assert f"job=sync_contests tick={TICK} " in proc.stdout
-    assert "outcome=succeeded" in proc.stdout and "created=1758" in proc.stdout
-    assert standin.calls == 1
+    assert f"job=write_slot tick={TICK} " in proc.stdout
+    assert "outcome=succeeded" in proc.stdout and " written=1 " in proc.stdout
+    row = SlotWrite.objects.get()
+    assert (row.job, row.tick.isoformat(), row.token) == ("write_slot", TICK, JobRun.objects.get().token)
 
 
 def test_a_failed_run_exits_1_with_one_error_line_and_no_traceback(env):
@@ -88,49 +87,24 @@ def test_a_failed_run_exits_1_with_one_error_line_and_no_traceback(env):
         ),
     ],
 )
-def test_bad_arguments_exit_2_clearly_and_change_nothing(env, standin, args, message):
+def test_bad_arguments_exit_2_clearly_and_change_nothing(env, args, message):
     proc = manage("run_job", *args, env=env)
 
     assert proc.returncode == 2, proc.stderr
     assert message in proc.stderr
     assert "Traceback" not in proc.stderr
-    assert standin.calls == 0
+    assert not SlotWrite.objects.exists()
     assert not SyncLock.objects.exists()
     assert not JobRun.objects.exists()
 
 
-def test_dry_run_shows_the_preview_and_takes_no_lock(env, standin):
+def test_dry_run_shows_the_preview_and_takes_no_lock(env):
     record = manage("run_job", "record", "--dry-run", env=env)
-    sync = manage("run_job", "sync_contests", "--dry-run", env=env)
 
     assert record.returncode == 0, record.stderr
     assert record.stdout.strip() == "dry run, nothing written: would_record=1"
-    assert sync.returncode == 0, sync.stderr
-    assert sync.stdout.strip() == (
-        "dry run, nothing written: fetched=1758 created=1758 updated=0 unchanged=0 invalid=0 removed=0 pruned=0"
-    )
     assert not SyncLock.objects.exists()
     assert not JobRun.objects.exists()
-
-
-def test_an_unreachable_database_skips_with_one_warning():
-    with socket.socket() as closed:
-        closed.bind(("127.0.0.1", 0))  # held, never listened on
-        url = f"postgres://nobody@127.0.0.1:{closed.getsockname()[1]}/contests"
-        proc = manage(
-            "run_job",
-            "record",
-            "--tick",
-            TICK,
-            env=project_env(DATABASE_URL=url, DJANGO_SETTINGS_MODULE="tests.locks.settings"),
-        )
-
-    assert proc.returncode == 0, proc.stderr
-    assert "Traceback" not in proc.stderr
-    [warning] = [line for line in proc.stderr.splitlines() if " WARNING " in line]
-    assert f"job=record tick={TICK} " in warning
-    assert "outcome=skipped reason=database unreachable: OperationalError:" in warning
-    assert " ERROR " not in proc.stderr
 
 
 def test_sigterm_mid_run_records_the_run_and_releases_the_lease(env):

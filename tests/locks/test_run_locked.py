@@ -7,9 +7,10 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from locks import api
-from locks.clock import database_now
-from locks.models import JobRun, SyncLock
+from locks.leases import Lease, Skip, acquire, fenced, renew
+from locks.models import JobRun, SyncLock, database_now
+from locks.operations import force_release
+from locks.runner import run_locked
 from tests.locks.conftest import TICK
 
 TTL = timedelta(minutes=5)
@@ -19,7 +20,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def test_a_successful_run_records_stats_and_releases(caplog):
     caplog.set_level(logging.INFO, logger="locks")
 
-    result = api.run_locked(job="job", tick=TICK, ttl=TTL, fn=lambda lease: {"created": 3}, holder="h:1:a")
+    result = run_locked(job="job", tick=TICK, ttl=TTL, fn=lambda lease: {"created": 3}, holder="h:1:a")
 
     assert (result.outcome, result.token, result.stats) == ("succeeded", 1, {"created": 3})
     run = JobRun.objects.get()
@@ -45,7 +46,7 @@ def test_a_failing_job_is_recorded_with_its_error_and_the_lease_freed(caplog):
     def boom(lease):
         raise ValueError("payload was odd")
 
-    result = api.run_locked(job="job", tick=TICK, ttl=TTL, fn=boom, expected_errors=(ValueError,))
+    result = run_locked(job="job", tick=TICK, ttl=TTL, fn=boom, expected_errors=(ValueError,))
 
     assert (result.outcome, result.error, result.ok) == ("failed", "payload was odd", False)
     assert JobRun.objects.get().status == "failed"
@@ -60,7 +61,7 @@ def test_an_unexpected_exception_keeps_its_traceback_in_the_log(caplog):
     def bug(lease):
         raise KeyError("missing")
 
-    result = api.run_locked(job="job", tick=TICK, ttl=TTL, fn=bug)
+    result = run_locked(job="job", tick=TICK, ttl=TTL, fn=bug)
 
     assert result.outcome == "failed"
     assert result.error == "KeyError: 'missing'"
@@ -76,11 +77,11 @@ def test_an_unexpected_exception_keeps_its_traceback_in_the_log(caplog):
 
 def test_a_lease_taken_over_inside_the_job_is_recorded_as_lost_lock():
     def job(lease):
-        api.force_release(job="job", by="another operator")  # the lease changes hands
-        api.renew(lease=lease)  # what the write phase does first (fencing)
+        force_release(job="job", by="another operator")  # the lease changes hands
+        renew(lease=lease)  # what the write phase does first (fencing)
         raise AssertionError("unreachable: renew must raise")
 
-    result = api.run_locked(job="job", tick=TICK, ttl=TTL, fn=job)
+    result = run_locked(job="job", tick=TICK, ttl=TTL, fn=job)
 
     assert result.outcome == "lost_lock"
     assert result.error == "lease on job (token 1) was taken over, released or expired"
@@ -94,10 +95,10 @@ def test_a_lease_taken_over_inside_the_job_is_recorded_as_lost_lock():
 
 def test_a_skip_runs_nothing_and_records_no_run(caplog):
     caplog.set_level(logging.INFO, logger="locks")
-    api.acquire(job="job", tick=TICK, ttl=TTL, holder="other:9:z")
+    acquire(job="job", tick=TICK, ttl=TTL, holder="other:9:z")
     called = []
 
-    result = api.run_locked(job="job", tick=TICK, ttl=TTL, fn=called.append)
+    result = run_locked(job="job", tick=TICK, ttl=TTL, fn=called.append)
 
     assert (result.outcome, result.ok, called) == ("skipped", True, [])
     assert result.reason.startswith("held by other:9:z until ")
@@ -112,12 +113,12 @@ def test_the_heartbeat_marks_a_taken_over_lease_lost():
     ttl = timedelta(seconds=0.6)  # heartbeat every 0.2 s
 
     def job(lease):
-        api.force_release(job="job", by="test")
+        force_release(job="job", by="test")
         # Bounded wait for the heartbeat thread to notice (it renews every TTL/3).
         lease._lost.wait(timeout=10)
         lease.check()
 
-    result = api.run_locked(job="job", tick=TICK, ttl=ttl, fn=job)
+    result = run_locked(job="job", tick=TICK, ttl=ttl, fn=job)
 
     assert result.outcome == "lost_lock"
     assert result.error == "lease on job (token 1) was taken over, released or expired"
@@ -129,7 +130,7 @@ def test_an_interrupted_job_is_recorded_and_releases_before_the_interrupt_goes_o
         raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        api.run_locked(job="job", tick=TICK, ttl=TTL, fn=interrupted)
+        run_locked(job="job", tick=TICK, ttl=TTL, fn=interrupted)
 
     assert JobRun.objects.get().status == "failed"
     assert JobRun.objects.get().error == "interrupted: KeyboardInterrupt: no details"
@@ -141,9 +142,9 @@ def test_a_failed_tick_is_retried_by_a_later_run_and_each_attempt_is_a_run():
     def down(lease):
         raise ValueError("Codeforces answered 503")
 
-    failed = api.run_locked(job="job", tick=TICK, ttl=TTL, fn=down, expected_errors=(ValueError,))
-    retried = api.run_locked(job="job", tick=TICK, ttl=TTL, fn=lambda lease: {"created": 1})
-    again = api.run_locked(job="job", tick=TICK, ttl=TTL, fn=lambda lease: {"created": 1})
+    failed = run_locked(job="job", tick=TICK, ttl=TTL, fn=down, expected_errors=(ValueError,))
+    retried = run_locked(job="job", tick=TICK, ttl=TTL, fn=lambda lease: {"created": 1})
+    again = run_locked(job="job", tick=TICK, ttl=TTL, fn=lambda lease: {"created": 1})
 
     assert (failed.outcome, retried.outcome, again.outcome) == ("failed", "succeeded", "skipped")
     assert again.reason == f"tick {TICK.isoformat()} already done by {retried.holder}"
@@ -153,19 +154,19 @@ def test_a_failed_tick_is_retried_by_a_later_run_and_each_attempt_is_a_run():
 
 def test_a_run_whose_fenced_write_committed_succeeds_even_if_the_lease_changes_hands():
     def job(lease):
-        with api.fenced(lease):
+        with fenced(lease):
             JobRun.objects.filter(token=lease.token).update(stats={"written": True})
-        api.force_release(job="job", by="an impatient operator")  # right after the commit
+        force_release(job="job", by="an impatient operator")  # right after the commit
         return {"created": 3}
 
-    result = api.run_locked(job="job", tick=TICK, ttl=TTL, fn=job)
+    result = run_locked(job="job", tick=TICK, ttl=TTL, fn=job)
 
     assert (result.outcome, result.error, result.stats) == ("succeeded", "", {"created": 3})
     run = JobRun.objects.get()
     assert (run.status, run.error) == ("succeeded", "")
     lock = SyncLock.objects.get()
     assert (lock.tick, lock.tick_done, lock.last_status) == (TICK, True, "released")
-    assert isinstance(api.acquire(job="job", tick=TICK, ttl=TTL), api.Skip)
+    assert isinstance(acquire(job="job", tick=TICK, ttl=TTL), Skip)
 
 
 @pytest.mark.parametrize(
@@ -173,7 +174,7 @@ def test_a_run_whose_fenced_write_committed_succeeds_even_if_the_lease_changes_h
     [
         pytest.param(lambda lease: JobRun.objects.raw("SELECT nonsense")[0], id="database-error"),
         pytest.param(lambda lease: {}["missing"], id="bug"),
-        pytest.param(lambda lease: api.force_release(job="job") and api.renew(lease=lease), id="lease-lost"),
+        pytest.param(lambda lease: force_release(job="job") and renew(lease=lease), id="lease-lost"),
     ],
 )
 def test_a_job_that_fails_after_its_fenced_write_committed_succeeds_with_the_error_kept(failure, caplog):
@@ -181,11 +182,11 @@ def test_a_job_that_fails_after_its_fenced_write_committed_succeeds_with_the_err
     kept on the run and logged as an ERROR, and the tick is never run again."""
 
     def job(lease):
-        with api.fenced(lease):
+        with fenced(lease):
             pass
         failure(lease)
 
-    result = api.run_locked(job="job", tick=TICK, ttl=TTL, fn=job)
+    result = run_locked(job="job", tick=TICK, ttl=TTL, fn=job)
 
     assert (result.outcome, result.ok) == ("succeeded", True)
     assert result.error.startswith("after its fenced write committed: "), result.error
@@ -196,20 +197,20 @@ def test_a_job_that_fails_after_its_fenced_write_committed_succeeds_with_the_err
     [record] = [r for r in caplog.records if r.name == "locks.api" and "outcome=" in r.getMessage()]
     assert record.levelno == logging.ERROR
     assert "outcome=succeeded" in record.getMessage()
-    assert isinstance(api.acquire(job="job", tick=TICK, ttl=TTL), api.Skip)
+    assert isinstance(acquire(job="job", tick=TICK, ttl=TTL), Skip)
 
 
 def test_a_job_that_fails_before_committing_leaves_its_tick_to_a_retry():
     def job(lease):
-        with api.fenced(lease):
+        with fenced(lease):
             raise ValueError("half-way")
 
-    result = api.run_locked(job="job", tick=TICK, ttl=TTL, fn=job, expected_errors=(ValueError,))
+    result = run_locked(job="job", tick=TICK, ttl=TTL, fn=job, expected_errors=(ValueError,))
 
     assert (result.outcome, result.error) == ("failed", "half-way")
     lock = SyncLock.objects.get()
     assert (lock.tick, lock.tick_done, lock.committed_token) == (TICK, False, None)
-    assert isinstance(api.acquire(job="job", tick=TICK, ttl=TTL), api.Lease)
+    assert isinstance(acquire(job="job", tick=TICK, ttl=TTL), Lease)
 
 
 def test_the_heartbeat_stops_at_the_maximum_run_time_and_the_run_ends_lost_lock(caplog):
@@ -223,7 +224,7 @@ def test_the_heartbeat_stops_at_the_maximum_run_time_and_the_run_ends_lost_lock(
             time.sleep(0.05)
         raise AssertionError("the maximum run time never ended the run")
 
-    result = api.run_locked(
+    result = run_locked(
         job="job",
         tick=TICK,
         ttl=timedelta(seconds=1.5),  # a beat every 0.5 s
@@ -250,7 +251,7 @@ def test_a_tick_too_far_ahead_is_a_warning_naming_the_host_clock_offset(caplog, 
     monkeypatch.setattr(timezone, "now", lambda: fast)
     called = []
 
-    result = api.run_locked(
+    result = run_locked(
         job="job",
         tick=fast.replace(minute=0, second=0, microsecond=0),
         ttl=TTL,
@@ -271,13 +272,13 @@ def test_a_tick_too_far_ahead_is_a_warning_naming_the_host_clock_offset(caplog, 
 
 
 def test_taking_over_closes_the_runs_a_dead_holder_left_running():
-    dead = api.acquire(job="job", tick=TICK, ttl=TTL, holder="dead:1:x")
+    dead = acquire(job="job", tick=TICK, ttl=TTL, holder="dead:1:x")
     JobRun.objects.create(
         job_name="job", tick=TICK, holder="dead:1:x", token=dead.token, started_at=dead.acquired_at
     )
     SyncLock.objects.update(locked_until=dead.acquired_at - TTL)  # its lease ran out long ago
 
-    result = api.run_locked(job="job", tick=TICK, ttl=TTL, fn=lambda lease: {})
+    result = run_locked(job="job", tick=TICK, ttl=TTL, fn=lambda lease: {})
 
     assert (result.outcome, result.token) == ("succeeded", 2)
     closed = JobRun.objects.get(token=1)

@@ -17,16 +17,17 @@ import pytest
 
 from locks.leases import Skip
 from locks.models import JobRun
-from locks.registry import InvalidTick, Job, jobs
+from locks.registry import Job, jobs
 from locks.runner import RunResult
+from locks.schedule import InvalidTick
 from locks.scheduler import Scheduler
-from tests.locks.jobs import RECORD
-from tests.locks.test_registry import register
+from tests.hostproject.settings import RECORD
+from tests.locks.conftest import register
 
 HOURLY = Job(
     name="hourly",
     schedule="0 * * * *",
-    callable_path="tests.locks.jobs.record",
+    callable_path="tests.jobsapp.jobs.record",
     ttl=timedelta(seconds=60),
     max_run_time=None,
     retry_delays=(timedelta(minutes=1), timedelta(minutes=5), timedelta(minutes=15)),

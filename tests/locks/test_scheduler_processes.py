@@ -1,8 +1,8 @@
 """Three ``run_scheduler`` processes, one SIGKILLed while it runs a tick: every slot runs once.
 
-The sync runs every 10 seconds (a seconds-level cron schedule, so that a dozen slots pass
-in two minutes of real time) against the local stand-in, which takes 2 s to answer, so
-that the process killed is killed in the middle of a run. Its tick is taken over by
+The host project's ``slow_write`` runs every 10 seconds (a seconds-level cron schedule, so
+that a dozen slots pass in two minutes of real time) and works 2 s before its fenced write,
+so that the process killed is killed in the middle of a run. Its tick is taken over by
 another scheduler once the dead holder's lease (3 s) has expired, within the same slot.
 """
 
@@ -17,8 +17,7 @@ from datetime import timedelta
 
 import pytest
 
-from locks.clock import database_now
-from locks.models import JobRun, SyncLock
+from locks.models import JobRun, SyncLock, database_now
 from locks.schedule import next_tick, slot_at_or_before
 from tests.conftest import ROOT, project_env, spawn
 
@@ -27,7 +26,7 @@ SLOTS = 7
 GRACE = 5
 
 
-def start(env: dict[str, str], job: str = "sync_contests") -> subprocess.Popen:
+def start(env: dict[str, str], job: str = "slow_write") -> subprocess.Popen:
     return spawn([str(ROOT / "manage.py"), "run_scheduler", job], env=env)
 
 
@@ -40,13 +39,12 @@ def wait_for(condition, *, timeout: float, what: str) -> None:
 
 
 @pytest.mark.slow
-def test_three_schedulers_one_killed_run_every_slot_exactly_once(db_url, standin):
-    standin.delay = 2.0
+def test_three_schedulers_one_killed_run_every_slot_exactly_once(db_url):
     env = project_env(
         DATABASE_URL=db_url,
-        CODEFORCES_API_URL=standin.url,
-        SYNC_CONTESTS_SCHEDULE=SCHEDULE,
-        SYNC_CONTESTS_LOCK_TTL="3",
+        SLOW_WRITE_SCHEDULE=SCHEDULE,
+        SLOW_WRITE_TTL="3",
+        SLOW_WRITE_SECONDS="2",
         LOCKS_SCHEDULER_GRACE=str(GRACE),
     )
     schedulers = [start(env) for _ in range(3)]
@@ -56,17 +54,17 @@ def test_three_schedulers_one_killed_run_every_slot_exactly_once(db_url, standin
         victim_slot = first + timedelta(seconds=20)
         wait_for(
             lambda: SyncLock.objects.filter(
-                job_name="sync_contests", tick=victim_slot, locked_until__isnull=False
+                job_name="slow_write", tick=victim_slot, locked_until__isnull=False
             ).exists(),
             timeout=60,
             what="a scheduler to take the third slot",
         )
-        holder = SyncLock.objects.get(job_name="sync_contests").holder
+        holder = SyncLock.objects.get(job_name="slow_write").holder
         victim = next(proc for proc in schedulers if f":{proc.pid}:" in holder)
         victim.send_signal(signal.SIGKILL)
         last = first + timedelta(seconds=10 * (SLOTS - 1))
         wait_for(
-            lambda: JobRun.objects.filter(job_name="sync_contests", tick=last, status="succeeded").exists(),
+            lambda: JobRun.objects.filter(job_name="slow_write", tick=last, status="succeeded").exists(),
             timeout=120,
             what=f"slot {last.isoformat()} to succeed",
         )
@@ -89,14 +87,14 @@ def test_three_schedulers_one_killed_run_every_slot_exactly_once(db_url, standin
         assert "Traceback" not in err, err
         assert "scheduler: stopped" in err
     succeeded = Counter(
-        JobRun.objects.filter(job_name="sync_contests", status="succeeded").values_list("tick", flat=True)
+        JobRun.objects.filter(job_name="slow_write", status="succeeded").values_list("tick", flat=True)
     )
     slots = [first + timedelta(seconds=10 * index) for index in range(SLOTS)]
     assert [succeeded[slot] for slot in slots] == [1] * SLOTS, succeeded
     assert max(succeeded.values()) == 1  # no tick twice, in the slots before and after either
     assert all(slot_at_or_before(SCHEDULE, now=tick) == tick for tick in succeeded)
     # The killed run is closed as abandoned by the run that took its tick over.
-    killed = JobRun.objects.get(job_name="sync_contests", tick=victim_slot, holder=holder)
+    killed = JobRun.objects.get(job_name="slow_write", tick=victim_slot, holder=holder)
     assert killed.status == "abandoned", (killed.status, killed.error)
     # The others skipped and said why.
     skips = [
@@ -109,14 +107,12 @@ def test_three_schedulers_one_killed_run_every_slot_exactly_once(db_url, standin
 
 
 @pytest.mark.slow
-def test_an_unreachable_database_is_one_warning_a_tick_and_the_loop_goes_on(standin):
+def test_an_unreachable_database_is_one_warning_a_tick_and_the_loop_goes_on():
     with socket.socket() as closed:
         closed.bind(("127.0.0.1", 0))
         port = closed.getsockname()[1]
     env = project_env(
-        DATABASE_URL=f"postgres://nobody@127.0.0.1:{port}/contests",
-        CODEFORCES_API_URL=standin.url,
-        SYNC_CONTESTS_SCHEDULE="* * * * * */2",
+        DATABASE_URL=f"postgres://nobody@127.0.0.1:{port}/contests", SLOW_WRITE_SCHEDULE="* * * * * */2"
     )
     scheduler = start(env)
     time.sleep(7)  # three or four slots of two seconds
@@ -129,14 +125,11 @@ def test_an_unreachable_database_is_one_warning_a_tick_and_the_loop_goes_on(stan
     ticks = [line.split(" tick=", 1)[1].split()[0] for line in warnings]
     assert len(ticks) >= 2 and len(set(ticks)) == len(ticks), warnings  # one per tick, on and on
     assert all("outcome=skipped reason=database unreachable" in line for line in warnings)
-    assert standin.calls == 0
 
 
 @pytest.mark.slow
 def test_sigterm_gives_a_running_job_its_grace_then_records_it_and_releases_the_lease(db_url):
-    env = project_env(
-        DATABASE_URL=db_url, DJANGO_SETTINGS_MODULE="tests.locks.settings", LOCKS_SCHEDULER_GRACE="1"
-    )
+    env = project_env(DATABASE_URL=db_url, LOCKS_SCHEDULER_GRACE="1")
     scheduler = start(env, "linger")
     try:
         # On start it catches up the current slot of linger's schedule: a job that sleeps.

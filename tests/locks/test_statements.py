@@ -12,7 +12,7 @@ import pytest
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
-from locks import api
+from locks.leases import Lease, Skip, acquire, release, renew
 from locks.models import SyncLock
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -33,20 +33,20 @@ def statements(queries) -> list[str]:
 @pytest.fixture
 def free_row():
     """The job's row exists and its lease is free (a previous tick ran and released)."""
-    lease = api.acquire(job=JOB, tick=TICK - timedelta(hours=1), ttl=TTL)
-    assert isinstance(lease, api.Lease)
-    assert api.release(lease=lease, status="succeeded")
+    lease = acquire(job=JOB, tick=TICK - timedelta(hours=1), ttl=TTL)
+    assert isinstance(lease, Lease)
+    assert release(lease=lease, status="succeeded")
 
 
 @pytest.mark.usefixtures("free_row")
 @pytest.mark.parametrize("tick", [TICK, None], ids=["scheduled", "forced"])
 def test_acquire_and_release_take_three_statements_on_the_happy_path(tick):
     with CaptureQueriesContext(connection) as acquiring:
-        lease = api.acquire(job=JOB, tick=tick, ttl=TTL)
+        lease = acquire(job=JOB, tick=tick, ttl=TTL)
     with CaptureQueriesContext(connection) as releasing:
-        released = api.release(lease=lease, status="succeeded")
+        released = release(lease=lease, status="succeeded")
 
-    assert isinstance(lease, api.Lease) and lease.token == 2
+    assert isinstance(lease, Lease) and lease.token == 2
     assert released
     # The compare-and-set, then the winner's read of its token.
     assert statements(acquiring) == ["UPDATE", "SELECT"], [q["sql"] for q in acquiring]
@@ -64,9 +64,9 @@ def test_the_winner_reads_its_token_in_the_transaction_of_its_update():
         return execute(sql, params, many, context)
 
     with connection.execute_wrapper(record):
-        lease = api.acquire(job=JOB, tick=TICK, ttl=TTL)
+        lease = acquire(job=JOB, tick=TICK, ttl=TTL)
 
-    assert isinstance(lease, api.Lease)
+    assert isinstance(lease, Lease)
     assert [(verb, atomic) for verb, atomic in seen if verb != "BEGIN"] == [
         ("UPDATE", True),
         ("SELECT", True),
@@ -78,31 +78,31 @@ def test_the_winner_reads_its_token_in_the_transaction_of_its_update():
 @pytest.mark.usefixtures("free_row")
 def test_inside_a_callers_transaction_acquire_adds_no_savepoint():
     with transaction.atomic(), CaptureQueriesContext(connection) as acquiring:
-        lease = api.acquire(job=JOB, tick=TICK, ttl=TTL)
+        lease = acquire(job=JOB, tick=TICK, ttl=TTL)
 
-    assert isinstance(lease, api.Lease)
+    assert isinstance(lease, Lease)
     assert statements(acquiring) == ["UPDATE", "SELECT"], [q["sql"] for q in acquiring]
 
 
 @pytest.mark.usefixtures("free_row")
 def test_renew_is_one_statement():
-    lease = api.acquire(job=JOB, tick=TICK, ttl=TTL)
+    lease = acquire(job=JOB, tick=TICK, ttl=TTL)
 
     with CaptureQueriesContext(connection) as renewing:
-        api.renew(lease=lease)
+        renew(lease=lease)
 
     assert verbs(renewing) == ["UPDATE"]
 
 
 @pytest.mark.usefixtures("free_row")
 def test_a_loser_learns_why_in_two_statements():
-    holder = api.acquire(job=JOB, tick=TICK, ttl=TTL)
-    assert isinstance(holder, api.Lease)
+    holder = acquire(job=JOB, tick=TICK, ttl=TTL)
+    assert isinstance(holder, Lease)
 
     with CaptureQueriesContext(connection) as losing:
-        skip = api.acquire(job=JOB, tick=TICK, ttl=TTL)
+        skip = acquire(job=JOB, tick=TICK, ttl=TTL)
 
-    assert isinstance(skip, api.Skip) and skip.reason == "held"
+    assert isinstance(skip, Skip) and skip.reason == "held"
     # The compare-and-set that matched nothing, then one read of who holds it.
     assert statements(losing) == ["UPDATE", "SELECT"]
 
@@ -110,16 +110,16 @@ def test_a_loser_learns_why_in_two_statements():
 @pytest.mark.usefixtures("free_row")
 def test_the_compare_and_set_refuses_a_claimed_or_earlier_tick():
     later = TICK + timedelta(hours=2)
-    won = api.acquire(job=JOB, tick=later, ttl=TTL, holder="a:1:aaaaaa")
-    assert isinstance(won, api.Lease) and api.release(lease=won, status="succeeded")
+    won = acquire(job=JOB, tick=later, ttl=TTL, holder="a:1:aaaaaa")
+    assert isinstance(won, Lease) and release(lease=won, status="succeeded")
 
-    earlier = api.acquire(job=JOB, tick=TICK, ttl=TTL, holder="b:2:bbbbbb")
-    again = api.acquire(job=JOB, tick=later, ttl=TTL, holder="c:3:cccccc")
-    latest = api.acquire(job=JOB, tick=later + timedelta(hours=1), ttl=TTL, holder="d:4:dddddd")
+    earlier = acquire(job=JOB, tick=TICK, ttl=TTL, holder="b:2:bbbbbb")
+    again = acquire(job=JOB, tick=later, ttl=TTL, holder="c:3:cccccc")
+    latest = acquire(job=JOB, tick=later + timedelta(hours=1), ttl=TTL, holder="d:4:dddddd")
 
-    assert isinstance(earlier, api.Skip) and earlier.reason == "tick_claimed"
-    assert isinstance(again, api.Skip) and again.reason == "tick_claimed"
-    assert isinstance(latest, api.Lease) and latest.token == won.token + 1
+    assert isinstance(earlier, Skip) and earlier.reason == "tick_claimed"
+    assert isinstance(again, Skip) and again.reason == "tick_claimed"
+    assert isinstance(latest, Lease) and latest.token == won.token + 1
     row = SyncLock.objects.get(job_name=JOB)
     assert (row.holder, row.tick, row.token) == ("d:4:dddddd", later + timedelta(hours=1), latest.token)
 
@@ -129,15 +129,15 @@ def test_acquire_works_without_time_zone_support(settings):
     settings.USE_TZ = False
     tick = datetime(2030, 1, 1, 14, 0)
 
-    lease = api.acquire(job=JOB, tick=tick, ttl=TTL, holder="a:1:aaaaaa")
-    skip = api.acquire(job=JOB, tick=tick + timedelta(hours=1), ttl=TTL, holder="b:2:bbbbbb")
+    lease = acquire(job=JOB, tick=tick, ttl=TTL, holder="a:1:aaaaaa")
+    skip = acquire(job=JOB, tick=tick + timedelta(hours=1), ttl=TTL, holder="b:2:bbbbbb")
 
-    assert isinstance(lease, api.Lease) and lease.token == 1
+    assert isinstance(lease, Lease) and lease.token == 1
     assert lease.acquired_at.tzinfo is None
-    assert isinstance(skip, api.Skip) and (skip.reason, skip.holder) == ("held", "a:1:aaaaaa")
+    assert isinstance(skip, Skip) and (skip.reason, skip.holder) == ("held", "a:1:aaaaaa")
     assert skip.locked_until - lease.acquired_at == TTL
-    assert api.release(lease=lease, status="succeeded")
-    again = api.acquire(job=JOB, tick=tick, ttl=TTL, holder="c:3:cccccc")
-    assert isinstance(again, api.Skip) and again.reason == "tick_claimed"
+    assert release(lease=lease, status="succeeded")
+    again = acquire(job=JOB, tick=tick, ttl=TTL, holder="c:3:cccccc")
+    assert isinstance(again, Skip) and again.reason == "tick_claimed"
     row = SyncLock.objects.get(job_name=JOB)
     assert (row.tick, row.token, row.last_status) == (tick, 1, "succeeded")

@@ -3,7 +3,7 @@
     python -m tests.locks.worker --job J [--tick ISO] [--ttl S] [--go FILE] [--run S] [--write S] [--then S]
 
 Waits until FILE exists (a start line for every contender), then runs a job of
---run seconds through ``locks.api.run_locked`` (lease, heartbeat, JobRun); with
+--run seconds through ``locks.run_locked`` (lease, heartbeat, JobRun); with
 --write, the job then holds a fenced write transaction open for S seconds; with --then, once that
 transaction committed it prints ``{"outcome": "committed"}`` and sleeps S seconds (a test
 SIGKILLs it there). The
@@ -35,7 +35,8 @@ def main() -> None:
     import django
 
     django.setup()
-    from locks import api
+    from locks.leases import Lease, fenced
+    from locks.runner import run_locked
 
     if args.go:
         deadline = time.monotonic() + 60
@@ -44,18 +45,18 @@ def main() -> None:
                 sys.exit("start line never came")
             time.sleep(0.005)
 
-    def job(lease: api.Lease) -> dict:
+    def job(lease: Lease) -> dict:
         print(json.dumps({"outcome": "acquired", "token": lease.token, "holder": lease.holder}), flush=True)
         time.sleep(args.run)
         if args.write or args.then:
-            with api.fenced(lease):
+            with fenced(lease):
                 time.sleep(args.write)  # a long write: on SQLite it holds the one write lock
         if args.then:
             print(json.dumps({"outcome": "committed", "token": lease.token}), flush=True)
             time.sleep(args.then)
         return {"slept": args.run}
 
-    result = api.run_locked(job=args.job, tick=args.tick, ttl=timedelta(seconds=args.ttl), fn=job)
+    result = run_locked(job=args.job, tick=args.tick, ttl=timedelta(seconds=args.ttl), fn=job)
     print(
         json.dumps(
             {

@@ -4,19 +4,22 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from contests.ops.crontab import CrontabEnvError, crontab_environment, write_crontab_env
+from locks.crontab import CrontabEnvError, crontab_environment, write_crontab_env
 
 
 class Command(BaseCommand):
     help = (
-        "Write this project's variables from the current environment to CRONTAB_ENV_FILE "
-        "(mode 0600), which the line `crontab add` installs sources. Run it before `crontab add`."
+        "Write this project's variables (LOCKS_CRONTAB_ENV_PREFIXES) from the current environment to "
+        "LOCKS_CRONTAB_ENV_FILE (mode 0600), which the line `crontab add` installs sources. "
+        "Run it before `crontab add`."
     )
 
     def handle(self, *args, **options) -> None:
-        path = Path(settings.CRONTAB_ENV_FILE)
+        if not settings.LOCKS_CRONTAB_ENV_FILE:
+            raise CommandError("LOCKS_CRONTAB_ENV_FILE is not set: name the file the crontab line sources")
+        path = Path(settings.LOCKS_CRONTAB_ENV_FILE)
         try:
-            variables = crontab_environment(environ=os.environ, prefixes=settings.CRONTAB_ENV_PREFIXES)
+            variables = crontab_environment(environ=os.environ, prefixes=settings.LOCKS_CRONTAB_ENV_PREFIXES)
             write_crontab_env(path=path, variables=variables)
         except CrontabEnvError as exc:
             raise CommandError(f"{path}: {exc}") from exc

@@ -2,8 +2,11 @@ import json
 
 from django.core.management.base import BaseCommand, CommandError
 from django.db import Error as DBError  # DatabaseError and InterfaceError
+from django.utils.formats import date_format
 
-from locks import api
+from locks.leases import LockError, iso
+from locks.operations import force_release, reset_tick
+from locks.registry import UnknownJob
 from locks.selectors import job_states
 
 
@@ -17,7 +20,7 @@ class Command(BaseCommand):
         )
         status.add_argument("--json", action="store_true", help="Print JSON instead of a table.")
         release = actions.add_parser("release", help="Force-release a lock (bumps its fencing token).")
-        release.add_argument("job", help="Job name, e.g. sync_contests.")
+        release.add_argument("job", help="Job name, e.g. send_digest.")
         release.add_argument(
             "--token",
             type=int,
@@ -69,7 +72,7 @@ class Command(BaseCommand):
     def release(self, job: str, *, token: int | None, reset: bool) -> None:
         by = "manage.py locks release"
         try:
-            released = api.force_release(job=job, expected_token=token, by=by)
+            released = force_release(job=job, expected_token=token, by=by)
             if released.was_held:
                 self.stdout.write(
                     f"Released {job}: holder was {released.previous_holder} "
@@ -82,17 +85,17 @@ class Command(BaseCommand):
             else:
                 self.stdout.write(f"{job} was not held; nothing to release.")
             if reset:
-                cleared = api.reset_tick(job=job, by=by)
+                cleared = reset_tick(job=job, by=by)
                 if cleared.was_set:
                     done = "done" if cleared.was_done else "not done"
                     self.stdout.write(
-                        f"Reset the claimed tick of {job}: it was {cleared.previous_tick.isoformat()} ({done})."
+                        f"Reset the claimed tick of {job}: it was {iso(cleared.previous_tick)} ({done})."
                     )
                 else:
                     self.stdout.write(f"{job} has no claimed tick; nothing to reset.")
-        except (api.UnknownJob, api.LockError) as exc:
+        except (UnknownJob, LockError) as exc:
             raise CommandError(exc.args[0]) from exc
 
 
 def _fmt(value) -> str:
-    return value.strftime("%Y-%m-%d %H:%M:%S%z") if value else "-"
+    return date_format(value, "Y-m-d H:i:sO") if value else "-"

@@ -3,35 +3,36 @@ import signal
 import sys
 from datetime import UTC, datetime
 
-from django.core.checks import Tags
 from django.core.management.base import BaseCommand, CommandError
 from django.db import Error as DBError  # DatabaseError and InterfaceError
 
-from locks.api import LockError
-from locks.registry import InvalidTick, NoDryRun, UnknownJob, get_job, preview_job, run_job
-from locks.schedule import check_tick
+from locks.checks import TAG
+from locks.leases import LockError
+from locks.registry import UnknownJob, get_job
+from locks.runner import NoDryRun, preview_job, run_job
+from locks.schedule import InvalidTick, check_tick
 
 
 class Command(BaseCommand):
     """``run_job NAME``; a project's own command for one job subclasses it and sets
-    ``job_name`` (``sync_contests``, ``send_reminders``): the same options, exit codes
+    ``job_name`` (as ``contests`` does for ``sync_contests``): the same options, exit codes
     and log line, without the positional argument."""
 
     help = (
         "Run one job of LOCKS_JOBS under its lease, at most once per scheduled tick across every host. "
         "Exit 0 when it ran or skipped; 1 when a run that held the lock failed; 2 for bad arguments."
     )
-    # The project's own configuration checks (locks, contests, ops) still run; the URL
-    # and admin checks would import every admin module on each start (about 23 ms of
-    # a skipping copy's ~250 ms, docs/benchmarks.md).
-    requires_system_checks = [Tags.compatibility]
+    # The checks tagged `locks` (the lock's, and those a project tags so for its jobs) run;
+    # the URL and admin checks would import every admin module on each start (about 23 ms
+    # of a skipping copy's ~250 ms, docs/benchmarks.md).
+    requires_system_checks = [TAG]
     job_name: str | None = None  # set by an alias: the job it runs
     dry_run_help = "Show what a run would do; write nothing (if the job can)."
     dry_run_done = "dry run, nothing written"
 
     def add_arguments(self, parser) -> None:
         if self.job_name is None:
-            parser.add_argument("job", help="A job name from LOCKS_JOBS, e.g. sync_contests.")
+            parser.add_argument("job", help="A job name from LOCKS_JOBS, e.g. send_digest.")
         parser.add_argument("--force", action="store_true", help="Ignore the tick (still needs the lock).")
         parser.add_argument("--dry-run", action="store_true", help=self.dry_run_help)
         parser.add_argument(

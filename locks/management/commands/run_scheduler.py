@@ -1,7 +1,7 @@
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from locks import registry
+from locks.registry import UnknownJob, get_job, jobs
 from locks.scheduler import Scheduler, install_signal_handlers
 
 
@@ -14,10 +14,11 @@ class Command(BaseCommand):
     def add_arguments(self, parser) -> None:
         parser.add_argument("jobs", nargs="*", metavar="JOB", help="Only these jobs (default: every one).")
 
-    def handle(self, *args, jobs: list[str], **options) -> None:
+    def handle(self, *args, **options) -> None:
+        names = options["jobs"]
         try:
-            chosen = [registry.get_job(name) for name in jobs] if jobs else list(registry.jobs().values())
-        except registry.UnknownJob as exc:
+            chosen = [get_job(name) for name in names] if names else list(jobs().values())
+        except UnknownJob as exc:
             raise CommandError(exc.args[0], returncode=2) from exc
         scheduler = Scheduler(jobs=chosen)
         install_signal_handlers(scheduler, grace=settings.LOCKS_SCHEDULER_GRACE)

@@ -1,0 +1,134 @@
+"""A project of its own that installs the locks app, as any Django project would: Django's
+contrib apps, ``locks``, ``django_crontab`` (the ``crontab`` command cron is wired with)
+and its own app, ``tests.jobsapp``. No ``contests``, no Codeforces, no axes. tests/locks
+runs under it (``pytest --ds tests.hostproject.settings``, part of ``make test``).
+
+Every ``LOCKS_*`` setting it leaves out keeps its default (locks/conf.py).
+"""
+
+import os
+import sys
+from pathlib import Path
+
+import environ
+
+from locks.crontab import command_prefix, cronjobs
+
+ROOT = Path(__file__).resolve().parents[2]
+VAR = Path(os.environ.get("HOSTPROJECT_VAR", ROOT / "var" / "hostproject"))  # its database, logs, cron env
+VAR.mkdir(parents=True, exist_ok=True)
+
+SECRET_KEY = "host-project-tests-only"
+DEBUG = True
+ALLOWED_HOSTS = ["localhost", "127.0.0.1", "testserver"]
+USE_TZ = True
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django_crontab",
+    "locks",
+    "tests.jobsapp",
+]
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+]
+ROOT_URLCONF = "tests.hostproject.urls"
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+STATIC_URL = "static/"
+
+# DATABASE_URL (django-environ): PostgreSQL under scripts/with-postgres.sh, else an SQLite file.
+DATABASES = {
+    "default": environ.Env.db_url_config(os.environ.get("DATABASE_URL") or f"sqlite:///{VAR}/db.sqlite3")
+}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # Several processes share the file: WAL, a busy timeout, and BEGIN IMMEDIATE so that two
+    # writers queue instead of deadlocking on a read-to-write upgrade (docs/jobs.md).
+    timeout = float(DATABASES["default"].get("OPTIONS", {}).get("timeout", 30))  # ?timeout=S in the URL
+    DATABASES["default"]["OPTIONS"] = {
+        "transaction_mode": "IMMEDIATE",
+        "timeout": timeout,
+        "init_command": f"PRAGMA journal_mode=WAL;PRAGMA busy_timeout={round(timeout * 1000)};",
+    }
+    DATABASES["default"]["TEST"] = {"NAME": str(VAR / "test_db.sqlite3")}
+else:
+    DATABASES["default"]["OPTIONS"] = {"connect_timeout": 5}
+
+# The lock's lines on stderr, one per run (docs/jobs.md, "Settings").
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"stderr": {"class": "logging.StreamHandler", "stream": sys.stderr, "formatter": "plain"}},
+    "root": {"handlers": ["stderr"], "level": "WARNING"},
+    "loggers": {"locks": {"level": os.environ.get("LOCKS_LOG_LEVEL", "INFO")}},
+}
+
+# --- the project's jobs (tests/jobsapp/jobs.py) --------------------------------------
+RECORD = {
+    "schedule": "*/5 * * * *",
+    "callable": "tests.jobsapp.jobs.record",
+    "ttl": 60,
+    "max_run_time": 120,
+    "retry": {"delays": [30, 60]},
+    "dry_run": "tests.jobsapp.jobs.preview",
+}
+LOCKS_JOBS = {
+    # Writes one SlotWrite row per run, under the fencing token.
+    "write_slot": {"schedule": "*/5 * * * *", "callable": "tests.jobsapp.jobs.write_slot", "ttl": 60},
+    "record": RECORD,
+    "refuse": {
+        **RECORD,
+        "callable": "tests.jobsapp.jobs.refuse",
+        "expected_errors": ["tests.jobsapp.jobs.Refused"],
+    },
+    "linger": {"schedule": "*/5 * * * *", "callable": "tests.jobsapp.jobs.linger", "ttl": 60},
+    # A write that takes a while, on the schedule and with the TTL a test picks (seconds).
+    "slow_write": {
+        "schedule": os.environ.get("SLOW_WRITE_SCHEDULE", "*/5 * * * *"),
+        "callable": "tests.jobsapp.jobs.slow_write",
+        "ttl": int(os.environ.get("SLOW_WRITE_TTL", "60")),
+    },
+}
+LOCKS_HEALTHZ_JOB = "write_slot"  # /healthz repeats its fields at the top level
+# The processes a test starts may set these; left out, each keeps its default.
+if os.environ.get("LOCKS_SCHEDULER_GRACE"):
+    LOCKS_SCHEDULER_GRACE = int(os.environ["LOCKS_SCHEDULER_GRACE"])
+if os.environ.get("LOCKS_TRIGGER_TOKEN"):
+    LOCKS_TRIGGER_TOKEN = os.environ["LOCKS_TRIGGER_TOKEN"]
+if os.environ.get("LOCKS_HEALTHZ_TOKEN"):
+    LOCKS_HEALTHZ_TOKEN = os.environ["LOCKS_HEALTHZ_TOKEN"]
+
+# --- cron: one line per job, which sources the file `crontab_env` writes ----------------
+CRONJOBS = cronjobs(LOCKS_JOBS, log_dir=VAR / "log")
+CRONTAB_PYTHON_EXECUTABLE = sys.executable
+CRONTAB_DJANGO_MANAGE_PATH = str(Path(__file__).with_name("manage.py"))
+CRONTAB_DJANGO_PROJECT_NAME = "hostproject"  # the lines it adds and removes say so
+LOCKS_CRONTAB_ENV_FILE = VAR / "crontab.env"
+LOCKS_CRONTAB_ENV_PREFIXES = ("DATABASE_URL", "DJANGO_", "LOCKS_", "HOSTPROJECT_")  # and its own variables
+CRONTAB_COMMAND_PREFIX = command_prefix(LOCKS_CRONTAB_ENV_FILE)
+# A test edits a throwaway user's crontab, never the caller's (tests/locks/test_crontab.py).
+if os.environ.get("HOSTPROJECT_CRONTAB_USER"):
+    CRONTAB_EXECUTABLE = f"/usr/bin/crontab -u {os.environ['HOSTPROJECT_CRONTAB_USER']}"
