@@ -52,14 +52,10 @@ def test_three_schedulers_one_killed_run_every_slot_exactly_once(db_url):
         first = next_tick(SCHEDULE, now=database_now())
         # Kill whichever scheduler is in the middle of the third slot's run.
         victim_slot = first + timedelta(seconds=20)
-        wait_for(
-            lambda: SyncLock.objects.filter(
-                job_name="slow_write", tick=victim_slot, locked_until__isnull=False
-            ).exists(),
-            timeout=60,
-            what="a scheduler to take the third slot",
-        )
-        holder = SyncLock.objects.get(job_name="slow_write").holder
+        # Its run's row, not only its lease: killed between the two, it would leave no run to close.
+        running = JobRun.objects.filter(job_name="slow_write", tick=victim_slot, status="running")
+        wait_for(running.exists, timeout=60, what="a scheduler to start the third slot's run")
+        holder = running.get().holder
         victim = next(proc for proc in schedulers if f":{proc.pid}:" in holder)
         victim.send_signal(signal.SIGKILL)
         last = first + timedelta(seconds=10 * (SLOTS - 1))
