@@ -135,6 +135,9 @@ def main(argv: list[str] | None = None) -> int:
     except HarnessError as exc:
         sys.stderr.write(f"soak: the soak could not run to its end (not a finding about the lock): {exc}\n")
         return 3
+    except KeyboardInterrupt:
+        sys.stderr.write("soak: interrupted; its replicas are stopped and its database dropped\n")
+        return 130
 
 
 def say(line: str) -> None:
@@ -211,8 +214,11 @@ class Soak:
     def _admin(self, sql: str) -> None:
         import psycopg
 
-        with psycopg.connect(self.admin_url, autocommit=True, connect_timeout=10) as conn:
-            conn.execute(sql)
+        try:
+            with psycopg.connect(self.admin_url, autocommit=True, connect_timeout=10) as conn:
+                conn.execute(sql)
+        except psycopg.Error as exc:
+            raise HarnessError(f"{sql}: {' '.join(str(exc).split())}") from None
 
     def run(self) -> int:
         args = self.args
@@ -293,7 +299,7 @@ class Soak:
             )
             self._await_run_of(last)
             cluster.stop_all()
-            say("every replica sent SIGTERM")
+            say("SIGTERM sent to every replica, and each one's exit awaited")
         finally:
             cluster.shutdown()
             for replica in cluster.replicas:
