@@ -207,6 +207,7 @@ class Soak:
         self.server = server
         self.faketime = faketime
         self.stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+        self.code = _code_version()  # at the start: the code the replicas run
         self.database = f"soak_{args.seed}_{os.getpid()}"
         self.admin_url = os.environ["DATABASE_URL"]
         self.url = with_database(self.admin_url, name=self.database)
@@ -436,7 +437,7 @@ class Soak:
             "healthy_slots": args.healthy_slots,
             "period": timing.PERIOD,
             "ttl": timing.TTL,
-            "code": _code_version(),
+            "code": self.code,
             "started_at": f"{origin:%Y-%m-%d %H:%M} UTC",
             "origin": origin.isoformat(),
             "window": [tick.isoformat() for tick in window],
