@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 
 from tests.faults.pg import PgServer
@@ -86,6 +86,7 @@ class Replica:
         self.faketime = faketime
         self.proc: Proc | None = None
         self.incarnations: list[Proc] = []
+        self.offsets: list[float] = []  # each incarnation's clock offset
         self.offset = 0.0
         self.paused = False
         self.ended = False  # its process was stopped or killed by the soak, or found exited
@@ -100,6 +101,7 @@ class Replica:
         self.proc = Proc(argv, env=self.env, name=f"{self.name}.{len(self.incarnations) + 1}")
         self.ended = False
         self.incarnations.append(self.proc)
+        self.offsets.append(offset)
         self.offset = offset
         try:
             self.proc.wait_for(READY, timeout=START_TIMEOUT)
@@ -175,21 +177,24 @@ class Replica:
 
     def skips(self) -> list[dict]:
         """Every skip this replica logged that the lock row decided (held, tick claimed or
-        ahead: not "database unreachable"), with how long the contender took to learn it."""
+        ahead: not "database unreachable"), with how long the contender took to learn it and
+        when it did (``ended``, on ``time.time()``: the line's time less the clock's offset)."""
         found = []
-        for proc in self.incarnations:
+        for proc, offset in zip(self.incarnations, self.offsets, strict=True):
             for line in proc.stderr_lines:
-                if (match := SKIP_LINE.search(line)) and not match["reason"].startswith(
-                    "database unreachable"
-                ):
-                    found.append(
-                        {
-                            "replica": proc.name,
-                            "tick": datetime.fromisoformat(match["tick"]),
-                            "reason": match["reason"],
-                            "seconds": float(match["seconds"]),
-                        }
-                    )
+                match = SKIP_LINE.search(line)
+                if match is None or match["reason"].startswith("database unreachable"):
+                    continue
+                logged = datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").replace(tzinfo=UTC)
+                found.append(
+                    {
+                        "replica": proc.name,
+                        "tick": datetime.fromisoformat(match["tick"]),
+                        "reason": match["reason"],
+                        "seconds": float(match["seconds"]),
+                        "ended": logged.timestamp() - offset,
+                    }
+                )
         return found
 
     def tracebacks(self) -> list[str]:
@@ -340,4 +345,16 @@ class Cluster:
         return [line for replica in self.replicas for line in replica.tracebacks()]
 
     def skips(self) -> list[dict]:
-        return [skip for replica in self.replicas for skip in replica.skips()]
+        """Every replica's skips, less those whose wait overlaps that replica's own outage (a
+        contender paused by the nemesis in the middle of its acquire waited for SIGCONT, not
+        for the lock row)."""
+        spans = self.outages.closed()
+        return [
+            skip
+            for replica in self.replicas
+            for skip in replica.skips()
+            if not any(
+                begin < skip["ended"] and skip["ended"] - skip["seconds"] < end
+                for begin, end in spans.get(replica.name, ())
+            )
+        ]
