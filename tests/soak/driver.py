@@ -226,6 +226,12 @@ class Soak:
         kinds = ", ".join(args.kinds) or "none"
         say(f"seed {args.seed} ({len(self.actions)} actions planned: {kinds}); reproduce: {self.reproduce()}")
         self._admin(f'CREATE DATABASE "{self.database}"')
+        # scripts/with-postgres.sh runs the cluster with synchronous_commit = off: a COMMIT is
+        # answered before its WAL is written, and `pg_ctl stop -m immediate` (a crash) then
+        # forgets commits it acknowledged. The soak judges what the lock did, not that: its
+        # own database commits synchronously (cheap: fsync stays off, a crash of the server
+        # process leaves the OS's cache).
+        self._admin(f'ALTER DATABASE "{self.database}" SET synchronous_commit = on')
         try:
             return self._run()
         finally:
