@@ -11,6 +11,8 @@ Two more come from issue 17's "bounded waits": a fenced write must commit while 
 in force (the proxies time each one from its renewal to the server's answer to its COMMIT:
 more than the TTL is a stale write, although its run may say ``succeeded``), and no contender
 waits on the lock row longer than the TTL to learn that it must skip (the replicas' log lines).
+And every fenced write the server acknowledged must still be there: otherwise the database
+lost data (a server crash with commits not yet written) and no other verdict means much.
 
 A lost slot (no row) is reported apart from the rest. Under the ``latest`` catch-up policy
 (today's only one) a slot that had no chance at all (no replica alive and no database for
@@ -48,6 +50,7 @@ CHECKS = {
     "no-run-left-running": "no JobRun is left running",
     "no-traceback": "no traceback in any replica's stderr",
     "bounded-waits": f"no contender waited more than the TTL ({TTL} s) on the lock row to learn it must skip",
+    "acknowledged-commits-kept": "every fenced write the server acknowledged (as its proxy saw) has its row",
     "replicas-stop-on-sigterm": "every SIGTERM stopped its replica, exit 0, within its bound; none exited unasked",
 }
 
@@ -195,7 +198,9 @@ def judge(
         for skip in skips
         if skip["seconds"] > TTL
     ]
-    unseen = len({write.token for write in writes} - set(held_for))
+    written_tokens = {write.token for write in writes}
+    unseen = len(written_tokens - set(held_for))
+    forgotten = sorted(set(held_for) - written_tokens)
 
     checks = [
         _slot_check(
@@ -250,6 +255,16 @@ def judge(
             )
             if waits
             else f"all {len(skips)} skips within {TTL} s (longest {max((s['seconds'] for s in skips), default=0):.1f} s)",
+        ),
+        Check(
+            "acknowledged-commits-kept",
+            not forgotten,
+            _listed(
+                f"the server acknowledged {_n(len(forgotten), 'fenced write')} it no longer has",
+                [f"token {token}" for token in forgotten],
+            )
+            if forgotten
+            else f"all {len(held_for)} acknowledged fenced writes have their rows",
         ),
         _stop_check(stops),
     ]

@@ -142,6 +142,18 @@ def test_rows_not_written_under_a_lease_that_held_the_slot_are_stale():
     assert row(verdict, "all")["stale"] == 3
 
 
+def test_a_fenced_write_the_server_acknowledged_and_then_lost_fails_its_own_check():
+    history = clean()
+    del history["writes"][1], history["runs"][1]  # gone after a crash; its proxy saw it acknowledged
+
+    verdict = judge(**history)
+
+    assert verdict.check("acknowledged-commits-kept").detail == (
+        "the server acknowledged 1 fenced write it no longer has: token 2"
+    )
+    assert set(failing(verdict)) == {"acknowledged-commits-kept", "no-lost-slot"}
+
+
 def test_a_commit_just_within_the_tolerance_is_not_stale():
     history = clean()
     history["commits"][0] = FencedCommit(1, TTL + checker.COMMIT_TOLERANCE)

@@ -138,3 +138,7 @@ def test_no_contender_waited_longer_than_the_ttl_to_skip(soak):
 
 def test_every_sigterm_stopped_its_replica(soak):
     check(soak, "replicas-stop-on-sigterm")
+
+
+def test_every_fenced_write_the_server_acknowledged_kept_its_row(soak):
+    check(soak, "acknowledged-commits-kept")
