@@ -21,7 +21,8 @@ PostgreSQL only (the nemesis restarts and stops the server): it runs under
 4. **Checker** (``tests.soak.checker``) over the database and the replicas' stderr; the
    record goes to var/soak/ (``last.json`` too), the table and the verdict to stdout:
    exit 0 when every check passed, 1 when one failed, 2 for bad arguments or a missing
-   tool, 3 when the soak itself could not run to its end.
+   tool, 3 when the soak itself could not run to its end, 130 on Ctrl-C (SIGTERM: 143); its
+   replicas are stopped and its database dropped however it ends.
 
 ``--catch-up all`` puts ``"catch_up": "all"`` into the soak job's ``LOCKS_JOBS`` entry: the
 policy issue 17 asks for. Until the lock knows the key, the system checks refuse it and the
