@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 export DJANGO_DEBUG ?= 1
 
-.PHONY: setup run test test-sqlite test-postgres faults-table lint demo clean bench
+.PHONY: setup run test test-sqlite test-postgres faults-table soak soak-table lint demo clean bench
 
 # Two stamps: running the product installs the runtime only (requirements.txt);
 # lint, tests and benchmarks install the development tools too (requirements-dev.txt).
@@ -45,6 +45,17 @@ test-postgres: $(BIN)/.installed-dev
 # The fault-test table in docs/faults.md, from the last runs' records in var/faults/.
 faults-table:
 	$(BIN)/python -m tests.faults.results --write
+
+# The randomized soak (docs/faults.md, "The soak"): three run_scheduler replicas under a seeded
+# nemesis on a throwaway PostgreSQL cluster. SEED=N replays a seed's plan (default: a random
+# one, printed); SOAK_DURATION seconds of nemesis; SOAK_ARGS more options (python -m tests.soak --help).
+SOAK_DURATION ?= 600
+soak: $(BIN)/.installed-dev
+	scripts/with-postgres.sh $(BIN)/python -m tests.soak --duration $(SOAK_DURATION) $(if $(SEED),--seed $(SEED)) $(SOAK_ARGS)
+
+# The soak's table in docs/faults.md, from the last soak's record (var/soak/last.json).
+soak-table:
+	$(BIN)/python -m tests.soak.report --write
 
 demo: setup
 	$(BIN)/python scripts/demo.py

@@ -7,7 +7,13 @@
 reaches the server, the server commits and answers, and the answer is dropped with both
 connections: the client sees a dead connection although its write committed. ``mode="before"``:
 the COMMIT itself is dropped with both connections, so the server rolls the transaction back.
-Every other byte passes untouched, and later connections pass as usual.
+Every other byte passes untouched, and later connections pass as usual. ``disarm()`` drops the
+cuts planned and not made yet.
+
+``PgProxy(target, watch=marker)`` also times every transaction that sent a statement containing
+``marker``: ``proxy.commits`` lists, for each one the server committed, when that statement went
+to the server and when the server's answer to its COMMIT came back (``time.time()``), whether or
+not the answer was then dropped.
 
 It reads just enough of the frontend protocol to find statements: the untyped startup
 messages (SSLRequest and GSSENCRequest are answered by the server with one byte), then typed
@@ -22,14 +28,30 @@ import socket
 import struct
 import threading
 import time
+from dataclasses import dataclass
 
 UNTYPED_REQUESTS = {80877103, 80877104}  # SSLRequest, GSSENCRequest: answered with one byte
 ANSWER_TIMEOUT = 10.0
+# The server's CommandComplete message for a COMMIT that committed ("ROLLBACK" when it did not).
+COMMITTED = b"C\x00\x00\x00\x0bCOMMIT\x00"
+
+
+@dataclass(frozen=True)
+class Commit:
+    """A watched transaction the server committed."""
+
+    sent: float  # time.time() when its statement containing the marker went to the server
+    committed: float  # when the server's answer to its COMMIT reached the proxy
+    statement: bytes
 
 
 class PgProxy:
-    def __init__(self, target: tuple[str, int], *, host: str = "127.0.0.1") -> None:
+    def __init__(
+        self, target: tuple[str, int], *, host: str = "127.0.0.1", watch: bytes | None = None
+    ) -> None:
         self.target = target
+        self.watch = watch
+        self.commits: list[Commit] = []
         self.listener = socket.create_server((host, 0))
         self.listener.settimeout(0.2)
         self.port = self.listener.getsockname()[1]
@@ -49,6 +71,13 @@ class PgProxy:
             raise ValueError(f"mode must be 'after' or 'before', not {mode!r}")
         with self._lock:
             self._plan.extend([(marker, mode)] * times)
+
+    def disarm(self) -> int:
+        """Drop the cuts planned and not made yet; how many there were."""
+        with self._lock:
+            dropped = len(self._plan)
+            self._plan.clear()
+        return dropped
 
     def stop(self) -> None:
         self._stop.set()
@@ -95,6 +124,7 @@ class _Link:
         self.client = client
         self.server = server
         self.losing = threading.Event()  # the COMMIT went to the server: drop its answer
+        self.awaiting: list[tuple[float, bytes]] = []  # watched transactions whose COMMIT was sent
         self.closed = threading.Event()
         for sock in (client, server):
             sock.settimeout(1.0)
@@ -125,6 +155,7 @@ class _Link:
         buffer = b""
         started = False  # past the StartupMessage: every message has a type byte
         transaction: list[bytes] = []  # statements since the last COMMIT or ROLLBACK
+        watched: tuple[float, bytes] | None = None  # when this transaction sent the watched statement
         while not self.closed.is_set() and not self.proxy._stop.is_set():
             data = self._recv(self.client)
             if data is None:
@@ -157,13 +188,17 @@ class _Link:
                 word = statement.strip().rstrip(b";").strip().upper()
                 if word in {b"COMMIT", b"ROLLBACK", b"END", b"ABORT"}:
                     mode = self.proxy._take(transaction) if word in {b"COMMIT", b"END"} else None
-                    transaction = []
+                    if watched is not None and word in {b"COMMIT", b"END"} and mode != "before":
+                        self.awaiting.append(watched)
+                    transaction, watched = [], None
                     if mode == "before":
                         return self.close()
                     if mode == "after":
                         self.losing.set()
                 else:
                     transaction.append(statement)
+                    if watched is None and self.proxy.watch is not None and self.proxy.watch in statement:
+                        watched = (time.time(), statement)
                 self._send(self.server, message)
 
     def _backend(self) -> None:
@@ -174,6 +209,9 @@ class _Link:
             data = self._recv(self.server)
             if data == b"":
                 return self.close()
+            if data and self.awaiting and COMMITTED in data:
+                sent, statement = self.awaiting.pop(0)
+                self.proxy.commits.append(Commit(sent, time.time(), statement))
             if self.losing.is_set():
                 deadline = deadline or time.monotonic() + ANSWER_TIMEOUT
                 answer += data or b""

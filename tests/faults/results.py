@@ -193,13 +193,15 @@ def table_rows(text: str) -> list[tuple[str, str]]:
     return rows
 
 
-def write_table(rendered: str, path: Path = TABLE_FILE) -> None:
+def write_table(rendered: str, path: Path = TABLE_FILE, *, begin: str = BEGIN, end: str = END) -> None:
+    """Replace what lies between the markers ``begin`` and ``end`` in ``path`` (the soak's
+    table, tests/soak/report.py, has markers of its own)."""
     text = path.read_text()
-    if BEGIN not in text or END not in text:
-        raise SystemExit(f"{path}: the markers {BEGIN!r} … {END!r} are missing")
-    head, rest = text.split(BEGIN, 1)
-    tail = rest.split(END, 1)[1]
-    path.write_text(f"{head}{BEGIN}\n{rendered}\n{END}{tail}")
+    if begin not in text or end not in text:
+        raise SystemExit(f"{path}: the markers {begin!r} … {end!r} are missing")
+    head, rest = text.split(begin, 1)
+    tail = rest.split(end, 1)[1]
+    path.write_text(f"{head}{begin}\n{rendered}\n{end}{tail}")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,5 @@
+import sys
+
+from tests.soak.driver import main
+
+sys.exit(main())

@@ -1,0 +1,294 @@
+"""The soak's nemesis: a schedule of faults drawn from a seed, and its execution.
+
+``plan(seed=…)`` is a pure function: the same seed, duration, kinds and replica count give
+the same actions (kind, slot, moment within the slot, target, length, mode), whatever the
+machine does. What only the run can tell (which replica holds the lease at that moment) is
+resolved when the action runs and logged with it; each action names a drawn replica to
+fall back on. Actions run one after another; each is bounded in time, and a plan holds at
+most ``MAX_ACTIONS``. An action that comes late (the one before it took longer) keeps its
+moment within the slot, at the next slot.
+
+Kinds (``--nemesis``, each selectable on its own):
+
+- ``kill``: SIGKILL a replica (the lease's holder, mostly), restart it 1-8 s later.
+- ``pause``: SIGSTOP the replica that is inside its fenced write (its transaction holds the
+  lock row), for longer than the TTL (up to two periods more), then SIGCONT.
+- ``term``: SIGTERM a replica (graceful stop, bounded), restart it 1-5 s later.
+- ``pg-restart``: ``pg_ctl stop -m fast|immediate`` then start, in the middle of a run.
+- ``pg-outage``: the same, with the server down 2-6 s.
+- ``skew``: restart a replica under ``faketime`` with an offset within the tick window,
+  beyond it, or beyond the period, for 2-4 periods; then restart it with the right clock.
+- ``commit-cut``: arm every replica's proxy to cut the next fenced write's COMMIT (mostly
+  after the server committed, so the answer is lost; sometimes before it reached it).
+
+The reminders part (issue 17's "an SMTP server that loses its reply") plugs in here as one
+more kind, ``smtp-lost-reply``, once the reminders code and ``tests/smtp_standin.py`` have
+settled: a ``_draw`` branch (phase: while ``send_reminders`` runs), a ``Nemesis._smtp_lost_reply``
+that tells the driver's SMTP stand-in to drop its next reply after DATA, and nothing else
+here (see ``tests.soak.driver`` for the rest of the plan).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+from tests.soak.cluster import Cluster, Replica
+from tests.soak.timing import PERIOD, RUN_SECONDS, TTL, WORK_SECONDS
+
+KINDS = ("kill", "pause", "term", "pg-restart", "pg-outage", "skew", "commit-cut")
+SERVER_KINDS = frozenset({"pg-restart", "pg-outage"})
+MAX_ACTIONS = 500
+WINDOW = PERIOD / 4  # the tick window: LOCKS_TICK_WINDOW is capped at a quarter of the gap
+# How long an action waits for its moment to come (a holder inside its write, a COMMIT to cut).
+LOOK_FOR_WRITER = PERIOD + 2
+LOOK_FOR_COMMIT = 2 * PERIOD
+
+
+@dataclass(frozen=True)
+class Action:
+    kind: str
+    slot: int  # the soak's slot it is aimed at (0: the first one)
+    phase: float  # seconds after that slot
+    replica: int  # the drawn replica (0-based): the target when it aims at no holder, or finds none
+    holder: bool = False  # aim at the lease's holder (pause: the replica inside its fenced write)
+    seconds: float = 0.0  # how long the fault lasts: down, paused, skewed (0: a restart)
+    mode: str = ""  # pg-*: fast | immediate; commit-cut: after | before
+    offset: float = 0.0  # skew: the replica's clock offset, seconds
+
+    @property
+    def at(self) -> float:
+        """Seconds after the soak's first slot."""
+        return self.slot * PERIOD + self.phase
+
+    def describe(self) -> str:
+        drawn = f"r{self.replica + 1}"
+        target = f"the holder (else {drawn})" if self.holder else drawn
+        if self.kind == "kill":
+            return f"SIGKILL {target}, restart {self.seconds:g} s later"
+        if self.kind == "pause":
+            return f"SIGSTOP the replica inside its fenced write (else {drawn}) for {self.seconds:g} s"
+        if self.kind == "term":
+            return f"SIGTERM {target}, restart {self.seconds:g} s after it exits"
+        if self.kind == "pg-restart":
+            return f"restart PostgreSQL (-m {self.mode})"
+        if self.kind == "pg-outage":
+            return f"stop PostgreSQL (-m {self.mode}) for {self.seconds:g} s"
+        if self.kind == "skew":
+            return f"restart {drawn} with its clock {self.offset:+g} s off ({skew_band(self.offset)}) for {self.seconds:g} s"
+        return f"cut the next fenced COMMIT {self.mode} the server got it"
+
+    def as_json(self) -> dict:
+        return {**asdict(self), "at": round(self.at, 2), "describe": self.describe()}
+
+
+def skew_band(offset: float) -> str:
+    if abs(offset) <= WINDOW:
+        return "within the tick window"
+    if abs(offset) < PERIOD:
+        return "beyond the tick window"
+    return "beyond the period"
+
+
+def plan(*, seed: int, duration: float, kinds: tuple[str, ...], replicas: int) -> list[Action]:
+    """The actions of a soak, drawn from ``seed``: the same arguments, the same plan."""
+    rng = random.Random(seed)
+    kinds = tuple(kind for kind in KINDS if kind in kinds)  # the order given does not matter
+    actions: list[Action] = []
+    slot = 1  # the first slot runs healthy
+    while kinds and len(actions) < MAX_ACTIONS:
+        kind = rng.choice(kinds)
+        action = _draw(rng, kind, slot=slot, replicas=replicas)
+        if action.at >= duration:
+            break
+        actions.append(action)
+        # The next action at a later slot, after this one's likely end and 0-1 quiet slots.
+        slot = math.ceil((action.at + _span(action)) / PERIOD) + rng.randint(0, 1)
+    return actions
+
+
+def _draw(rng: random.Random, kind: str, *, slot: int, replicas: int) -> Action:
+    replica = rng.randrange(replicas)
+    in_a_run = round(rng.uniform(0.2, RUN_SECONDS + 0.3), 2)  # a run starts at its slot
+    if kind == "kill":
+        return Action(kind, slot, in_a_run, replica, rng.random() < 0.7, round(rng.uniform(1, 8), 1))
+    if kind == "pause":
+        # Longer than the lease, up to two periods more: it may span the next slots.
+        seconds = round(rng.uniform(TTL + 1, TTL + 2 * PERIOD), 1)
+        return Action(kind, slot, WORK_SECONDS, replica, True, seconds)
+    if kind == "term":
+        return Action(kind, slot, in_a_run, replica, rng.random() < 0.5, round(rng.uniform(1, 5), 1))
+    if kind in SERVER_KINDS:
+        mode = rng.choice(("fast", "immediate"))
+        seconds = round(rng.uniform(2, 6), 1) if kind == "pg-outage" else 0.0
+        return Action(kind, slot, in_a_run, replica, seconds=seconds, mode=mode)
+    if kind == "skew":
+        low, high = rng.choice(((0.5, WINDOW), (WINDOW + 0.5, PERIOD - 2), (PERIOD + 1, 3 * PERIOD)))
+        offset = round(rng.choice((-1, 1)) * rng.uniform(low, high), 1)
+        seconds = round(rng.uniform(2, 4) * PERIOD)
+        return Action(
+            kind, slot, round(rng.uniform(2, PERIOD - 2), 2), replica, seconds=seconds, offset=offset
+        )
+    if kind == "commit-cut":
+        mode = "after" if rng.random() < 0.75 else "before"
+        return Action(kind, slot, PERIOD - 1, replica, mode=mode)  # armed a second before a slot
+    raise ValueError(f"unknown nemesis kind {kind!r}")
+
+
+def _span(action: Action) -> float:
+    """About how long ``action`` takes, restarts included (Django starts in ~3 s)."""
+    restart = 4.0
+    return {
+        "kill": action.seconds + restart,
+        "pause": action.seconds + 1,
+        "term": RUN_SECONDS + action.seconds + restart,
+        "pg-restart": 3.0,
+        "pg-outage": action.seconds + 3,
+        "skew": action.seconds + 2 * restart,
+        "commit-cut": PERIOD + 2,
+    }[action.kind]
+
+
+class Nemesis:
+    """Runs a plan against a cluster. ``holder()`` and ``writer()`` name the replica that holds
+    the lease now, and the one inside its fenced write now (None: nobody, or unknown)."""
+
+    def __init__(
+        self,
+        *,
+        cluster: Cluster,
+        start: float,
+        holder: Callable[[], str | None],
+        writer: Callable[[], str | None],
+        log: Callable[[str], None],
+    ) -> None:
+        self.cluster = cluster
+        self.start = start  # time.time() of the soak's first slot
+        self.holder = holder
+        self.writer = writer
+        self.log = log
+        self.done: list[dict] = []
+
+    def now(self) -> float:
+        return time.time() - self.start
+
+    def run(self, actions: list[Action], *, duration: float) -> list[dict]:
+        """Each action at its moment (or the same moment of a later slot, when late), none
+        starting at or after ``duration``."""
+        for action in actions:
+            at = action.at
+            if self.now() > at:
+                at += math.ceil((self.now() - at) / PERIOD) * PERIOD
+            if at >= duration:
+                break
+            _sleep_until(self.start + at)
+            began = self.now()
+            target, detail = getattr(self, "_" + action.kind.replace("-", "_"))(action)
+            entry = {
+                "kind": action.kind,
+                "planned": round(action.at, 2),
+                "at": round(began, 2),
+                "end": round(self.now(), 2),
+                "target": target,
+                "detail": detail,
+            }
+            self.done.append(entry)
+            self.log(f"nemesis: +{entry['at']:.1f}..+{entry['end']:.1f} s {action.kind} {target}: {detail}")
+        _sleep_until(self.start + duration)  # the nemesis phase lasts its duration, actions or not
+        return self.done
+
+    def _target(self, action: Action, found: str | None, what: str) -> tuple[Replica, str]:
+        """The replica found (``what``), else the drawn one; and how it was chosen."""
+        if found is not None:
+            return self.cluster.by_name(found), f"{found} ({what})"
+        drawn = self.cluster.replicas[action.replica]
+        return drawn, f"{drawn.name} (no replica {what} found)" if action.holder else drawn.name
+
+    def _kill(self, action: Action) -> tuple[str, str]:
+        replica, target = self._target(action, self.holder() if action.holder else None, "holding the lease")
+        self.cluster.kill_replica(replica)
+        time.sleep(action.seconds)
+        self.cluster.restart_replica(replica)
+        return target, f"SIGKILL, restarted {action.seconds:g} s later"
+
+    def _pause(self, action: Action) -> tuple[str, str]:
+        deadline = time.monotonic() + LOOK_FOR_WRITER
+        found = None
+        while found is None and time.monotonic() < deadline:
+            found = self.writer()
+            if found is None:
+                time.sleep(0.05)
+        replica, target = self._target(action, found, "inside its fenced write")
+        self.cluster.pause_replica(replica)
+        time.sleep(action.seconds)
+        self.cluster.resume_replica(replica)
+        return target, f"SIGSTOP for {action.seconds:g} s (TTL {TTL} s), then SIGCONT"
+
+    def _term(self, action: Action) -> tuple[str, str]:
+        replica, target = self._target(action, self.holder() if action.holder else None, "holding the lease")
+        stop = self.cluster.stop_replica(replica)
+        time.sleep(action.seconds)
+        self.cluster.restart_replica(replica)
+        stopped = f"exit {stop.code} after {stop.seconds:.1f} s" if stop.code is not None else "did not stop"
+        return target, f"SIGTERM: {stopped}; restarted {action.seconds:g} s later"
+
+    def _pg_restart(self, action: Action) -> tuple[str, str]:
+        self.cluster.stop_server(action.mode)
+        self.cluster.start_server()
+        return "PostgreSQL", f"pg_ctl stop -m {action.mode}, start"
+
+    def _pg_outage(self, action: Action) -> tuple[str, str]:
+        self.cluster.stop_server(action.mode)
+        time.sleep(action.seconds)
+        self.cluster.start_server()
+        return "PostgreSQL", f"pg_ctl stop -m {action.mode}, down {action.seconds:g} s, start"
+
+    def _skew(self, action: Action) -> tuple[str, str]:
+        replica = self.cluster.replicas[action.replica]
+        self.cluster.stop_replica(replica)
+        self.cluster.restart_replica(replica, offset=action.offset)
+        time.sleep(action.seconds)
+        self.cluster.stop_replica(replica)
+        self.cluster.restart_replica(replica)
+        band = skew_band(action.offset)
+        return replica.name, f"faketime {action.offset:+g} s ({band}) for {action.seconds:g} s"
+
+    def _commit_cut(self, action: Action) -> tuple[str, str]:
+        before = {replica.name: replica.proxy.cut for replica in self.cluster.replicas}
+        self.cluster.arm_cuts(mode=action.mode)
+        deadline = time.monotonic() + LOOK_FOR_COMMIT
+        cut: list[str] = []
+        while not cut and time.monotonic() < deadline:
+            time.sleep(0.05)
+            cut = [
+                replica.name for replica in self.cluster.replicas if replica.proxy.cut > before[replica.name]
+            ]
+        self.cluster.disarm_cuts()
+        if not cut:
+            return "every proxy", f"no fenced COMMIT within {LOOK_FOR_COMMIT} s; disarmed"
+        return ", ".join(cut), f"the connection cut {action.mode} the server got its fenced COMMIT"
+
+
+def _sleep_until(moment: float) -> None:
+    """Bounded: ``moment`` is never more than a plan's span away."""
+    while (left := moment - time.time()) > 0:
+        time.sleep(min(left, 1.0))
+
+
+def parse_kinds(text: str) -> tuple[str, ...]:
+    """``kill,pause``, ``all`` or ``none`` to kinds in KINDS order; ValueError names the unknown ones."""
+    if text.strip() == "all":
+        return KINDS
+    if text.strip() == "none":
+        return ()
+    given = {part.strip() for part in text.split(",") if part.strip()}
+    unknown = sorted(given - set(KINDS))
+    if unknown or not given:
+        raise ValueError(
+            f"unknown nemesis kind(s) {', '.join(unknown) or '(none given)'}; "
+            f"known: {', '.join(KINDS)}, or all, or none"
+        )
+    return tuple(kind for kind in KINDS if kind in given)

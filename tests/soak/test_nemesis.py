@@ -1,0 +1,139 @@
+"""The nemesis plan: drawn from a seed, the same every time, bounded, each kind selectable;
+and the driver's answers to bad arguments (no PostgreSQL needed)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import ROOT, project_env
+from tests.soak.nemesis import KINDS, MAX_ACTIONS, WINDOW, plan, skew_band
+from tests.soak.timing import PERIOD, TTL
+
+
+def soak_cli(*args: str, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "tests.soak", *args],
+        cwd=ROOT,
+        env=project_env(**env),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_a_seed_gives_the_same_plan_every_time_and_another_seed_another():
+    first = plan(seed=7, duration=600, kinds=KINDS, replicas=3)
+
+    assert plan(seed=7, duration=600, kinds=KINDS, replicas=3) == first
+    assert plan(seed=8, duration=600, kinds=KINDS, replicas=3) != first
+    assert {action.kind for action in first} == set(KINDS)  # ten minutes draw every kind
+
+
+def test_the_command_prints_the_same_plan_for_the_same_seed_whatever_the_order_of_the_kinds():
+    one = soak_cli("--seed", "42", "--duration", "300", "--nemesis", "pause,kill,pg-outage", "--plan")
+    two = soak_cli("--seed", "42", "--duration", "300", "--nemesis", "pg-outage,kill,pause", "--plan")
+
+    assert (one.returncode, one.stderr) == (0, "")
+    assert one.stdout == two.stdout
+    actions = [json.loads(line) for line in one.stdout.splitlines()]
+    assert actions and {action["kind"] for action in actions} == {"pause", "kill", "pg-outage"}
+    assert [action["at"] for action in actions] == sorted(action["at"] for action in actions)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_each_kind_can_be_chosen_alone(kind):
+    actions = plan(seed=3, duration=300, kinds=(kind,), replicas=3)
+
+    assert len(actions) >= 5
+    assert {action.kind for action in actions} == {kind}
+
+
+def test_a_plan_is_bounded_in_time_and_count_and_each_fault_in_length():
+    for seed in range(40):
+        actions = plan(seed=seed, duration=900, kinds=KINDS, replicas=4)
+        assert len(actions) <= MAX_ACTIONS
+        assert all(0 < action.at < 900 for action in actions)
+        # One after another: each next action comes at a later slot than the one before.
+        assert all(later.slot > earlier.slot for earlier, later in itertools.pairwise(actions))
+        for action in actions:
+            assert 0 <= action.replica < 4
+            assert 0 <= action.phase < PERIOD
+            if action.kind == "pause":
+                assert TTL < action.seconds <= TTL + 2 * PERIOD  # longer than the lease
+            if action.kind in {"kill", "term", "pg-outage"}:
+                assert 0 < action.seconds <= 8
+            if action.kind == "skew":
+                assert 0 < abs(action.offset) <= 3 * PERIOD and 2 * PERIOD <= action.seconds <= 4 * PERIOD
+            if action.kind in {"pg-restart", "pg-outage"}:
+                assert action.mode in {"fast", "immediate"}
+            if action.kind == "commit-cut":
+                assert action.mode in {"after", "before"}
+    assert plan(seed=1, duration=3600, kinds=(), replicas=3) == []
+
+
+def test_clock_offsets_fall_within_the_tick_window_beyond_it_and_beyond_the_period():
+    offsets = [
+        action.offset
+        for seed in range(30)
+        for action in plan(seed=seed, duration=600, kinds=("skew",), replicas=3)
+    ]
+
+    bands = {skew_band(offset) for offset in offsets}
+    assert bands == {"within the tick window", "beyond the tick window", "beyond the period"}
+    assert any(offset < 0 for offset in offsets) and any(offset > 0 for offset in offsets)
+    assert all(abs(offset) <= WINDOW for offset in offsets if skew_band(offset) == "within the tick window")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--replicas", "0"], "soak: error: --replicas must be 1 to 8, got 0"),
+        (["--duration", "3"], "soak: error: --duration must be 10 to 86400 seconds, got 3"),
+        (
+            ["--nemesis", "kill,flood"],
+            "soak: error: --nemesis: unknown nemesis kind(s) flood; known: kill, pause, term, pg-restart, "
+            "pg-outage, skew, commit-cut, or all, or none",
+        ),
+        (["--seed", "x"], "soak: error: argument --seed: invalid int value: 'x'"),
+    ],
+)
+def test_a_bad_argument_is_one_line_and_exit_2(args, message):
+    done = soak_cli(*args)
+
+    assert (done.returncode, done.stdout, done.stderr) == (2, "", message + "\n")
+
+
+def test_without_postgresql_it_says_how_to_run_it_and_exits_2():
+    done = soak_cli("--seed", "1", DATABASE_URL="sqlite:///soak.sqlite3")
+
+    assert done.returncode == 2, done.stderr
+    assert done.stderr == (
+        "soak: error: the soak needs PostgreSQL (it restarts and stops the server): run it under "
+        "scripts/with-postgres.sh (DATABASE_URL is 'sqlite:///soak.sqlite3')\n"
+    )
+
+
+def test_catch_up_puts_the_key_into_the_soak_jobs_entry_and_nothing_else_changes():
+    show = "import json; from django.conf import settings; print(json.dumps(settings.LOCKS_JOBS['soak']))"
+
+    def entry(**env: str) -> dict:
+        done = subprocess.run(
+            [sys.executable, "-c", f"import django; django.setup(); {show}"],
+            cwd=ROOT,
+            env=project_env(DJANGO_SETTINGS_MODULE="tests.soak.settings", **env),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)
+
+    plain = entry()
+    assert "catch_up" not in plain
+    assert plain["schedule"] == "* * * * * */10" and plain["ttl"] == TTL
+    assert entry(SOAK_CATCH_UP="all") == {**plain, "catch_up": "all"}

@@ -1,0 +1,96 @@
+"""The soak's record rendered as the table in docs/faults.md."""
+
+from __future__ import annotations
+
+import json
+
+from tests.faults import results
+from tests.soak import report
+
+
+def record(**changes) -> dict:
+    row = {"slots": 3, "duplicates": 0, "lost": 0, "excused": 0, "stale": 0}
+    row |= {"success_mismatch": 0, "running": 0, "waits": 0, "late": 0}
+    return {
+        "stamp": "20261202T100000Z",
+        "seed": 1651,
+        "duration": 70,
+        "replicas": 3,
+        "nemesis": ["kill", "pause"],
+        "catch_up_text": "catch_up not set (today's rule)",
+        "healthy_slots": 3,
+        "period": 10,
+        "ttl": 4,
+        "code": "5498752",
+        "started_at": "2026-12-02 10:00 UTC",
+        "window": ["…"] * 10,
+        "reproduce": "scripts/with-postgres.sh .venv/bin/python -m tests.soak --seed 1651",
+        "actions": [{"kind": "kill"}, {"kind": "pause"}],
+        "table": [
+            {"kind": "kill", "actions": 1, **row},
+            {"kind": "pause", "actions": 1, **row, "lost": 2, "excused": 1, "stale": 1},
+            {"kind": "none (healthy)", "actions": 0, **row},
+            {"kind": "all", "actions": 2, **row, "slots": 9, "lost": 2, "excused": 1, "stale": 1},
+        ],
+        "checks": [
+            {"name": "one-write-per-slot", "title": "no slot has two rows", "passed": True, "detail": "none"},
+            {
+                "name": "no-lost-slot",
+                "title": "every slot has its row",
+                "passed": False,
+                "detail": "2 slots lost",
+            },
+        ],
+        "passed": False,
+        **changes,
+    }
+
+
+def test_the_table_has_a_row_per_kind_and_every_check_below_it():
+    lines = report.render(record()).splitlines()
+
+    assert lines[0].startswith(
+        "**FAIL**, seed 1651: 70 s of nemesis (kill, pause; 2 actions), 3 replicas, then 3 healthy slots; "
+        "catch_up not set (today's rule); 10 slots in the window, one every 10 s, lease TTL 4 s; code 5498752"
+    )
+    assert lines[1] == "Reproduce: `scripts/with-postgres.sh .venv/bin/python -m tests.soak --seed 1651`"
+    assert lines[3].startswith("| Nemesis | Actions | Slots | Duplicates | Lost | Stale writes |")
+    assert lines[5:9] == [
+        "| kill | 1 | 3 | 0 | 0 | 0 | 0 | 0 | 0 | 0 |",
+        "| pause | 1 | 3 | 0 | 2 (+1 excused) | 1 | 0 | 0 | 0 | 0 |",
+        "| none (healthy) | 0 | 3 | 0 | 0 | 0 | 0 | 0 | 0 | 0 |",
+        "| **all** | 2 | 9 | 0 | 2 (+1 excused) | 1 | 0 | 0 | 0 | 0 |",
+    ]
+    assert lines[10:] == [
+        "- ✅ `one-write-per-slot` (no slot has two rows): none",
+        "- ❌ `no-lost-slot` (every slot has its row): 2 slots lost",
+    ]
+    assert report.render(record(passed=True)).startswith("**PASS**, seed 1651")
+
+
+def test_save_keeps_each_record_and_the_last_one(tmp_path):
+    path = report.save(record(), directory=tmp_path)
+
+    assert path.name == "soak-20261202T100000Z-seed1651.json"
+    assert json.loads(path.read_text()) == json.loads((tmp_path / "last.json").read_text()) == record()
+
+
+def test_write_replaces_the_soak_table_and_leaves_the_fault_table(tmp_path):
+    doc = tmp_path / "faults.md"
+    doc.write_text(
+        f"# Faults\n{results.BEGIN}\nfault table\n{results.END}\n## The soak\n{report.BEGIN}\nold\n{report.END}\nend\n"
+    )
+
+    results.write_table("new soak table", doc, begin=report.BEGIN, end=report.END)
+
+    assert doc.read_text() == (
+        f"# Faults\n{results.BEGIN}\nfault table\n{results.END}\n## The soak\n{report.BEGIN}\n"
+        f"new soak table\n{report.END}\nend\n"
+    )
+
+
+def test_docs_faults_md_has_the_soak_table_markers_once():
+    text = results.TABLE_FILE.read_text()
+
+    assert text.count(report.BEGIN) == text.count(report.END) == 1
+    assert text.index(results.END) < text.index(report.BEGIN) < text.index(report.END)
