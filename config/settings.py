@@ -18,7 +18,7 @@ from config.database import (
     database_from_url,
     is_mongodb,
 )
-from config.env import Env, log_level
+from config.env import Env, check_userinfo, log_level
 from locks.crontab import cronjobs
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -124,6 +124,7 @@ SYNC_CONTESTS_SCHEDULE = env.str("SYNC_CONTESTS_SCHEDULE", "0 * * * *")
 SYNC_CONTESTS_LOCK_TTL = env.int("SYNC_CONTESTS_LOCK_TTL", 600)
 SYNC_CONTESTS_MAX_RUN_TIME = env.int("SYNC_CONTESTS_MAX_RUN_TIME", 1800)
 CODEFORCES_API_URL = env.str("CODEFORCES_API_URL", "https://codeforces.com/api")
+check_userinfo("CODEFORCES_API_URL", CODEFORCES_API_URL)  # a mirror's password may be in it
 # (connect, read) seconds per request.
 CODEFORCES_TIMEOUT = (
     env.float("CODEFORCES_CONNECT_TIMEOUT", 5.0),

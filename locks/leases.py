@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import secrets
 import socket
 import threading
@@ -30,6 +31,7 @@ from django.utils import timezone
 
 from locks.clock import database_now
 from locks.models import JobRun, RunStatus, SyncLock
+from locks.text import safe_text
 
 # The name the lock's log lines have always carried (operators filter on it).
 logger = logging.getLogger("locks.api")
@@ -55,6 +57,7 @@ class CommitUnknown(RuntimeError):
 # How long a run whose COMMIT answer was lost keeps trying to read the lock row back
 # (at most its TTL): the row stays locked until the server has ended that transaction.
 READ_BACK_SECONDS = 30
+_WHITESPACE = re.compile(r"\s+")
 
 
 def make_holder() -> str:
@@ -79,8 +82,9 @@ def iso(value: datetime | None) -> str:
 
 
 def error_text(exc: BaseException) -> str:
-    """ "OperationalError: no such table: x", on one line."""
-    return f"{type(exc).__name__}: {' '.join(str(exc).split()) or 'no details'}"
+    """ "OperationalError: no such table: x": on one line, control characters escaped, at
+    most ``locks.text.LIMIT`` characters of the text (it may come from outside)."""
+    return f"{type(exc).__name__}: {safe_text(_WHITESPACE.sub(' ', str(exc)).strip()) or 'no details'}"
 
 
 @dataclass(frozen=True)
