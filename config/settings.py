@@ -39,6 +39,7 @@ ALLOWED_HOSTS = env.list("DJANGO_ALLOWED_HOSTS", default=["localhost", "127.0.0.
 
 INSTALLED_APPS = [
     "django.contrib.admin",
+    "config.accounts",  # before django.contrib.auth: its createsuperuser applies the validators
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
