@@ -1,6 +1,6 @@
 """Text from outside (an API's answer, an exception, a URL from the environment) made safe
 to log, store or return: no control character that could forge a log line, no unbounded
-length, no credentials. See docs/security.md, "Outside text and credentials"."""
+length, no credentials (docs/security.md, "What is protected, and by what")."""
 
 from __future__ import annotations
 
