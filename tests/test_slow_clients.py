@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import secrets
 import socket
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import requests
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, gunicorn
 from tests.test_deploy_settings import production_env
 
 # docs/deployment.md, "Serving the admin and the endpoints", word for word.
@@ -27,48 +26,29 @@ def test_the_command_is_the_documented_one():
 
 
 def test_healthz_answers_while_twice_as_many_clients_as_workers_send_slowly(db_url, tmp_path):
-    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(64)
-    base = f"http://127.0.0.1:{listener.getsockname()[1]}"
     env = production_env(
-        DATABASE_URL=db_url,
-        DJANGO_ALLOWED_HOSTS="127.0.0.1",
-        HEALTHZ_TOKEN=secrets.token_urlsafe(32),
-        # gunicorn's own variable: listen on the socket this test bound (no port race).
-        GUNICORN_CMD_ARGS=f"--bind fd://{listener.fileno()}",
+        DATABASE_URL=db_url, DJANGO_ALLOWED_HOSTS="127.0.0.1", HEALTHZ_TOKEN=secrets.token_urlsafe(32)
     )
     env.pop("WEB_CONCURRENCY", None)
     env.pop("GUNICORN_THREADS", None)
     command = DOCUMENTED.split()
     command[0] = str(Path(sys.executable).with_name("gunicorn"))
     log = tmp_path / "gunicorn.log"
-    with log.open("w") as out:
-        server = subprocess.Popen(
-            command, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, pass_fds=(listener.fileno(),)
-        )
-    listener.close()
     slow: list[socket.socket] = []
-    try:
-        assert requests.get(base + "/healthz", timeout=60).status_code == 503  # up; never synced
-        for _ in range(2 * WORKERS):
-            client = socket.create_connection(("127.0.0.1", int(base.rsplit(":", 1)[1])), timeout=10)
-            client.sendall(HALF_SENT)
-            slow.append(client)
-        # Each slow client holds a worker's attention; with sync workers all three would be.
-        answers = [requests.get(base + "/healthz", timeout=10) for _ in range(2 * WORKERS)]
-        assert [answer.status_code for answer in answers] == [503] * (2 * WORKERS)
-        assert all(answer.json()["status"] == "stale" for answer in answers)
-        assert server.poll() is None
-    finally:
-        for client in slow:
-            client.close()
-        server.terminate()
+    with gunicorn(env=env, log=log, command=command) as base:
         try:
-            server.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
+            assert requests.get(base + "/healthz", timeout=60).status_code == 503  # up; never synced
+            for _ in range(2 * WORKERS):
+                client = socket.create_connection(("127.0.0.1", int(base.rsplit(":", 1)[1])), timeout=10)
+                client.sendall(HALF_SENT)
+                slow.append(client)
+            # Each slow client holds a thread; with sync workers each would hold a worker.
+            answers = [requests.get(base + "/healthz", timeout=10) for _ in range(2 * WORKERS)]
+        finally:
+            for client in slow:
+                client.close()
+    assert [answer.status_code for answer in answers] == [503] * (2 * WORKERS)
+    assert all(answer.json()["status"] == "stale" for answer in answers)
     output = log.read_text()
     assert "Booting worker" in output and "gthread" in output, output
     assert "Traceback" not in output
