@@ -4,18 +4,32 @@ VENV := .venv
 BIN := $(VENV)/bin
 export DJANGO_DEBUG ?= 1
 
-.PHONY: setup run test test-sqlite test-postgres faults-table soak soak-table lint demo clean bench
+.PHONY: setup run test test-sqlite test-postgres faults-table soak soak-table lint demo clean bench requirements
 
 # Two stamps: running the product installs the runtime only (requirements.txt);
 # lint, tests and benchmarks install the development tools too (requirements-dev.txt).
+# Both files pin every package, transitive ones included, with hashes: pip refuses
+# anything else (docs/security.md, "Dependencies").
+PIP_INSTALL := $(BIN)/pip install --disable-pip-version-check -q --require-hashes
+
 $(BIN)/.installed: requirements.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --disable-pip-version-check -q -r requirements.txt
+	$(PIP_INSTALL) -r requirements.txt
 	touch $@
 
 $(BIN)/.installed-dev: requirements-dev.txt requirements.txt $(BIN)/.installed
-	$(BIN)/pip install --disable-pip-version-check -q -r requirements-dev.txt
+	$(PIP_INSTALL) -r requirements-dev.txt
 	touch $@
+
+# Recompile both pinned files from requirements.in / requirements-dev.in (the latest
+# versions the .in files allow are taken only with UPGRADE=--upgrade, or
+# UPGRADE='--upgrade-package NAME' for one package).
+PIP_COMPILE := CUSTOM_COMPILE_COMMAND="make requirements" $(BIN)/pip-compile -q --generate-hashes \
+	--allow-unsafe --strip-extras --no-emit-index-url --no-emit-trusted-host --no-emit-find-links $(UPGRADE)
+
+requirements: $(BIN)/.installed-dev
+	$(PIP_COMPILE) --output-file requirements.txt requirements.in
+	$(PIP_COMPILE) --output-file requirements-dev.txt requirements-dev.in
 
 setup: $(BIN)/.installed
 	$(BIN)/python manage.py migrate --noinput -v 0

@@ -14,6 +14,8 @@ from urllib.parse import unquote_plus, urlsplit
 import environ
 from django.core.exceptions import ImproperlyConfigured
 
+from config.env import check_userinfo, url_error
+
 # Seconds to wait for a connection before a tick is skipped (docs/architecture.md, The lock).
 CONNECT_TIMEOUT = 5
 # Seconds an SQLite writer waits for another process's write transaction
@@ -27,19 +29,26 @@ MONGO_SCHEMES = {"mongodb", "mongodb+srv"}
 MONGODB_ENGINE = "config.mongodb"
 
 
+EXAMPLES = "use sqlite:///path, postgres://user@host/db or mongodb://host/db"
+
+
 def database_from_url(url: str, *, base_dir: Path) -> dict:
+    """No message shows any part of the URL's user name or password (``check_userinfo``,
+    ``url_error``)."""
+    check_userinfo("DATABASE_URL", url)
     scheme = urlsplit(url).scheme.lower()
     if scheme in MONGO_SCHEMES:
         return _mongodb(url)
     if scheme not in SQL_SCHEMES:
-        raise ImproperlyConfigured(
-            f"DATABASE_URL scheme {scheme or '(none)'!r} is not supported; "
-            "use sqlite:///path, postgres://user@host/db or mongodb://host/db."
-        )
+        # "user:password@host" has the "scheme" user: show it only when "://" follows it.
+        shown = repr(scheme) if scheme and url.lower().startswith(f"{scheme}://") else "(none)"
+        raise ImproperlyConfigured(f"DATABASE_URL scheme {shown} is not supported; {EXAMPLES}.")
     try:
         config = environ.Env.db_url_config(url)
     except ValueError as exc:  # a port that is not a number
-        raise ImproperlyConfigured(f"DATABASE_URL is not a valid database URL: {exc}") from None
+        raise url_error(
+            "DATABASE_URL", url, exc, environ.Env.db_url_config, hint=EXAMPLES, errors=(ValueError,)
+        ) from None
     if config["ENGINE"] == "django.db.backends.sqlite3":
         return _sqlite(config, base_dir=base_dir)
     return _postgres(config)
@@ -95,10 +104,18 @@ def _mongodb(url: str) -> dict:
     traceback on the first tick."""
     from pymongo.errors import ConfigurationError
 
+    errors = (ConfigurationError, ValueError)  # pymongo's InvalidURI is the first
     try:
         parsed = _parse_mongodb_url(url)
-    except (ConfigurationError, ValueError) as exc:  # pymongo's InvalidURI is the first
-        raise ImproperlyConfigured(f"DATABASE_URL is not a valid MongoDB connection string: {exc}") from exc
+    except errors as exc:
+        raise url_error(
+            "DATABASE_URL",
+            url,
+            exc,
+            _parse_mongodb_url,
+            hint="not a valid MongoDB connection string; e.g. mongodb://user:password@host:27017/contests",
+            errors=errors,
+        ) from None
     name, options = parsed
     if not name:
         raise ImproperlyConfigured(

@@ -7,6 +7,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from locks.auth import FALSE_WORDS as FALSE  # the words for yes and no, as the HTTP trigger reads them
 from locks.auth import TRUE_WORDS as TRUE
+from locks.text import without_userinfo
 
 EXPECTED = {
     bool: "use 1/0, true/false, yes/no or on/off",
@@ -42,13 +43,15 @@ class Env(environ.Env):
             raise ImproperlyConfigured(f"{var}={value!r}: {EXPECTED.get(cast) or exc}") from None
 
     def email_url(self, var="EMAIL_URL", default=environ.Env.NOTSET, backend=None) -> dict:
-        """``environ.Env.email_url``, with a bad URL named (its password is not shown)."""
+        """``environ.Env.email_url``; a bad URL is named, and no part of its user name or
+        password is shown (``check_userinfo``, ``url_error``)."""
+        url = self.str(var, default)
+        example = "expected e.g. smtp+tls://user:password@host:587 or consolemail://"
+        check_userinfo(var, url)
         try:
-            return super().email_url(var, default=default, backend=backend)
+            return self.email_url_config(url, backend=backend)
         except (ValueError, ImproperlyConfigured) as exc:
-            raise ImproperlyConfigured(
-                f"{var}: {exc}; expected e.g. smtp+tls://user:password@host:587 or consolemail://"
-            ) from None
+            raise url_error(var, url, exc, self.email_url_config, hint=example) from None
 
     @classmethod
     def parse_value(cls, value, cast):
@@ -62,6 +65,52 @@ class Env(environ.Env):
         if cast is list:
             return [item.strip() for item in value.split(",") if item.strip()]
         return super().parse_value(value, cast)
+
+
+# What a user name or password must percent-encode in a URL.
+ENCODE = "/ as %2F, ? as %3F, # as %23, @ as %40, : as %3A, % as %25"
+
+
+def check_userinfo(var: str, url: str) -> None:
+    """Refuse a URL whose user name or password holds an unescaped ``/``, ``?`` or ``#``.
+
+    Such a URL is split in the wrong place (``smtp://user:pa/ss@host`` has the host
+    ``user`` and the port ``pa``), so a parser's message would quote a part of the
+    password, and a password of digits would even pass as a port. The sign: an ``@``
+    after the first ``/``, ``?`` or ``#`` that follows ``://``. Nothing of the URL is shown.
+    """
+    _scheme, separator, rest = url.partition("://")
+    ends = [index for index in (rest.find(char) for char in "/?#") if index >= 0]
+    if separator and ends and min(ends) > 0 and "@" in rest[min(ends) :]:
+        raise ImproperlyConfigured(
+            f"{var} is not a valid URL: an '@' follows a '/', '?' or '#', so a user name or password "
+            f"holds one of them unescaped (or the path or query an '@'). Percent-encode them ({ENCODE}). "
+            "The URL is not shown: it holds credentials."
+        )
+
+
+def url_error(
+    var: str,
+    url: str,
+    exc: Exception,
+    parse,
+    *,
+    hint: str,
+    errors: tuple = (ValueError, ImproperlyConfigured),
+) -> ImproperlyConfigured:
+    """The error for a URL that ``parse`` refused with ``exc``, without any part of its
+    user name or password: the message is the one ``parse`` gives for the URL without
+    them (which quotes no credential), or, when that URL parses, a plain statement."""
+    if without_userinfo(url) == url:
+        return ImproperlyConfigured(f"{var}: {exc}; {hint}")
+    try:
+        parse(without_userinfo(url))
+    except errors as public:
+        return ImproperlyConfigured(f"{var}: {public}; {hint} (user name and password not shown)")
+    return ImproperlyConfigured(
+        f"{var}: the user name or password is not valid; percent-encode special characters in "
+        f"them ({ENCODE}); {hint}"
+    )
 
 
 def log_level(value: str) -> str:

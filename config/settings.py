@@ -17,7 +17,7 @@ from config.database import (
     database_from_url,
     is_mongodb,
 )
-from config.env import Env, log_level
+from config.env import Env, check_userinfo, log_level
 from config.lock_settings import lock_settings
 from locks.crontab import command_prefix, cronjobs
 
@@ -47,6 +47,7 @@ INSTALLED_APPS = [
     MONGODB_APP_CONFIGS.get(app, app) if MONGODB else app
     for app in (
         "django.contrib.admin",
+        "config.accounts",  # before django.contrib.auth: its createsuperuser applies the validators
         "django.contrib.auth",
         "django.contrib.contenttypes",
         "django.contrib.sessions",
@@ -124,6 +125,7 @@ LOCKS_HEALTHZ_JOB = "sync_contests"  # /healthz repeats its fields at the top le
 
 # --- The sync (contests app) ----------------------------------------------
 CODEFORCES_API_URL = env.str("CODEFORCES_API_URL", "https://codeforces.com/api")
+check_userinfo("CODEFORCES_API_URL", CODEFORCES_API_URL)  # a mirror's password may be in it
 # (connect, read) seconds per request.
 CODEFORCES_TIMEOUT = (
     env.float("CODEFORCES_CONNECT_TIMEOUT", 5.0),

@@ -1,11 +1,26 @@
 """The reminders' settings (docs/reminders.md); the jobs' schedules and TTLs reach their
 LOCKS_JOBS entries, which the locks app checks. Tagged ``contests`` and ``locks``: ``run_job``
-runs the checks tagged ``locks`` before every run."""
+runs the checks tagged ``locks`` before every run. With ``check --deploy``, the project's
+email and Codeforces transports (docs/security.md)."""
+
+from urllib.parse import urlsplit
 
 from django.conf import settings
-from django.core.checks import Error, register
+from django.core.checks import Error, Tags, Warning, register
 
 from locks.checks import TAG
+
+SMTP_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+W001 = (
+    "EMAIL_URL sends a user name and password to the SMTP server without TLS: anyone on the "
+    "path can read the password."
+)
+W001_HINT = "Use smtp+tls://user:password@host:587 (STARTTLS) or smtp+ssl://user:password@host:465."
+W002 = (
+    "CODEFORCES_API_URL is plain http://: anyone on the path can change the contest list the "
+    "sync stores (and read any credentials in the URL)."
+)
+W002_HINT = "Use https://, as the default https://codeforces.com/api does."
 
 CLAIM_TTL_TOO_SHORT = (
     "SEND_REMINDERS_CLAIM_TTL ({claim_ttl!r} s) must be more than three times EMAIL_TIMEOUT "
@@ -27,3 +42,19 @@ def check_reminder_settings(app_configs=None, **kwargs) -> list[Error]:
         message = TOO_FEW_ATTEMPTS.format(attempts=settings.SEND_REMINDERS_MAX_ATTEMPTS)
         errors.append(Error(message, id="contests.E006"))
     return errors
+
+
+@register(Tags.security, deploy=True)
+def check_email_transport(app_configs=None, **kwargs) -> list[Warning]:
+    plain = not (settings.EMAIL_USE_TLS or settings.EMAIL_USE_SSL)
+    credentials = settings.EMAIL_HOST_USER or settings.EMAIL_HOST_PASSWORD
+    if settings.EMAIL_BACKEND == SMTP_BACKEND and credentials and plain:
+        return [Warning(W001, hint=W001_HINT, id="contests.W001")]
+    return []
+
+
+@register(Tags.security, deploy=True)
+def check_codeforces_transport(app_configs=None, **kwargs) -> list[Warning]:
+    if urlsplit(settings.CODEFORCES_API_URL).scheme.lower() == "http":
+        return [Warning(W002, hint=W002_HINT, id="contests.W002")]
+    return []

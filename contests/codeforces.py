@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from django.conf import settings
+
+from locks.text import safe_text, without_userinfo
 
 if TYPE_CHECKING:
     import requests
@@ -26,6 +29,15 @@ KNOWN_TYPES = frozenset({"CF", "IOI", "ICPC"})
 CALL_LIMIT = "call limit exceeded"
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 CHUNK_BYTES = 65536
+# At most this many JSON values (numbers, strings, arrays, objects) in an answer: the real
+# list of July 2023 has about 16,000 (1,758 contests), so this leaves room for decades of
+# contests while bounding what decoding can allocate (a value costs up to ~200 bytes).
+MAX_VALUES = 200_000
+# Invalid entries, and unknown phases or types, described by a few examples and a count.
+EXAMPLES = 3
+# Characters of an outside value quoted in the message about one entry.
+VALUE_LIMIT = 100
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://\S+")
 
 # What the database can store, the same on every backend. Contest.contest_id is a
 # PositiveIntegerField: 32 bits on PostgreSQL and MySQL (SQLite would take 64).
@@ -86,31 +98,35 @@ class CodeforcesClient:
         """``contest.list?gym=false``, validated. At most ``max_attempts`` requests,
         all of them, and the waits between them, within ``total_timeout`` seconds."""
         url = f"{self.base_url}/contest.list"
-        deadline = Deadline(self.total_timeout, url=url)
+        # What messages and logs name: the URL without its user name and password.
+        shown = without_userinfo(url)
+        deadline = Deadline(self.total_timeout, url=shown)
         attempt = 0
         while True:
             attempt += 1
             last = attempt >= self.max_attempts
             try:
-                payload = self._get_json(url, {"gym": "false"}, deadline=deadline)
+                payload = self._get_json(url, {"gym": "false"}, shown=shown, deadline=deadline)
             except _Retryable as exc:
                 if last:
                     raise CodeforcesError(f"{exc} ({attempt} attempts)") from exc.__cause__
                 problem, retry_after = str(exc), exc.retry_after
             else:
-                comment = str(payload.get("comment", "")) if isinstance(payload, dict) else ""
+                comment = payload.get("comment") if isinstance(payload, dict) else None
                 status = payload.get("status") if isinstance(payload, dict) else None
-                if last or not (status == "FAILED" and CALL_LIMIT in comment.lower()):
+                limited = isinstance(comment, str) and CALL_LIMIT in comment.lower()
+                if last or not (status == "FAILED" and limited):
                     result = parse_contest_list(payload)
                     result.attempts = attempt
                     return result
-                problem, retry_after = f"Codeforces API at {url}: call limit exceeded", None
+                problem, retry_after = f"Codeforces API at {shown}: call limit exceeded", None
             delay = self.backoff * 2 ** (attempt - 1) if retry_after is None else retry_after
             logger.warning("%s; retrying in %.1f s", problem, delay)
             deadline.sleep(delay)
 
-    def _get_json(self, url: str, params: dict, *, deadline: Deadline) -> object:
-        """One request. Raises ``_Retryable`` for what another attempt may cure."""
+    def _get_json(self, url: str, params: dict, *, shown: str, deadline: Deadline) -> object:
+        """One request. Raises ``_Retryable`` for what another attempt may cure. Messages
+        name ``shown``, never ``url``."""
         # requests (and urllib3) are imported only when a fetch happens: a copy that
         # skips a claimed tick never needs them (docs/benchmarks.md, the skip part).
         import requests
@@ -128,25 +144,37 @@ class CodeforcesClient:
                 deadline.check()  # the capped timeout ran out with the deadline
                 if not _timed_out(exc):
                     raise _Retryable(
-                        f"cannot connect to the Codeforces API at {url}: {_reason(exc)}"
+                        f"cannot connect to the Codeforces API at {shown}: {_reason(exc)}"
                     ) from exc
-                raise _Retryable(f"Codeforces API at {url} did not answer within {timeout[1]:g} s") from exc
+                raise _Retryable(f"Codeforces API at {shown} did not answer within {timeout[1]:g} s") from exc
             except requests.exceptions.RequestException as exc:
-                raise CodeforcesError(f"request to the Codeforces API at {url} failed: {exc}") from exc
+                raise CodeforcesError(
+                    f"request to the Codeforces API at {shown} failed: {_reason(exc)}"
+                ) from exc
             with response:
                 if response.is_redirect:
+                    location = without_userinfo(response.headers["Location"])
                     raise CodeforcesError(
-                        f"Codeforces API at {url} answered HTTP {response.status_code} redirecting to "
-                        f"{response.headers['Location'][:300]!r}; redirects are not followed "
+                        f"Codeforces API at {shown} answered HTTP {response.status_code} redirecting to "
+                        f"{safe_text(location, limit=300, quote=True)}; redirects are not followed "
                         "(check CODEFORCES_API_URL)"
                     )
                 if response.status_code in RETRY_STATUSES:
                     raise _Retryable(
-                        f"Codeforces API at {url} answered HTTP {response.status_code} "
-                        f"{response.reason or ''}".rstrip(),
+                        f"Codeforces API at {shown} answered HTTP {response.status_code} "
+                        f"{safe_text(response.reason or '', limit=VALUE_LIMIT)}".rstrip(),
                         retry_after=_retry_after(response),
                     )
-                body = self._read_capped(response, url, deadline=deadline)
+                body = self._read_capped(response, shown, deadline=deadline)
+        # An upper bound of the values the body holds, counted before decoding it: 20 MB of
+        # tiny entries ([0,0,…]) would take 0.2 to 0.6 GB as Python objects (docs/security.md).
+        values = body.count(b",") + body.count(b"[") + body.count(b"{")
+        if values > MAX_VALUES:
+            raise CodeforcesError(
+                f"Codeforces API answered HTTP {response.status_code} with {len(body):,} bytes holding up "
+                f"to {values:,} JSON values, more than the {MAX_VALUES:,} a contest list may have; "
+                "not decoded"
+            )
         try:
             payload = json.loads(body)
         except ValueError as exc:
@@ -240,46 +268,69 @@ def _retry_after(response: requests.Response) -> float | None:
 
 
 def parse_contest_list(payload: object) -> ContestList:
-    """Validate a ``contest.list`` answer. Bad entries are skipped and counted;
-    an answer that is unusable as a whole raises ``CodeforcesError``."""
+    """Validate a ``contest.list`` answer. Bad entries are skipped and counted, the first
+    few described; an answer that is unusable as a whole raises ``CodeforcesError``.
+    Outside text in messages is quoted and cut (``locks.text.safe_text``)."""
     if not isinstance(payload, dict):
         raise CodeforcesError(f"Codeforces API answer is a {type(payload).__name__}, not a JSON object")
     if payload.get("status") != "OK":
-        comment = payload.get("comment") or "no comment"
-        raise CodeforcesError(f"Codeforces API answered status {payload.get('status')!r}: {comment}")
+        comment = safe_text(payload.get("comment") or "no comment")
+        status = safe_text(payload.get("status"), limit=VALUE_LIMIT, quote=True)
+        raise CodeforcesError(f"Codeforces API answered status {status}: {comment}")
     entries = payload.get("result")
     if not isinstance(entries, list):
         raise CodeforcesError(
             f"Codeforces API 'result' is a {type(entries).__name__}, not a list of contests"
         )
-    records, problems, seen = [], [], set()
-    unknown: set[tuple[str, str]] = set()
+    records, seen, problems, invalid = [], set(), [], 0
+    unknown = {"phase": _Unknown(), "type": _Unknown()}
     for index, entry in enumerate(entries):
         try:
             record = _contest(entry)
+            if record.contest_id in seen:
+                raise ValueError(f"duplicate id {record.contest_id}")
         except ValueError as exc:
-            problems.append(f"entry {index}: {exc}")
-            continue
-        if record.contest_id in seen:
-            problems.append(f"entry {index}: duplicate id {record.contest_id}")
+            invalid += 1
+            if len(problems) < EXAMPLES:  # one message per entry would cost more than the answer
+                problems.append(f"entry {index}: {exc}")
             continue
         seen.add(record.contest_id)
         records.append(record)
         if record.phase not in KNOWN_PHASES:
-            unknown.add(("phase", record.phase))
+            unknown["phase"].add(record.phase)
         if record.type not in KNOWN_TYPES:
-            unknown.add(("type", record.type))
-    for kind, value in sorted(unknown):
-        logger.warning("Codeforces: unknown contest %s %r kept as is", kind, value)
-    invalid = len(problems)
-    if problems:
-        logger.warning("Codeforces: skipped %d invalid entries; first: %s", invalid, problems[0])
+            unknown["type"].add(record.type)
+    for kind, values in unknown.items():
+        if values.contests:
+            logger.warning("Codeforces: unknown contest %s %s kept as is", kind, values)
+    first = "; ".join(problems)
+    if invalid:
+        logger.warning("Codeforces: skipped %d invalid entries; first: %s", invalid, first)
     if entries and invalid * 2 > len(entries):
         raise CodeforcesError(
             f"Codeforces API answer is mostly invalid: {invalid} of {len(entries)} entries "
-            f"rejected (first: {problems[0]}); nothing was written"
+            f"rejected (first: {first}); nothing was written"
         )
     return ContestList(records=records, invalid=invalid)
+
+
+class _Unknown:
+    """The unknown values of one field: how many contests had one, a few examples."""
+
+    def __init__(self) -> None:
+        self.values: set[str] = set()
+        self.contests = 0
+
+    def add(self, value: str) -> None:
+        self.contests += 1
+        self.values.add(value)
+
+    def __str__(self) -> str:
+        examples = sorted(self.values)[:EXAMPLES]
+        shown = ", ".join(safe_text(value, limit=VALUE_LIMIT, quote=True) for value in examples)
+        more = len(self.values) - len(examples)
+        plural = "s" if self.contests > 1 else ""
+        return f"{shown}{f' and {more} more' if more else ''} ({self.contests} contest{plural})"
 
 
 def _contest(entry: object) -> ContestRecord:
@@ -288,28 +339,30 @@ def _contest(entry: object) -> ContestRecord:
         raise ValueError(f"not an object but {type(entry).__name__}")
     contest_id = entry.get("id")
     if not _is_int(contest_id) or contest_id <= 0:
-        raise ValueError(f"id {contest_id!r} is not a positive integer")
+        raise ValueError(f"id {_shown(contest_id)} is not a positive integer")
     if contest_id > MAX_CONTEST_ID:
         raise ValueError(f"id {contest_id} is over the largest storable id {MAX_CONTEST_ID}")
     name = entry.get("name")
     if not isinstance(name, str) or not name.strip():
-        raise ValueError(f"contest {contest_id}: name {name!r} is not a non-empty string")
+        raise ValueError(f"contest {contest_id}: name {_shown(name)} is not a non-empty string")
     _check_text(name, key="name", contest_id=contest_id)
     for key in ("phase", "type"):
         if not isinstance(entry.get(key), str) or not entry[key]:
-            raise ValueError(f"contest {contest_id}: {key} {entry.get(key)!r} is not a string")
+            raise ValueError(f"contest {contest_id}: {key} {_shown(entry.get(key))} is not a string")
         _check_text(entry[key], key=key, contest_id=contest_id)
     frozen = entry.get("frozen", False)
     if not isinstance(frozen, bool):
-        raise ValueError(f"contest {contest_id}: frozen {frozen!r} is not a boolean")
+        raise ValueError(f"contest {contest_id}: frozen {_shown(frozen)} is not a boolean")
     duration = entry.get("durationSeconds")
     if not _is_int(duration) or duration < 0:
-        raise ValueError(f"contest {contest_id}: durationSeconds {duration!r} is not a non-negative integer")
+        raise ValueError(
+            f"contest {contest_id}: durationSeconds {_shown(duration)} is not a non-negative integer"
+        )
     if duration > MAX_DURATION.total_seconds():
         raise ValueError(f"contest {contest_id}: durationSeconds {duration} is over {MAX_DURATION.days} days")
     start = entry.get("startTimeSeconds")
     if start is not None and not _is_int(start):
-        raise ValueError(f"contest {contest_id}: startTimeSeconds {start!r} is not an integer")
+        raise ValueError(f"contest {contest_id}: startTimeSeconds {_shown(start)} is not an integer")
     if start is not None and not 0 <= start < MAX_START.timestamp():
         raise ValueError(
             f"contest {contest_id}: startTimeSeconds {start} is out of range (1970 to {MAX_START.year})"
@@ -338,6 +391,10 @@ def _check_text(value: str, *, key: str, contest_id: int) -> None:
         ) from None
 
 
+def _shown(value: object) -> str:
+    return safe_text(value, limit=VALUE_LIMIT, quote=True)
+
+
 def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
@@ -364,7 +421,8 @@ def _reason(exc: BaseException) -> str:
         if inner is None:
             break
         reason = inner
-    text = str(reason)
+    # A URL in the text (requests names the one it could not use) loses its credentials.
+    text = _URL.sub(lambda match: without_userinfo(match[0]), str(reason))
     if "] " in text:  # "[Errno 111] Connection refused" inside urllib3's wrapper text
         text = text.rsplit("] ", 1)[1].rstrip("')\"")
-    return " ".join(text.split())[:300]
+    return safe_text(" ".join(text.split()), limit=300)

@@ -8,8 +8,8 @@ from django.conf import settings
 from django.core.checks import Error, Tags, Warning, register
 from django.utils.module_loading import import_string
 
-from locks.leases import error_text
 from locks.registry import PATH_KEYS, error, job_setting_errors
+from locks.text import error_text
 
 TAG = "locks"
 MIN_TOKEN_LENGTH = 32

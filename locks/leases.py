@@ -29,6 +29,7 @@ from django.db.models.lookups import GreaterThanOrEqual
 from django.utils import timezone
 
 from locks.models import JobRun, RunStatus, SyncLock, database_now, now_plus
+from locks.text import error_text
 
 # The name the lock's log lines have always carried (operators filter on it).
 logger = logging.getLogger("locks.api")
@@ -68,11 +69,6 @@ def validate_ttl(ttl: timedelta) -> timedelta:
 def iso(value: datetime | None) -> str | None:
     """The one ISO 8601 form of a time in messages, logs and JSON; None stays None."""
     return value.isoformat() if value is not None else None
-
-
-def error_text(exc: BaseException) -> str:
-    """ "OperationalError: no such table: x", on one line."""
-    return f"{type(exc).__name__}: {' '.join(str(exc).split()) or 'no details'}"
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,6 @@ from locks.leases import (
     LockLost,
     Skip,
     acquire,
-    error_text,
     iso,
     make_holder,
     read_back_commit,
@@ -39,11 +38,14 @@ from locks.leases import (
 from locks.models import JobRun, RunStatus, SyncLock, now_plus
 from locks.registry import get_job, tick_window
 from locks.schedule import InvalidTick
+from locks.text import error_text, safe_text
 
 # The name the lock's log lines have always carried (operators filter on it).
 logger = logging.getLogger("locks.api")
 
 Outcome = Literal["succeeded", "failed", "lost_lock", "skipped"]
+# Characters of an expected error's message kept (SyncLock.last_error keeps as many).
+ERROR_LIMIT = 2000
 
 
 class _Heartbeat(threading.Thread):
@@ -197,8 +199,8 @@ def run_locked(
         result.outcome, result.error, result.exception = "failed", f"outcome unknown: {exc}", exc
     except Error as exc:
         result.outcome, result.error, result.exception = "failed", f"database error: {error_text(exc)}", exc
-    except expected_errors as exc:
-        result.outcome, result.error, result.exception = "failed", str(exc), exc
+    except expected_errors as exc:  # its message may quote an outside system: bounded, one line
+        result.outcome, result.error, result.exception = "failed", safe_text(str(exc), limit=ERROR_LIMIT), exc
     except Exception as exc:
         result.outcome, result.error, result.exception, unexpected = "failed", error_text(exc), exc, True
     except BaseException as exc:  # KeyboardInterrupt, SystemExit (SIGTERM): record, then go on

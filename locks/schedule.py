@@ -8,7 +8,7 @@ repeated or missing hour, so on a DST night every slot is distinct and real
 
 from datetime import UTC, datetime, timedelta
 
-from croniter import croniter
+from croniter import CroniterBadDateError, croniter
 
 
 def is_valid_expression(expression: str) -> bool:
@@ -92,15 +92,22 @@ def check_tick(expression: str, tick: datetime) -> datetime:
     """``tick`` in UTC, if it is a slot of ``expression``; else ``InvalidTick`` naming
     the nearest slots. How far ahead a tick may lie is the lease's compare-and-set to
     judge, on the database clock (``tick_ahead_message`` says why it refused)."""
-    tick = _utc(tick)
-    if not is_slot(expression, tick):
-        before = slot_at_or_before(expression, now=tick)
-        after = next_tick(expression, now=tick)
+    try:
+        utc = _utc(tick)
+        if is_slot(expression, utc):
+            return utc
+        before = slot_at_or_before(expression, now=utc)
+        after = next_tick(expression, now=utc)
+    except (OverflowError, CroniterBadDateError):
+        # Near year 1 or 9999 the slot before or after lies outside what datetime holds.
         raise InvalidTick(
-            f"tick {tick.isoformat()} is not a slot of the schedule {expression!r} (UTC); "
-            f"the nearest valid slots are {before.isoformat()} and {after.isoformat()}"
-        )
-    return tick
+            f"tick {tick.isoformat()} is out of the range the schedule {expression!r} can be computed in "
+            "(a slot before and after it must lie within the years 1 to 9999)"
+        ) from None
+    raise InvalidTick(
+        f"tick {utc.isoformat()} is not a slot of the schedule {expression!r} (UTC); "
+        f"the nearest valid slots are {before.isoformat()} and {after.isoformat()}"
+    )
 
 
 def tick_ahead_message(

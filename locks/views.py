@@ -13,10 +13,11 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST, require_safe
 
 from locks.auth import bearer_token_matches, boolean, client_address
-from locks.leases import LockError, error_text, iso
+from locks.leases import LockError, iso
 from locks.registry import Job, UnknownJob, get_job
 from locks.runner import RunResult, run_job
 from locks.selectors import Freshness, jobs_freshness
+from locks.text import error_text
 from locks.throttle import throttle_claim
 
 logger = logging.getLogger(__name__)

@@ -134,24 +134,33 @@ def spawn(module_args: list[str], *, env: dict[str, str]) -> subprocess.Popen:
 
 
 @contextmanager
-def gunicorn(*, env: dict[str, str], log: Path, workers: int = 1) -> Iterator[str]:
+def gunicorn(
+    *, env: dict[str, str], log: Path, workers: int = 1, command: list[str] | None = None
+) -> Iterator[str]:
     """Serve the project (the host project's, under its settings) with gunicorn, the documented
     production server; yields its base URL.
 
     The test binds the listening socket and hands it over (``--bind fd://N``), so
     requests queue in its backlog until the worker is up: no polling, no port race.
+    ``command``: a whole command line instead, given the socket through gunicorn's
+    ``GUNICORN_CMD_ARGS``.
     """
     wsgi = "tests.hostproject.wsgi" if env.get("DJANGO_SETTINGS_MODULE") == HOST_SETTINGS else "config.wsgi"
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     listener.bind(("127.0.0.1", 0))
     listener.listen(64)
     port = listener.getsockname()[1]
+    bind = f"--bind fd://{listener.fileno()}"
+    if command is None:
+        command = [
+            *(sys.executable, "-m", "gunicorn", wsgi, *bind.split()),
+            *("--workers", str(workers), "--timeout", "120", "--access-logfile", "-"),
+        ]
+    else:
+        env = {**env, "GUNICORN_CMD_ARGS": bind}
     with log.open("w") as out:
         process = subprocess.Popen(
-            [
-                *(sys.executable, "-m", "gunicorn", wsgi, "--bind", f"fd://{listener.fileno()}"),
-                *("--workers", str(workers), "--timeout", "120", "--access-logfile", "-"),
-            ],
+            command,
             cwd=ROOT,
             env=env,
             stdout=out,

@@ -41,11 +41,11 @@ try:
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as ec
     from selenium.webdriver.support.ui import WebDriverWait
-except ImportError:  # pragma: no cover - selenium is pinned in requirements.txt
+except ImportError:  # pragma: no cover - selenium is pinned in requirements-dev.txt
     webdriver = None
 
 MISSING = (
-    "selenium is not installed (pip install -r requirements.txt)"
+    "selenium is not installed (make test installs requirements-dev.txt)"
     if webdriver is None
     else "needs Debian's chromium and chromium-driver at /usr/bin (apt-get install chromium "
     "chromium-driver; .ci/run does this as root)"

@@ -287,8 +287,8 @@ def test_unknown_phase_and_type_are_kept_and_logged_once(caplog):
     assert {(r.phase, r.type) for r in result.records} == {("ARCHIVED", "KOTH")}
     messages = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert messages == [
-        "Codeforces: unknown contest phase 'ARCHIVED' kept as is",
-        "Codeforces: unknown contest type 'KOTH' kept as is",
+        "Codeforces: unknown contest phase 'ARCHIVED' (3 contests) kept as is",
+        "Codeforces: unknown contest type 'KOTH' (3 contests) kept as is",
     ]
 
 

@@ -152,3 +152,15 @@ def test_run_job_runs_the_reminders_checks_before_a_run(transactional_db):
     proc = manage("run_job", "send_reminders", "--dry-run", env=project_env(SEND_REMINDERS_MAX_ATTEMPTS="0"))
     assert proc.returncode == 1
     assert "(contests.E006) SEND_REMINDERS_MAX_ATTEMPTS must be 1 or more, got 0." in proc.stderr
+
+
+@pytest.mark.parametrize("tick", ["0001-01-01T00:00:00", "9999-12-31T23:30:00+00:00"])
+def test_a_sync_tick_at_the_ends_of_the_calendar_exits_2_in_one_line(db_url, standin, tick):
+    """Issue 21, item 6, through the sync's own command: no OverflowError traceback, no fetch."""
+    proc = manage("sync_contests", "--tick", tick, env=project_env(DATABASE_URL=db_url))
+
+    assert proc.returncode == 2, proc.stderr
+    [line] = proc.stderr.splitlines()
+    assert line.startswith("CommandError: --tick: tick ")
+    assert "is out of the range the schedule '0 * * * *' can be computed in" in line
+    assert (standin.calls, SyncLock.objects.count(), JobRun.objects.count()) == (0, 0, 0)

@@ -98,6 +98,28 @@ def test_bad_arguments_exit_2_clearly_and_change_nothing(env, args, message):
     assert not JobRun.objects.exists()
 
 
+OUT_OF_RANGE = "is out of the range the schedule '{}' can be computed in"
+
+
+@pytest.mark.parametrize(
+    ("command", "tick"),
+    [
+        (["run_job", "record"], "0001-01-01T00:00:00"),
+        (["run_job", "record"], "0001-01-01T04:00:00+05:00"),  # year 0 in UTC
+        (["run_job", "record"], "9999-12-31T23:59:00"),
+        (["run_job", "record", "--dry-run"], "9999-12-31T23:59:59"),
+    ],
+)
+def test_a_tick_at_the_ends_of_the_calendar_exits_2_in_one_line(env, command, tick):
+    """Issue 21, item 6: these ended in an OverflowError traceback, exit 1."""
+    proc = manage(*command, "--tick", tick, env=env)
+
+    assert proc.returncode == 2, proc.stderr
+    [line] = proc.stderr.splitlines()
+    assert line.startswith("CommandError: --tick: tick ") and OUT_OF_RANGE.format("*/5 * * * *") in line
+    assert (SyncLock.objects.count(), JobRun.objects.count()) == (0, 0)
+
+
 def test_dry_run_shows_the_preview_and_takes_no_lock(env):
     record = manage("run_job", "record", "--dry-run", env=env)
 
