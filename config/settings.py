@@ -190,11 +190,20 @@ CRONTAB_DJANGO_MANAGE_PATH = str(BASE_DIR / "manage.py")
 # --- The crontab line's environment (docs/deployment-cron.md) ------------------
 # The line needs this project's settings (a different SYNC_CONTESTS_SCHEDULE would not
 # even find its job), but carries no value: anyone who can read the crontab or
-# /proc/*/cmdline would see it. `manage.py crontab_env` writes the variables with these
-# prefixes to LOCKS_CRONTAB_ENV_FILE (mode 0600) and the line sources that file.
-LOCKS_CRONTAB_ENV_PREFIXES = (
-    *("DATABASE_URL", "DJANGO_", "CODEFORCES_", "SYNC_", "LOCKS_", "MONGODB_"),
-    *("SEND_REMINDERS_", "EMAIL_", "DEFAULT_FROM_EMAIL"),
+# /proc/*/cmdline would see it. `manage.py crontab_env` writes these variables, each one a
+# job reads, to LOCKS_CRONTAB_ENV_FILE (mode 0600) and the line sources that file. Not the
+# web's: the trigger, health and metrics tokens, the HTTPS and proxy switches, the admin
+# login's limits, DJANGO_SUPERUSER_PASSWORD (tests/test_deploy_settings.py keeps the split).
+LOCKS_CRONTAB_ENV_VARIABLES = (
+    *("DATABASE_URL", "DJANGO_SECRET_KEY", "DJANGO_DEBUG", "DJANGO_SILENCED_SYSTEM_CHECKS"),
+    *("LOCKS_DEFAULT_TTL", "LOCKS_TICK_WINDOW", "LOCKS_MAX_CLOCK_SKEW", "LOCKS_RUN_RETENTION_DAYS"),
+    *("LOCKS_LOG_LEVEL", "CONTESTS_LOG_LEVEL"),
+    *("SYNC_CONTESTS_SCHEDULE", "SYNC_CONTESTS_LOCK_TTL", "SYNC_CONTESTS_MAX_RUN_TIME"),
+    *("CODEFORCES_API_URL", "CODEFORCES_CONNECT_TIMEOUT", "CODEFORCES_READ_TIMEOUT"),
+    *("CODEFORCES_TOTAL_TIMEOUT", "CODEFORCES_MAX_ATTEMPTS", "CODEFORCES_BACKOFF", "CODEFORCES_MAX_BYTES"),
+    *("SEND_REMINDERS_SCHEDULE", "SEND_REMINDERS_LOCK_TTL", "SEND_REMINDERS_MAX_RUN_TIME"),
+    *("SEND_REMINDERS_CLAIM_TTL", "SEND_REMINDERS_MAX_ATTEMPTS"),
+    *("EMAIL_URL", "EMAIL_BACKEND", "EMAIL_FILE_PATH", "EMAIL_TIMEOUT", "DEFAULT_FROM_EMAIL"),
 )
 LOCKS_CRONTAB_ENV_FILE = BASE_DIR / env.str("DJANGO_CRONTAB_ENV_FILE", "var/crontab.env")
 CRONTAB_COMMAND_PREFIX = command_prefix(LOCKS_CRONTAB_ENV_FILE)

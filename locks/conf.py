@@ -30,7 +30,13 @@ settings.LOCKS_HEALTHZ_JOB = getattr(settings, "LOCKS_HEALTHZ_JOB", "")
 settings.LOCKS_TRUSTED_PROXY_COUNT = getattr(settings, "LOCKS_TRUSTED_PROXY_COUNT", 0)
 # The file `crontab_env` writes and the crontab line sources; None: crontab_env refuses.
 settings.LOCKS_CRONTAB_ENV_FILE = getattr(settings, "LOCKS_CRONTAB_ENV_FILE", None)
-# The environment variables `crontab_env` writes to that file: every one with these prefixes.
-settings.LOCKS_CRONTAB_ENV_PREFIXES = getattr(
-    settings, "LOCKS_CRONTAB_ENV_PREFIXES", ("DATABASE_URL", "DJANGO_", "LOCKS_")
+# The environment variables a job reads, which `crontab_env` writes to that file: an explicit
+# list (no prefixes), so web-only tokens and other tools' passwords stay out of it.
+settings.LOCKS_CRONTAB_ENV_VARIABLES = getattr(
+    settings,
+    "LOCKS_CRONTAB_ENV_VARIABLES",
+    (
+        *("DATABASE_URL", "DJANGO_SETTINGS_MODULE", "DJANGO_SECRET_KEY", "DJANGO_DEBUG"),
+        *("LOCKS_DEFAULT_TTL", "LOCKS_TICK_WINDOW", "LOCKS_MAX_CLOCK_SKEW", "LOCKS_RUN_RETENTION_DAYS"),
+    ),
 )

@@ -13,6 +13,8 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import stat
+import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -21,6 +23,9 @@ HEADER = (
     "# Do not edit: change the environment and run the command again.\n"
 )
 NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+# Written into the file itself, so a job started from it knows which file that was (run_job
+# refuses to start when others can read it: ``check_env_file``).
+ENV_FILE_VARIABLE = "LOCKS_CRON_ENV_FILE"
 
 
 class CrontabEnvError(ValueError):
@@ -33,7 +38,8 @@ def cron_escape(text: str) -> str:
 
 
 def cronjobs(jobs: Mapping[str, Mapping], *, log_dir: Path) -> list[tuple]:
-    """One ``manage.py run_job NAME`` line per job, appending to ``log_dir/NAME.log``.
+    """One line per job, running ``run_job NAME`` (through ``run``) and appending to
+    ``log_dir/NAME.log``.
 
     The lock makes the line safe on every host: one run per tick. A malformed entry
     is left out, not an error here: the system checks name it (and ``crontab add``
@@ -42,14 +48,56 @@ def cronjobs(jobs: Mapping[str, Mapping], *, log_dir: Path) -> list[tuple]:
     return [
         (
             job.get("schedule"),
-            "django.core.management.call_command",
-            ["run_job", name],
-            {"verbosity": 0},  # the log line on stderr is the record
+            "locks.crontab.run",
+            [name],
+            {},
             cron_escape(f">> {shlex.quote(str(log_dir / f'{name}.log'))} 2>&1"),
         )
         for name, job in jobs.items()
         if isinstance(job, Mapping)
     ]
+
+
+def run(name: str) -> None:
+    """What a crontab line runs (django-crontab's ``crontab run HASH``): ``run_job NAME``, and
+    the process ends with run_job's exit status.
+
+    django-crontab catches every exception a job raises, ``SystemExit`` included, and logs it
+    with a traceback, then exits 0. So a run that failed (exit 1) or was refused (exit 2, one
+    ``CommandError`` line) ends the process here, after its one line, with its status.
+    """
+    from django.core.management import call_command
+    from django.core.management.base import CommandError
+
+    try:
+        call_command("run_job", name, verbosity=0)  # the run's log line on stderr is the record
+        return
+    except CommandError as exc:
+        sys.stderr.write(f"CommandError: {exc}\n")
+        status = exc.returncode
+    except SystemExit as exc:
+        status = exc.code if isinstance(exc.code, int) else 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)  # not SystemExit: django-crontab would catch it and log a traceback
+
+
+def check_env_file(environ: Mapping[str, str]) -> None:
+    """Raise ``CrontabEnvError`` when the environment file this process was started with
+    (``ENV_FILE_VARIABLE``, written into the file by ``crontab_env``) can be read by its
+    group or by others: it holds the database password and the secret key."""
+    path = environ.get(ENV_FILE_VARIABLE)
+    if not path:
+        return
+    try:
+        mode = stat.S_IMODE(os.stat(path).st_mode)
+    except OSError as exc:
+        raise CrontabEnvError(f"cannot check the environment file {path}: {exc.strerror or exc}") from None
+    if mode & 0o077:
+        raise CrontabEnvError(
+            f"the environment file {path} is readable by group or others (mode {mode:04o}): "
+            f"run `chmod 600 {shlex.quote(path)}` or `manage.py crontab_env` again"
+        )
 
 
 def command_prefix(env_file: Path) -> str:
@@ -58,14 +106,15 @@ def command_prefix(env_file: Path) -> str:
     return cron_escape(f"umask 027; set -a; . {shlex.quote(str(env_file))}; set +a;")
 
 
-def crontab_environment(*, environ: Mapping[str, str], prefixes: Iterable[str]) -> dict[str, str]:
-    """The variables the cron line needs: every non-empty one whose name starts with a prefix.
+def crontab_environment(*, environ: Mapping[str, str], names: Iterable[str]) -> dict[str, str]:
+    """The variables the cron line needs: each of ``names`` (an explicit list of what a job
+    reads, ``LOCKS_CRONTAB_ENV_VARIABLES``) that is set and not empty; nothing else, so
+    tokens the web process needs and passwords of other tools stay out of the file.
 
     Raises ``CrontabEnvError`` for a value with a line break (in a crontab it would
     start a line of its own) or a name the shell cannot assign.
     """
-    prefixes = tuple(prefixes)
-    chosen = {name: value for name, value in sorted(environ.items()) if name.startswith(prefixes) and value}
+    chosen = {name: environ[name] for name in sorted(set(names)) if environ.get(name)}
     for name, value in chosen.items():
         if not NAME.match(name):
             raise CrontabEnvError(f"{name!r} is not a name the shell can assign; nothing was written")
@@ -83,6 +132,7 @@ def write_crontab_env(*, path: Path, variables: Mapping[str, str]) -> None:
     readable by others, not even for a moment) and renamed over ``path``, so a reader
     sees the old file or the new one, never half of one.
     """
+    variables = {ENV_FILE_VARIABLE: str(path), **variables}
     text = HEADER + "".join(f"{name}={shlex.quote(value)}\n" for name, value in variables.items())
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")

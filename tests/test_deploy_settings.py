@@ -391,3 +391,44 @@ def test_gunicorn_serves_admin_static_files_and_the_endpoints_in_production(db_u
     assert healthy.status_code == 200, healthy.text
     assert healthy.json()["status"] == "ok"
     assert "Traceback" not in output
+
+
+# Variables the settings read that no job needs: the web process's tokens and switches, the
+# admin login's limits, where collectstatic puts files, and which file crontab_env writes.
+WEB_ONLY = {
+    *("DJANGO_ALLOWED_HOSTS", "DJANGO_CSRF_TRUSTED_ORIGINS", "DJANGO_STATIC_ROOT", "DJANGO_CRONTAB_ENV_FILE"),
+    *("DJANGO_SECURE_SSL_REDIRECT", "DJANGO_SECURE_PROXY_SSL_HEADER", "DJANGO_SECURE_HSTS_SECONDS"),
+    *("DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS", "DJANGO_SECURE_HSTS_PRELOAD", "DJANGO_SECURE_COOKIES"),
+    *("AXES_FAILURE_LIMIT", "AXES_COOLOFF_TIME", "LOCKS_SCHEDULER_GRACE"),
+    *("LOCKS_TRIGGER_TOKEN", "LOCKS_TRIGGER_RATE_WINDOW", "LOCKS_HEALTHZ_TOKEN", "LOCKS_TRUSTED_PROXY_COUNT"),
+    *("SYNC_TRIGGER_TOKEN", "SYNC_TRIGGER_RATE_WINDOW", "HEALTHZ_TOKEN", "DJANGO_TRUSTED_PROXY_COUNT"),
+}
+
+
+def variables_the_settings_read() -> set[str]:
+    """Every environment variable config/settings.py and config/lock_settings.py read."""
+    import re
+
+    from config.lock_settings import CASTS, OLD_NAMES
+
+    text = (ROOT / "config" / "settings.py").read_text()
+    return (
+        set(re.findall(r"""env(?:\.\w+)?\(\s*"([A-Z][A-Z0-9_]*)\"""", text))
+        | set(CASTS)
+        | set(OLD_NAMES.values())
+    )
+
+
+def test_the_crontab_env_file_gets_every_variable_a_job_reads_and_no_other():
+    """Issue 21, item 8: an explicit list. A new variable the settings read must be named a
+    job's (LOCKS_CRONTAB_ENV_VARIABLES) or the web's (WEB_ONLY above); none is both."""
+    from config import settings as project
+
+    read = variables_the_settings_read()
+    jobs = set(project.LOCKS_CRONTAB_ENV_VARIABLES)
+
+    assert jobs - read == set()  # no stale name in the list
+    assert read - jobs - WEB_ONLY == set()  # nothing read is left unsorted
+    assert jobs & WEB_ONLY == set()
+    assert {"DATABASE_URL", "DJANGO_SECRET_KEY", "EMAIL_URL", "SYNC_CONTESTS_SCHEDULE"} <= jobs
+    assert "DJANGO_SUPERUSER_PASSWORD" not in jobs

@@ -56,12 +56,12 @@ def test_environment_variables_reach_the_registered_job_and_nothing_else(monkeyp
     ns = runpy.run_path(SETTINGS)
     entry = ns["LOCKS_JOBS"][job.lower()]
     assert (entry["schedule"], entry["ttl"], entry["max_run_time"]) == ("15 */2 * * *", 900, 3600)
-    [line] = [line for line in ns["CRONJOBS"] if line[2] == ["run_job", job.lower()]]
+    [line] = [line for line in ns["CRONJOBS"] if line[2] == [job.lower()]]
     assert line == (
         "15 */2 * * *",
-        "django.core.management.call_command",
-        ["run_job", job.lower()],
-        {"verbosity": 0},
+        "locks.crontab.run",
+        [job.lower()],
+        {},
         f">> {ROOT / 'var' / f'{job.lower()}.log'} 2>&1",
     )
     # Read where LOCKS_JOBS is built, not kept as settings of their own (two names per knob).
@@ -70,9 +70,9 @@ def test_environment_variables_reach_the_registered_job_and_nothing_else(monkeyp
 
 def test_the_settings_build_cronjobs_from_the_registry():
     assert cronjobs(project.LOCKS_JOBS, log_dir=ROOT / "var") == project.CRONJOBS
-    assert [line[2] for line in project.CRONJOBS] == [
-        ["run_job", "sync_contests"],
-        ["run_job", "send_reminders"],
+    assert [line[1:3] for line in project.CRONJOBS] == [
+        ("locks.crontab.run", ["sync_contests"]),
+        ("locks.crontab.run", ["send_reminders"]),
     ]
 
 

@@ -127,7 +127,11 @@ CRONTAB_PYTHON_EXECUTABLE = sys.executable
 CRONTAB_DJANGO_MANAGE_PATH = str(Path(__file__).with_name("manage.py"))
 CRONTAB_DJANGO_PROJECT_NAME = "hostproject"  # the lines it adds and removes say so
 LOCKS_CRONTAB_ENV_FILE = VAR / "crontab.env"
-LOCKS_CRONTAB_ENV_PREFIXES = ("DATABASE_URL", "DJANGO_", "LOCKS_", "HOSTPROJECT_")  # and its own variables
+LOCKS_CRONTAB_ENV_VARIABLES = (
+    "DATABASE_URL",
+    "DJANGO_SETTINGS_MODULE",
+    "HOSTPROJECT_VAR",
+)  # what its jobs read
 CRONTAB_COMMAND_PREFIX = command_prefix(LOCKS_CRONTAB_ENV_FILE)
 # A test edits a throwaway user's crontab, never the caller's (tests/locks/test_crontab.py).
 if os.environ.get("HOSTPROJECT_CRONTAB_USER"):

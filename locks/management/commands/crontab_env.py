@@ -9,7 +9,7 @@ from locks.crontab import CrontabEnvError, crontab_environment, write_crontab_en
 
 class Command(BaseCommand):
     help = (
-        "Write this project's variables (LOCKS_CRONTAB_ENV_PREFIXES) from the current environment to "
+        "Write the variables a job reads (LOCKS_CRONTAB_ENV_VARIABLES) from the current environment to "
         "LOCKS_CRONTAB_ENV_FILE (mode 0600), which the line `crontab add` installs sources. "
         "Run it before `crontab add`."
     )
@@ -19,7 +19,7 @@ class Command(BaseCommand):
             raise CommandError("LOCKS_CRONTAB_ENV_FILE is not set: name the file the crontab line sources")
         path = Path(settings.LOCKS_CRONTAB_ENV_FILE)
         try:
-            variables = crontab_environment(environ=os.environ, prefixes=settings.LOCKS_CRONTAB_ENV_PREFIXES)
+            variables = crontab_environment(environ=os.environ, names=settings.LOCKS_CRONTAB_ENV_VARIABLES)
             write_crontab_env(path=path, variables=variables)
         except CrontabEnvError as exc:
             raise CommandError(f"{path}: {exc}") from exc

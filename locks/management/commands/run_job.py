@@ -1,4 +1,5 @@
 import argparse
+import os
 import signal
 import sys
 from datetime import UTC, datetime
@@ -7,6 +8,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import Error as DBError  # DatabaseError and InterfaceError
 
 from locks.checks import TAG
+from locks.crontab import CrontabEnvError, check_env_file
 from locks.leases import LockError
 from locks.registry import UnknownJob, get_job
 from locks.runner import NoDryRun, preview_job, run_job
@@ -46,6 +48,10 @@ class Command(BaseCommand):
 
     def handle(self, *args, force: bool, dry_run: bool, tick: datetime | None, **options) -> None:
         name = self.job_name or options["job"]
+        try:
+            check_env_file(os.environ)  # started from a crontab line: its file holds the secrets
+        except CrontabEnvError as exc:
+            raise CommandError(str(exc), returncode=2) from exc
         if force and tick:
             raise CommandError(
                 "--force and --tick exclude each other: a forced run claims no tick.", returncode=2
