@@ -142,6 +142,9 @@ SEND_REMINDERS_MAX_RUN_TIME = env.int("SEND_REMINDERS_MAX_RUN_TIME", 600)
 # A crash between sending and recording means at most one resend, this long later.
 SEND_REMINDERS_CLAIM_TTL = env.int("SEND_REMINDERS_CLAIM_TTL", 600)
 SEND_REMINDERS_MAX_ATTEMPTS = env.int("SEND_REMINDERS_MAX_ATTEMPTS", 5)
+# Due reminders one UPDATE claims at a time, and SMTP connections (threads) per run.
+SEND_REMINDERS_BATCH = env.int("SEND_REMINDERS_BATCH", 500)
+SEND_REMINDERS_CONNECTIONS = env.int("SEND_REMINDERS_CONNECTIONS", 1)
 
 # --- Email (the reminders' delivery; docs/reminders.md) -----------------------
 # EMAIL_URL names the backend and its server; EMAIL_BACKEND and EMAIL_FILE_PATH override it.
