@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import secrets
 import threading
 import time
 from collections.abc import Iterable, Iterator
@@ -91,11 +92,9 @@ def _keys(queryset: QuerySet, *, limit: int | None = None):
     return list(keys)
 
 
-def claim_batch(
-    *, holder: str, claim: str, limit: int, max_attempts: int, now: datetime | None = None
-) -> int:
+def claim_batch(*, run: str, claim: str, limit: int, max_attempts: int, now: datetime | None = None) -> int:
     """Claim up to ``limit`` due reminders for ``claim`` (an id unique to this run and
-    batch, ``holder/…``) in one UPDATE, on the database clock; the number claimed.
+    batch: ``run``, a dot, more) in one UPDATE, on the database clock; the number claimed.
     Reminders an earlier claim of the same run already took are left to later runs: a
     run tries each reminder once.
 
@@ -110,7 +109,7 @@ def claim_batch(
         Reminder.objects.due(now=now)
         .claimable()
         .filter(attempts__lt=max_attempts)
-        .exclude(claimed_by__startswith=f"{holder}/")
+        .exclude(claimed_by__startswith=f"{run}.")
     )
     expires = _claim_expiry()
     for _ in range(CLAIM_TRIES):
@@ -177,7 +176,9 @@ class _Run:
     def __init__(self, *, now: datetime | None, lease: Lease | None) -> None:
         self.now = now
         self.lease = lease
-        self.holder = lease.holder if lease is not None else make_holder()
+        # Every claim id of this run starts with it: the holder, and a suffix of its own
+        # (a caller may hand the same holder to several runs).
+        self.id = f"{lease.holder if lease is not None else make_holder()}/{secrets.token_hex(3)}"
         self.max_attempts = settings.SEND_REMINDERS_MAX_ATTEMPTS
         self.batch = settings.SEND_REMINDERS_BATCH
         self.renew_every = settings.SEND_REMINDERS_CLAIM_TTL / 3
@@ -298,9 +299,9 @@ class _Courier:
             while not self.error:
                 self.run.check()
                 batch += 1
-                claim = f"{self.run.holder}/{self.number}.{batch}"
+                claim = f"{self.run.id}.{self.number}.{batch}"
                 claimed = claim_batch(
-                    holder=self.run.holder,
+                    run=self.run.id,
                     claim=claim,
                     limit=self.run.batch,
                     max_attempts=self.run.max_attempts,

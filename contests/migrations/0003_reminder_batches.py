@@ -23,6 +23,6 @@ class Migration(migrations.Migration):
         migrations.AlterField(
             model_name='reminder',
             name='claimed_by',
-            field=models.CharField(blank=True, db_index=True, default='', help_text='The run and batch (host:pid:suffix/connection.batch) that claimed it last.', max_length=200, verbose_name='claimed by'),
+            field=models.CharField(blank=True, db_index=True, default='', help_text='The run, connection and batch (host:pid:suffix/run.connection.batch) that claimed it last.', max_length=200, verbose_name='claimed by'),
         ),
     ]

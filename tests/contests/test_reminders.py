@@ -121,7 +121,7 @@ def test_a_due_reminder_is_emailed_once_with_the_name_the_start_in_utc_and_the_l
     assert "Contest page: https://codeforces.com/contest/1843\n" in message.body
     assert state(reminder) == (1, *DELIVERED)
     assert reminder.last_error == ""
-    assert reminder.claimed_by.endswith("/1.1")  # this run's first connection, first batch
+    assert re.fullmatch(r".+:\d+:[0-9a-f]{6}/[0-9a-f]{6}\.1\.1", reminder.claimed_by)  # connection 1, batch 1
 
     assert deliver_due_reminders().as_dict() == NOTHING
     assert len(mailoutbox) == 1
@@ -184,15 +184,15 @@ def test_one_update_claims_a_batch_for_one_claim_id_and_costs_no_attempt(soon):
     make_reminder(make_user("later"), soon, at=timedelta(minutes=5))  # not due: never claimed
 
     with CaptureQueriesContext(connection) as queries:
-        first = claim_batch(holder="host:1:aaaaaa", claim="host:1:aaaaaa/1.1", limit=3, max_attempts=5)
+        first = claim_batch(run="host:1:aaaaaa/r", claim="host:1:aaaaaa/r.1.1", limit=3, max_attempts=5)
     assert first == 3
     [update] = queries.captured_queries
     assert update["sql"].startswith("UPDATE ")
-    assert claim_batch(holder="host:2:bbbbbb", claim="host:2:bbbbbb/1.1", limit=3, max_attempts=5) == 2
-    assert claim_batch(holder="host:3:cccccc", claim="host:3:cccccc/1.1", limit=3, max_attempts=5) == 0
+    assert claim_batch(run="host:2:bbbbbb/r", claim="host:2:bbbbbb/r.1.1", limit=3, max_attempts=5) == 2
+    assert claim_batch(run="host:3:cccccc/r", claim="host:3:cccccc/r.1.1", limit=3, max_attempts=5) == 0
 
     claims = Counter(Reminder.objects.values_list("claimed_by", flat=True))
-    assert claims == {"host:1:aaaaaa/1.1": 3, "host:2:bbbbbb/1.1": 2, "": 1}
+    assert claims == {"host:1:aaaaaa/r.1.1": 3, "host:2:bbbbbb/r.1.1": 2, "": 1}
     assert set(Reminder.objects.exclude(claimed_by="").values_list("attempts", flat=True)) == {0}
     assert Reminder.objects.filter(claimed_until__gt=timezone.now() + timedelta(minutes=9)).count() == 5
 
@@ -206,15 +206,15 @@ def test_claims_take_the_soonest_contest_first_then_the_oldest_reminder(alice):
 
     order = []
     for n in range(1, 4):
-        assert claim_batch(holder="h", claim=f"h/1.{n}", limit=1, max_attempts=5) == 1
-        order.append(Reminder.objects.get(claimed_by=f"h/1.{n}"))
+        assert claim_batch(run="h", claim=f"h.1.{n}", limit=1, max_attempts=5) == 1
+        order.append(Reminder.objects.get(claimed_by=f"h.1.{n}"))
 
     assert order == [old_for_sooner, new_for_sooner, old_for_later]
 
 
 def test_a_reminder_claimed_by_another_run_waits_until_its_claim_expires(soon, alice, mailoutbox):
     reminder = make_reminder(alice, soon, at=-timedelta(minutes=1))
-    claim_batch(holder="host:1:aaaaaa", claim="host:1:aaaaaa/1.1", limit=500, max_attempts=5)
+    claim_batch(run="host:1:aaaaaa/r", claim="host:1:aaaaaa/r.1.1", limit=500, max_attempts=5)
 
     assert deliver_due_reminders().as_dict() == NOTHING
     assert mailoutbox == []
@@ -292,6 +292,27 @@ def test_a_refused_recipient_records_its_error_and_is_retried_up_to_the_attempt_
     assert refused.last_error.startswith("attempt 3: SMTPRecipientsRefused")
     assert deliver_due_reminders().due == 0
     assert state(accepted) == (1, *DELIVERED)
+
+
+def test_a_run_tries_each_reminder_once_and_the_next_run_again_even_under_the_same_holder(soon, server):
+    """A refused reminder is free again at once, but the run that was refused leaves it to
+    the next run (it claims on until nothing is due); a caller that hands the same holder
+    to every run still gets one try per run."""
+    refused = make_reminder(make_user("ghost"), soon, at=-timedelta(minutes=2))
+    server.refused.add("ghost@example.com")
+    lease = Lease(
+        job="send_reminders",
+        holder="same:1:aaaaaa",
+        token=1,
+        tick=None,
+        ttl=timedelta(60),
+        acquired_at=timezone.now(),
+    )
+
+    assert deliver_due_reminders(lease=lease).as_dict() == stats(due=1, failed=1)
+    assert deliver_due_reminders(lease=lease).as_dict() == stats(due=1, failed=1)
+
+    assert state(refused) == (2, *PENDING)
 
 
 @pytest.mark.parametrize(
@@ -411,7 +432,7 @@ def test_a_run_that_died_on_the_last_attempt_leaves_the_reminder_uncertain(soon,
     settings.SEND_REMINDERS_MAX_ATTEMPTS = 2
     reminder = make_reminder(alice, soon, at=-timedelta(minutes=1), attempts=2)
     Reminder.objects.filter(pk=reminder.pk).update(
-        claimed_until=Now() - timedelta(seconds=1), claimed_by="dead:1:cccccc/1.1"
+        claimed_until=Now() - timedelta(seconds=1), claimed_by="dead:1:cccccc/r.1.1"
     )
 
     assert deliver_due_reminders().as_dict() == stats(due=1, uncertain=1)
@@ -550,7 +571,7 @@ def test_several_connections_share_the_work_and_send_each_reminder_once(committe
     assert len(server.received) == 90 and set(server.received.values()) == {1}
     claims = set(Reminder.objects.values_list("claimed_by", flat=True))
     assert len(claims) == 90 // 7 + 1  # 13 batches of 7 (the last of 6) over the three connections
-    assert {claim.rsplit("/", 1)[1].split(".")[0] for claim in claims} <= {"1", "2", "3"}
+    assert {claim.rsplit("/", 1)[1].split(".")[1] for claim in claims} <= {"1", "2", "3"}
 
 
 def test_a_connection_that_fails_mid_batch_releases_its_claims_and_the_others_go_on(
@@ -589,7 +610,7 @@ def test_a_claim_that_waited_for_another_runs_rows_takes_the_next_ones_on_postgr
     def run(name: str) -> None:
         try:
             with transaction.atomic():
-                claimed[name] = claim_batch(holder=name, claim=f"{name}/1.1", limit=5, max_attempts=5)
+                claimed[name] = claim_batch(run=name, claim=f"{name}.1.1", limit=5, max_attempts=5)
                 if name == "a":
                     a_claimed.set()
                     a_may_commit.wait(30)
@@ -617,7 +638,7 @@ def test_a_claim_that_waited_for_another_runs_rows_takes_the_next_ones_on_postgr
     assert waiting == 1
     assert claimed == {"a": 5, "b": 5}
     by_claim = {claim: set(pks) for claim, pks in _claims().items()}
-    assert by_claim == {"a/1.1": set(pks[:5]), "b/1.1": set(pks[5:])}
+    assert by_claim == {"a.1.1": set(pks[:5]), "b.1.1": set(pks[5:])}
 
 
 def _claims() -> dict[str, list[int]]:
