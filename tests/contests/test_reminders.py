@@ -69,6 +69,18 @@ def server(settings):
         yield standin
 
 
+def a_lease(*, holder: str) -> Lease:
+    """A lease of the send_reminders job as ``run_locked`` hands it to the job."""
+    return Lease(
+        job="send_reminders",
+        holder=holder,
+        token=1,
+        tick=None,
+        ttl=timedelta(seconds=60),
+        acquired_at=timezone.now(),
+    )
+
+
 def state(reminder: Reminder) -> tuple:
     """(attempts, delivered, uncertain, failed, claimed) of a reminder, from the database."""
     reminder.refresh_from_db()
@@ -300,14 +312,7 @@ def test_a_run_tries_each_reminder_once_and_the_next_run_again_even_under_the_sa
     to every run still gets one try per run."""
     refused = make_reminder(make_user("ghost"), soon, at=-timedelta(minutes=2))
     server.refused.add("ghost@example.com")
-    lease = Lease(
-        job="send_reminders",
-        holder="same:1:aaaaaa",
-        token=1,
-        tick=None,
-        ttl=timedelta(60),
-        acquired_at=timezone.now(),
-    )
+    lease = a_lease(holder="same:1:aaaaaa")
 
     assert deliver_due_reminders(lease=lease).as_dict() == stats(due=1, failed=1)
     assert deliver_due_reminders(lease=lease).as_dict() == stats(due=1, failed=1)
@@ -447,14 +452,7 @@ def test_a_run_that_died_on_the_last_attempt_leaves_the_reminder_uncertain(soon,
 
 def test_a_lost_lease_stops_the_run_before_the_next_claim(soon, alice, mailoutbox):
     reminder = make_reminder(alice, soon, at=-timedelta(minutes=1))
-    lease = Lease(
-        job="send_reminders",
-        holder="host:1:aaaaaa",
-        token=1,
-        tick=None,
-        ttl=timedelta(seconds=60),
-        acquired_at=timezone.now(),
-    )
+    lease = a_lease(holder="host:1:aaaaaa")
     lease.mark_lost("taken over by host:2:bbbbbb")
 
     with pytest.raises(LockLost, match="taken over by host:2:bbbbbb"):
@@ -468,14 +466,7 @@ def test_a_lease_lost_mid_batch_stops_before_the_next_message_and_releases_the_r
     soon, monkeypatch, mailoutbox
 ):
     many_due_reminders(120, contest=soon)
-    lease = Lease(
-        job="send_reminders",
-        holder="h:1:aaaaaa",
-        token=1,
-        tick=None,
-        ttl=timedelta(60),
-        acquired_at=timezone.now(),
-    )
+    lease = a_lease(holder="h:1:aaaaaa")
     real_send = reminders.send_reminder
 
     def send_then_lose_the_lease(**kwargs):
