@@ -62,7 +62,12 @@ def main(argv: list[str] | None = None) -> int:
         default=[1_000, 10_000, 20_000],
         help="Due reminders per fan-out run (default 1000,10000,20000).",
     )
-    parser.add_argument("--remind-repeat", type=int, default=3, help="Fan-out runs per size (median).")
+    parser.add_argument(
+        "--remind-repeat",
+        type=int,
+        default=3,
+        help="Fan-out rounds per size, the approaches alternating (median).",
+    )
     parser.add_argument(
         "--remind-connections",
         type=_ints,
@@ -111,7 +116,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.rounds} rounds each",
         "prune": f"{args.reminders:,} reminders; median of {args.repeat} runs",
         "remind": f"{', '.join(f'{n:,}' for n in args.remind_sizes)} due reminders; median of "
-        f"{args.remind_repeat} runs; SEND_REMINDERS_CONNECTIONS {', '.join(map(str, args.remind_connections))}",
+        f"{args.remind_repeat} rounds, the approaches alternating; SEND_REMINDERS_CONNECTIONS "
+        f"{', '.join(map(str, args.remind_connections))}",
     }
     results: dict = {"environment": report.environment(), "backends": {}}
     previous = args.results

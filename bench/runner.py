@@ -345,44 +345,53 @@ def remind(backend: Backend, *, sizes: list[int], repeat: int, connections: list
     (tests/smtp_standin.py, counting only), next to the same emails sent through Django's
     email framework without the database (``email``) and the bare-smtplib floor to the same
     server (``floor``), each over one connection. More connections are measured at the
-    largest N only. Every run's messages are counted at the server by recipient: each
-    exactly once."""
+    largest N only. The approaches alternate within each repeat, so that each repeat's
+    runs see the same machine; ``ratios`` are per repeat, against that repeat's floor.
+    Every run's messages are counted at the server by recipient: each exactly once."""
     results: dict = {}
     with smtp_standin(keep=False) as server:
         smtp = {"EMAIL_URL": f"smtp://127.0.0.1:{server.port}"}
         for size in sizes:
             log(f"{backend.name}: reminder fan-out, {size:,} due reminders")
             cases = [("service", 1), *(("service", c) for c in connections if c != 1 and size == max(sizes))]
+            cases += [("email", 1), ("floor", 1)]
+            runs: dict[str, list[dict]] = {}
+            for round_ in range(repeat):
+                for approach, count in cases:
+                    name = approach if count == 1 else f"{approach}-{count}"
+                    result = _remind_once(backend, server, smtp, approach=approach, count=count, size=size)
+                    runs.setdefault(name, []).append(result)
+                    log(f"  round {round_ + 1}: {name:10s} {result['seconds']:8.3f} s")
             row: dict = {}
-            for approach, count in [*cases, ("email", 1), ("floor", 1)]:
-                runs = []
-                for _ in range(repeat):
-                    server.received.clear()
-                    if approach == "floor":
-                        result = worker(
-                            backend, "remind-floor", "--port", str(server.port), "--count", str(size)
-                        )
-                    elif approach == "email":
-                        result = worker(backend, "remind-email", "--count", str(size), env=smtp)
-                    else:
-                        backend.reset()
-                        worker(backend, "remind-fill", "--count", str(size))
-                        result = worker(
-                            backend, "remind", env={**smtp, "SEND_REMINDERS_CONNECTIONS": str(count)}
-                        )
-                    with server.lock:
-                        counts = dict(server.received)
-                    result["received"] = len(counts)
-                    result["duplicates"] = sum(found - 1 for found in counts.values())
-                    result["delivered_once"] = len(counts) == size and set(counts.values()) == {1}
-                    result["peak_mb"] = result["process_peak_mb"]  # the process doing the run
-                    runs.append(result)
-                name = approach if count == 1 else f"{approach}-{count}"
-                row[name] = _median(runs)
-                row[name]["all_once"] = all(run["delivered_once"] for run in runs)
-                log(
-                    f"  {name:10s} {row[name]['seconds']:8.3f} s  peak {row[name]['peak_mb']:.0f} MB"
-                    f"  each once: {row[name]['all_once']}"
-                )
+            for name, found in runs.items():
+                row[name] = _median(found)
+                row[name]["all_once"] = all(run["delivered_once"] for run in found)
+                row[name]["ratios"] = [
+                    round(run["seconds"] / floor["seconds"], 3)
+                    for run, floor in zip(found, runs["floor"], strict=True)
+                ]
+                row[name]["cpu_ratios"] = [
+                    round(run["process_cpu"] / floor["process_cpu"], 3)
+                    for run, floor in zip(found, runs["floor"], strict=True)
+                ]
             results[str(size)] = row
     return results
+
+
+def _remind_once(backend: Backend, server, smtp: dict, *, approach: str, count: int, size: int) -> dict:
+    server.received.clear()
+    if approach == "floor":
+        result = worker(backend, "remind-floor", "--port", str(server.port), "--count", str(size))
+    elif approach == "email":
+        result = worker(backend, "remind-email", "--count", str(size), env=smtp)
+    else:
+        backend.reset()
+        worker(backend, "remind-fill", "--count", str(size))
+        result = worker(backend, "remind", env={**smtp, "SEND_REMINDERS_CONNECTIONS": str(count)})
+    with server.lock:
+        counts = dict(server.received)
+    result["received"] = len(counts)
+    result["duplicates"] = sum(found - 1 for found in counts.values())
+    result["delivered_once"] = len(counts) == size and set(counts.values()) == {1}
+    result["peak_mb"] = result["process_peak_mb"]  # the process doing the run
+    return result
