@@ -1,11 +1,13 @@
 """python -m bench [--postgres URL | --postgres throwaway] [options]
 
-Runs the skip, sync, lock and pruning benchmarks on SQLite (a file under var/bench/)
-and, when given, on PostgreSQL; prints one table; writes docs/benchmarks.md
-(between its bench markers) and docs/benchmarks.png. The PostgreSQL database
-named by URL has its tables emptied: give it a throwaway one. ``--postgres throwaway``
-runs the whole benchmark again inside scripts/with-postgres.sh (with durable settings:
-WITH_POSTGRES_DURABLE=1), on the cluster it starts and deletes.
+Runs the skip, sync, lock, pruning and reminder fan-out benchmarks on SQLite (a file
+under var/bench/) and, when given, on PostgreSQL; prints one table; writes
+docs/benchmarks.md (between its bench markers: the reminders have their own, so a run of
+that part alone leaves the rest as it is), docs/benchmarks.png and
+docs/benchmarks-reminders.png. The PostgreSQL database named by URL has its tables
+emptied: give it a throwaway one. ``--postgres throwaway`` runs the whole benchmark again
+inside scripts/with-postgres.sh (with durable settings: WITH_POSTGRES_DURABLE=1), on the
+cluster it starts and deletes.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ if str(ROOT) not in sys.path:
 from bench import report, runner  # noqa: E402
 from bench.backends import WORK, PostgreSQL, SQLite  # noqa: E402
 
-PARTS = ("skip", "sync", "lock", "prune")
+PARTS = ("skip", "sync", "lock", "prune", "remind")
 
 
 def _ints(text: str) -> list[int]:
@@ -54,6 +56,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3, help="Contention rounds per process count.")
     parser.add_argument(
         "--reminders", type=int, default=1_000_000, help="Reminders for pruning (half stale)."
+    )
+    parser.add_argument(
+        "--remind-sizes",
+        type=_ints,
+        default=[1_000, 10_000, 20_000],
+        help="Due reminders per fan-out run (default 1000,10000,20000).",
+    )
+    parser.add_argument(
+        "--remind-repeat",
+        type=int,
+        default=3,
+        help="Fan-out rounds per size, the approaches alternating (median).",
+    )
+    parser.add_argument(
+        "--remind-connections",
+        type=_ints,
+        default=[1, 4],
+        help="SEND_REMINDERS_CONNECTIONS values; those above 1 at the largest size only (default 1,4).",
     )
     parser.add_argument(
         "--docs", type=Path, default=ROOT / "docs" / "benchmarks.md", help="Markdown to update."
@@ -95,8 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         results = json.loads(args.results.read_text())
         report.print_table(results)
         if not args.no_docs:
-            report.plot(results, args.docs.with_suffix(".png"))
-            report.write_markdown(results, args.docs, plot_name=args.docs.with_suffix(".png").name)
+            report.write_docs(results, args.docs)
         return 0
     settings = {
         "skip": f"median of {args.skip_runs} runs of each, alternating",
@@ -105,6 +124,9 @@ def main(argv: list[str] | None = None) -> int:
         "lock": f"{args.cycles} cycles; {', '.join(map(str, args.contenders))} contenders, "
         f"{args.rounds} rounds each",
         "prune": f"{args.reminders:,} reminders; median of {args.repeat} runs",
+        "remind": f"{', '.join(f'{n:,}' for n in args.remind_sizes)} due reminders; median of "
+        f"{args.remind_repeat} rounds, the approaches alternating; SEND_REMINDERS_CONNECTIONS "
+        f"{', '.join(map(str, args.remind_connections))}",
     }
     results: dict = {"environment": report.environment(), "backends": {}}
     previous = args.results
@@ -130,6 +152,12 @@ def main(argv: list[str] | None = None) -> int:
             "prune": lambda backend=backend: runner.prune(
                 backend, reminders=args.reminders, repeat=args.repeat
             ),
+            "remind": lambda backend=backend: runner.remind(
+                backend,
+                sizes=args.remind_sizes,
+                repeat=args.remind_repeat,
+                connections=args.remind_connections,
+            ),
         }
         for part, job in jobs.items():
             if part not in parts:
@@ -149,10 +177,8 @@ def main(argv: list[str] | None = None) -> int:
     report.print_table(results)
     if not args.no_docs:
         args.docs.parent.mkdir(parents=True, exist_ok=True)
-        plot_path = args.docs.with_suffix(".png")
-        report.plot(results, plot_path)
-        report.write_markdown(results, args.docs, plot_name=plot_path.name)
-        print(f"\nwrote {args.docs} and {plot_path} (raw numbers: {args.results})")
+        written = report.write_docs(results, args.docs)
+        print(f"\nwrote {', '.join(map(str, written))} (raw numbers: {args.results})")
     return 0
 
 

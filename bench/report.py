@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import platform
 import re
+import statistics
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
@@ -251,6 +252,24 @@ def table_rows(results: dict) -> list[list[str]]:
                         "",
                     ]
                 )
+        for size, approaches in backend.get("remind", {}).items():
+            for approach, result in approaches.items():
+                statements = result.get("statements", {})
+                queries = f"claim {statements['claim']}, record {statements['record']}" if statements else ""
+                rows.append(
+                    [
+                        name,
+                        "remind",
+                        f"{int(size):,}",
+                        approach,
+                        f"{result['seconds']:.3f}",
+                        queries,
+                        "each once"
+                        if result.get("all_once")
+                        else f"{result.get('duplicates', '?')} duplicates",
+                        f"{result['peak_mb']:.0f}",
+                    ]
+                )
         prune = backend.get("prune")
         if prune:
             rows.append(
@@ -283,6 +302,11 @@ def print_table(results: dict, stream=sys.stdout) -> None:
     stream.write("\nContext (no target):\n")
     for what, measured in context(results):
         stream.write(f"  {what}: {measured}\n")
+    found = reminder_targets(results)
+    if found:
+        stream.write("\nReminder fan-out targets (issue 20):\n")
+        for backend, target, measured, met in found:
+            stream.write(f"  [{'met' if met else 'MISSED':6s}] {backend}: {target}: {measured}\n")
 
 
 # --- docs/benchmarks.md ----------------------------------------------------------------------
@@ -449,13 +473,256 @@ def _cells(result: dict) -> list[str]:
 
 
 def write_markdown(results: dict, path: Path, *, plot_name: str) -> None:
-    generated = markdown(results, plot_name=plot_name)
-    text = path.read_text() if path.exists() else f"# Benchmarks\n\n{BEGIN}\n{END}\n"
-    if BEGIN in text and END in text:
-        text = re.sub(re.escape(BEGIN) + r".*?" + re.escape(END), lambda _m: generated, text, flags=re.DOTALL)
+    _replace_block(path, BEGIN, END, markdown(results, plot_name=plot_name))
+
+
+def _replace_block(path: Path, begin: str, end: str, generated: str) -> None:
+    text = path.read_text() if path.exists() else "# Benchmarks\n"
+    if begin in text and end in text:
+        text = re.sub(re.escape(begin) + r".*?" + re.escape(end), lambda _m: generated, text, flags=re.DOTALL)
     else:
         text = text.rstrip() + "\n\n" + generated + "\n"
     path.write_text(text)
+
+
+CLASSIC_PARTS = ("skip", "sync", "lock", "prune")
+
+
+def write_docs(results: dict, path: Path) -> list[Path]:
+    """The sections and plots of what was measured: the classic parts' block and plot, the
+    reminder fan-out's block and plot (each only when its parts are in ``results``, so a
+    run of one leaves the other as it was). The files written."""
+    backends = results["backends"].values()
+    written = []
+    if any(part in backend for backend in backends for part in CLASSIC_PARTS):
+        plot_path = path.with_suffix(".png")
+        plot(results, plot_path)
+        write_markdown(results, path, plot_name=plot_path.name)
+        written += [path, plot_path]
+    if any("remind" in backend for backend in backends):
+        plot_path = path.with_name(f"{path.stem}-reminders.png")
+        plot_reminders(results, plot_path)
+        _replace_block(path, REMIND_BEGIN, REMIND_END, reminder_markdown(results, plot_name=plot_path.name))
+        written += [*([] if written else [path]), plot_path]
+    return written
+
+
+# --- the reminder fan-out ---------------------------------------------------------------------
+
+REMIND_BEGIN = "<!-- bench:reminders:begin -->"
+REMIND_END = "<!-- bench:reminders:end -->"
+REMIND_NAMES = {
+    "service": "`send_reminders`, 1 connection",
+    "email": "the same emails through Django's email framework, no database, 1 connection",
+    "floor": "floor: bare smtplib, pre-built messages, 1 connection",
+}
+
+
+def _remind_name(approach: str) -> str:
+    if approach.startswith("service-"):
+        return f"`send_reminders`, {approach.split('-', 1)[1]} connections"
+    return REMIND_NAMES[approach]
+
+
+def _per_reminder(result: dict, phase: str, size: int) -> float:
+    return result["statements"][phase] / size
+
+
+def _ratios(result: dict, floor_seconds: float) -> str:
+    """Each round's ratio to that round's floor (older results: the medians' ratio)."""
+    if "ratios" in result:
+        return ", ".join(f"{ratio:.2f}" for ratio in result["ratios"])
+    return f"{result['seconds'] / floor_seconds:.2f}"
+
+
+def reminder_targets(results: dict) -> list[tuple[str, str, str, bool]]:
+    """(backend, target, measured, met) for issue 20's targets, on every backend measured
+    (the issue sets them on PostgreSQL), at the largest size, one connection."""
+    rows = []
+    for backend in results["backends"].values():
+        remind = backend.get("remind")
+        if not remind:
+            continue
+        name = backend["version"].split(" (")[0]
+        sizes = sorted(remind, key=int)
+        big, small = remind[sizes[-1]], remind[sizes[0]]
+        n = int(sizes[-1])
+        service, floor = big["service"], big["floor"]
+        ratio = statistics.median(service["ratios"])
+        cpu = statistics.median(service["cpu_ratios"])
+        rows.append(
+            (
+                name,
+                f"{n:,} due reminders, one connection: at most 2x the bare-smtplib floor to the same server",
+                f"{ratio:.2f}x, the median of each round's ratio {service['ratios']} (median times "
+                f"{service['seconds']:.2f} s vs {floor['seconds']:.2f} s); by process CPU time {cpu:.1f}x",
+                ratio <= 2,
+            )
+        )
+        once = all(
+            result.get("all_once") for size in sizes for key, result in remind[size].items() if key != "floor"
+        )
+        rows.append(
+            (
+                name,
+                "each reminder delivered exactly once (counted at the server by recipient)",
+                "every run, every size" if once else "**not** in every run: see the duplicates column",
+                once,
+            )
+        )
+        rows.append(
+            (
+                name,
+                f"peak memory of the process doing the run at {n:,}: at most 200 MiB",
+                f"{service['peak_mb']:.0f} MiB",
+                service["peak_mb"] <= 200,
+            )
+        )
+        growth = service["peak_mb"] / small["service"]["peak_mb"] - 1
+        rows.append(
+            (
+                name,
+                f"peak memory flat in N: at most 20% growth from {int(sizes[0]):,} to {n:,}",
+                f"{growth * 100:+.1f}% ({small['service']['peak_mb']:.0f} to {service['peak_mb']:.0f} MiB)",
+                growth <= 0.2,
+            )
+        )
+        claim, record = _per_reminder(service, "claim", n), _per_reminder(service, "record", n)
+        rows.append(
+            (
+                name,
+                "at most 0.1 queries per reminder for claiming, at most 1 for recording",
+                f"claiming {claim:.4f}, recording {record:.4f} ({service['statements']['claim']} and "
+                f"{service['statements']['record']} statements; {service['statements']['other']} for the lease "
+                "and the run's record)",
+                claim <= 0.1 and record <= 1,
+            )
+        )
+    return rows
+
+
+def reminder_markdown(results: dict, *, plot_name: str) -> str:
+    env = results["environment"]
+    out = [REMIND_BEGIN, ""]
+    out.append(
+        f"Measured {env['date']} by `make bench` on {env['cpu']} ({env['cores']} cores, {env['memory']}), "
+        f"Linux {env['kernel']}, Python {env['python']}, Django {env['django']}, "
+        + ", ".join(backend["version"] for backend in results["backends"].values() if "remind" in backend)
+        + "."
+    )
+    out += [
+        "",
+        "### Reminder fan-out targets (issue 20; set on PostgreSQL, shown for each backend)",
+        "",
+        "| backend | target | measured | verdict |",
+        "|---|---|---|---|",
+    ]
+    for backend, target, measured, met in reminder_targets(results):
+        out.append(f"| {backend} | {target} | {measured} | {'met' if met else '**missed**'} |")
+    for backend in results["backends"].values():
+        remind = backend.get("remind")
+        if not remind:
+            continue
+        out += [
+            "",
+            f"### Reminder fan-out on {backend['version']}",
+            "",
+            _when(backend, "remind"),
+            "",
+            "*s*: wall time of the run (lease, claims, every message, records, the run's own record); "
+            "*x floor*: against bare smtplib at the same N, per round (the approaches alternate within a "
+            "round, so each round's runs share the machine's load); *process CPU s*: the CPU time of the whole "
+            "process (start-up included), which waiting for a busy core does not inflate; *claim* and "
+            "*record*: statements per "
+            "reminder, as Django sends them, and the seconds spent executing them (main thread only: "
+            "with more connections the threads' are not counted); *peak MiB*: the peak RSS of the "
+            "process doing the run, Django included (from `wait4`).",
+            "",
+            "| due reminders | approach | s (median) | x floor (each round) | runs | process CPU s | claim / reminder "
+            "| record / reminder | other statements | s in claim + record statements | peak MiB "
+            "| each delivered once |",
+            "|---:|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---|",
+        ]
+        for size, approaches in remind.items():
+            floor = approaches["floor"]["seconds"]
+            for approach, result in approaches.items():
+                statements = result.get("statements")
+                n = int(size)
+                cells = ["-", "-", "-", "-"]
+                if statements and approach == "service":
+                    spent = result.get("statement_seconds", {})
+                    cells = [
+                        f"{_per_reminder(result, 'claim', n):.4f}",
+                        f"{_per_reminder(result, 'record', n):.4f}",
+                        str(statements["other"]),
+                        f"{spent.get('claim', 0) + spent.get('record', 0):.3f}",
+                    ]
+                once = "yes" if result.get("all_once") else f"no ({result.get('duplicates')} duplicates)"
+                out.append(
+                    f"| {n:,} | {_remind_name(approach)} | {result['seconds']:.3f} | "
+                    f"{_ratios(result, floor)} | {', '.join(f'{run:.2f}' for run in result['runs'])} | "
+                    f"{result.get('process_cpu', float('nan')):.2f} | "
+                    + " | ".join(cells)
+                    + f" | {result['peak_mb']:.0f} | {once} |"
+                )
+    out += [
+        "",
+        f"![Reminder fan-out: time and peak memory against due reminders]({plot_name})",
+        "",
+        REMIND_END,
+    ]
+    return "\n".join(out)
+
+
+PLOT_LABELS = {
+    "service": "send_reminders",
+    "email": "Django email, no database",
+    "floor": "floor: bare smtplib",
+}
+
+
+def plot_reminders(results: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, (times, memory) = plt.subplots(1, 2, figsize=(12, 5.5))
+    styles = {"service": ("tab:blue", "o"), "email": ("tab:orange", "D"), "floor": ("tab:green", "^")}
+    for name, backend in results["backends"].items():
+        remind = backend.get("remind")
+        if not remind:
+            continue
+        dashes = "-" if name == "sqlite" else "--"
+        engine = backend["version"].split()[0]
+        for approach, (color, marker) in styles.items():
+            points = sorted((int(size), row[approach]) for size, row in remind.items())
+            xs = [size for size, _ in points]
+            label = f"{PLOT_LABELS[approach]}, {engine}"
+            times.plot(xs, [r["seconds"] for _, r in points], dashes, color=color, marker=marker, label=label)
+            memory.plot(
+                xs, [r["peak_mb"] for _, r in points], dashes, color=color, marker=marker, label=label
+            )
+        for size, row in remind.items():
+            for approach, result in row.items():
+                if approach.startswith("service-"):
+                    label = f"send_reminders, {approach.split('-', 1)[1]} connections, {engine}"
+                    marker = "s" if name == "sqlite" else "x"
+                    times.plot([int(size)], [result["seconds"]], marker, color="tab:purple", label=label)
+    times.set_title("Wall time (one connection unless marked)")
+    times.set_ylabel("seconds")
+    memory.set_title("Peak RSS of the process doing the run")
+    memory.set_ylabel("MiB")
+    memory.set_ylim(bottom=0)
+    for axis in (times, memory):
+        axis.set_xlabel("due reminders")
+        axis.grid(True, alpha=0.3)
+    handles, labels = times.get_legend_handles_labels()
+    figure.legend(handles, labels, loc="lower center", ncol=4, fontsize=8, frameon=False)
+    figure.suptitle("Reminder fan-out against a loopback SMTP server (solid SQLite, dashed PostgreSQL)")
+    figure.tight_layout(rect=(0, 0.1, 1, 1))
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
 
 
 # --- docs/benchmarks.png -----------------------------------------------------------------------

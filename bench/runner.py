@@ -13,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 
 from bench.backends import ROOT, Backend
 from bench.data import contest_list_body
+from tests.smtp_standin import smtp_standin
 from tests.standin import Standin, serve
 
 APPROACHES = ("service", "naive", "floor")
@@ -43,16 +44,18 @@ def spawn(argv: list[str], *, env: dict[str, str]) -> dict:
         }
 
 
-def worker(backend: Backend, *args: str) -> dict:
+def worker(backend: Backend, *args: str, env: dict[str, str] | None = None) -> dict:
     """One ``bench.worker`` task; its own figures, plus ``process_seconds``: the whole
-    process from spawn to exit (interpreter, Django start-up and the task)."""
-    done = spawn([sys.executable, "-m", "bench.worker", *args], env=backend.env())
+    process from spawn to exit (interpreter, Django start-up and the task), and
+    ``process_peak_mb``, its peak RSS (from wait4). ``env``: more variables."""
+    done = spawn([sys.executable, "-m", "bench.worker", *args], env=backend.env(**(env or {})))
     if done["returncode"]:
         raise RuntimeError(
             f"bench.worker {' '.join(args)} failed ({done['returncode']}):\n{done['stderr'][-3000:]}"
         )
     result = json.loads(done["stdout"].strip().splitlines()[-1])
     result["process_seconds"], result["process_cpu"] = done["seconds"], done["cpu"]
+    result["process_peak_mb"] = done["peak_mb"]
     return result
 
 
@@ -332,3 +335,63 @@ def _fill_postgres(backend: Backend, *, users: int, contests: list, now: datetim
         db.execute("SELECT setval('auth_user_id_seq', (SELECT max(id) FROM auth_user))")
         db.execute("SELECT setval('contests_contest_id_seq', (SELECT max(id) FROM contests_contest))")
         db.execute("ANALYZE")
+
+
+# --- reminder fan-out -------------------------------------------------------------------
+
+
+def remind(backend: Backend, *, sizes: list[int], repeat: int, connections: list[int]) -> dict:
+    """``send_reminders`` over N due reminders against the project's own SMTP server
+    (tests/smtp_standin.py, counting only), next to the same emails sent through Django's
+    email framework without the database (``email``) and the bare-smtplib floor to the same
+    server (``floor``), each over one connection. More connections are measured at the
+    largest N only. The approaches alternate within each repeat, so that each repeat's
+    runs see the same machine; ``ratios`` are per repeat, against that repeat's floor.
+    Every run's messages are counted at the server by recipient: each exactly once."""
+    results: dict = {}
+    with smtp_standin(keep=False) as server:
+        smtp = {"EMAIL_URL": f"smtp://127.0.0.1:{server.port}"}
+        for size in sizes:
+            log(f"{backend.name}: reminder fan-out, {size:,} due reminders")
+            cases = [("service", 1), *(("service", c) for c in connections if c != 1 and size == max(sizes))]
+            cases += [("email", 1), ("floor", 1)]
+            runs: dict[str, list[dict]] = {}
+            for round_ in range(repeat):
+                for approach, count in cases:
+                    name = approach if count == 1 else f"{approach}-{count}"
+                    result = _remind_once(backend, server, smtp, approach=approach, count=count, size=size)
+                    runs.setdefault(name, []).append(result)
+                    log(f"  round {round_ + 1}: {name:10s} {result['seconds']:8.3f} s")
+            row: dict = {}
+            for name, found in runs.items():
+                row[name] = _median(found)
+                row[name]["all_once"] = all(run["delivered_once"] for run in found)
+                row[name]["ratios"] = [
+                    round(run["seconds"] / floor["seconds"], 3)
+                    for run, floor in zip(found, runs["floor"], strict=True)
+                ]
+                row[name]["cpu_ratios"] = [
+                    round(run["process_cpu"] / floor["process_cpu"], 3)
+                    for run, floor in zip(found, runs["floor"], strict=True)
+                ]
+            results[str(size)] = row
+    return results
+
+
+def _remind_once(backend: Backend, server, smtp: dict, *, approach: str, count: int, size: int) -> dict:
+    server.received.clear()
+    if approach == "floor":
+        result = worker(backend, "remind-floor", "--port", str(server.port), "--count", str(size))
+    elif approach == "email":
+        result = worker(backend, "remind-email", "--count", str(size), env=smtp)
+    else:
+        backend.reset()
+        worker(backend, "remind-fill", "--count", str(size))
+        result = worker(backend, "remind", env={**smtp, "SEND_REMINDERS_CONNECTIONS": str(count)})
+    with server.lock:
+        counts = dict(server.received)
+    result["received"] = len(counts)
+    result["duplicates"] = sum(found - 1 for found in counts.values())
+    result["delivered_once"] = len(counts) == size and set(counts.values()) == {1}
+    result["peak_mb"] = result["process_peak_mb"]  # the process doing the run
+    return result

@@ -470,6 +470,200 @@ def prune(*, now: str) -> dict:
     }
 
 
+# --- reminder fan-out ----------------------------------------------------------------
+
+FLOOR_SENDER = "reminders@localhost"
+
+
+def remind_fill(*, count: int) -> dict:
+    """One contest starting in two hours and ``count`` due reminders, one per user
+    (``r<n>@example.com``), written with bulk inserts (setup, not measured)."""
+    setup_django()
+    from django.contrib.auth import get_user_model
+    from django.contrib.auth.hashers import make_password
+    from django.utils import timezone
+
+    from contests.models import Contest, Reminder
+
+    now = timezone.now()
+    contest = Contest.objects.create(
+        contest_id=1,
+        name="Codeforces Round 1000 (Div. 2)",
+        type="CF",
+        phase="BEFORE",
+        start_time=now + timedelta(hours=2),
+        duration=timedelta(hours=2),
+        fingerprint="",
+        updated_at=now,
+    )
+    user_model, unusable = get_user_model(), make_password(None)
+    user_model.objects.bulk_create(
+        (user_model(username=f"r{n}", email=f"r{n}@example.com", password=unusable) for n in range(count)),
+        batch_size=2000,
+    )
+    users = user_model.objects.filter(username__startswith="r").values_list("pk", flat=True).iterator()
+    Reminder.objects.bulk_create(
+        (Reminder(user_id=pk, contest=contest, remind_at=now - timedelta(minutes=5)) for pk in users),
+        batch_size=2000,
+    )
+    return {"reminders": Reminder.objects.count()}
+
+
+def remind_service() -> dict:
+    """``send_reminders`` as its job runs (``locks.runner.run_job``, forced: lease,
+    heartbeat, JobRun), statements counted by what they are for: claiming (the batch
+    claims, the reads back, settling exhausted ones), recording (attempts, deliveries),
+    and the rest (the lease and the run's record). Only the main thread's statements
+    are counted: with one connection, all of them."""
+    setup_django()
+    from django.db import connection
+
+    from contests import reminders
+    from locks.runner import run_job
+
+    meter = PhaseMeter(connection)
+    for name in ("claim_batch", "claimed_reminders", "settle_exhausted"):
+        setattr(reminders, name, meter.counted_as("claim", getattr(reminders, name)))
+    real_group = reminders._Group
+
+    class Group(real_group):
+        def __init__(self, *args, **kwargs):
+            with meter.phase_of("record"):
+                super().__init__(*args, **kwargs)
+
+        def record(self, *args, **kwargs):
+            with meter.phase_of("record"):
+                return super().record(*args, **kwargs)
+
+    reminders._Group = Group
+    start_rss = rss_mb()
+    with meter:
+        started, cpu = time.perf_counter(), cpu_seconds()
+        result = run_job(name="send_reminders", force=True)
+        seconds, cpu = time.perf_counter() - started, cpu_seconds() - cpu
+    if result.outcome != "succeeded":
+        raise SystemExit(f"send_reminders did not succeed: {result.describe()}")
+    return {
+        "seconds": seconds,
+        "cpu": cpu,
+        "stats": result.stats,
+        "statements": meter.phases,
+        "statement_seconds": {phase: round(spent, 4) for phase, spent in meter.seconds.items()},
+        "kinds": meter.kinds,
+        "start_mb": round(start_rss, 1),
+    }
+
+
+class PhaseMeter(Meter):
+    """A ``Meter`` that also counts statements per phase ("other" outside any)."""
+
+    def __init__(self, connection) -> None:
+        super().__init__(connection)
+        self.phase = "other"
+        self.phases: dict[str, int] = {"claim": 0, "record": 0, "other": 0}
+        self.seconds: dict[str, float] = {"claim": 0.0, "record": 0.0, "other": 0.0}  # in execute
+
+    def _count(self, kind: str) -> None:
+        super()._count(kind)
+        self.phases[self.phase] += 1
+
+    def __call__(self, execute, sql, params, many, context):
+        started = time.perf_counter()
+        try:
+            return super().__call__(execute, sql, params, many, context)
+        finally:
+            self.seconds[self.phase] += time.perf_counter() - started
+
+    def phase_of(self, phase: str):
+        meter = self
+
+        class Phase:
+            def __enter__(self):
+                self.before, meter.phase = meter.phase, phase
+
+            def __exit__(self, *exc):
+                meter.phase = self.before
+
+        return Phase()
+
+    def counted_as(self, phase: str, function):
+        def counted(*args, **kwargs):
+            with self.phase_of(phase):
+                found = function(*args, **kwargs)
+                if hasattr(found, "__next__"):  # a streamed read runs as it is consumed
+                    return self._streamed(phase, found)
+                return found
+
+        return counted
+
+    def _streamed(self, phase: str, rows):
+        while True:
+            with self.phase_of(phase):
+                row = next(rows, None)
+            if row is None:
+                return
+            yield row
+
+
+def remind_email_only(*, count: int) -> dict:
+    """The same emails through the same path, without the database: ``reminder_message``
+    for unsaved reminders, handed over one after another on one connection of the
+    project's SMTP backend (``EMAIL_URL``). What Django's email framework costs."""
+    setup_django()
+    from django.contrib.auth import get_user_model
+    from django.utils import timezone
+
+    from contests.mail import hand_over, reminder_backend, reminder_message
+    from contests.models import Contest, Reminder
+
+    now = timezone.now()
+    contest = Contest(
+        contest_id=1, name="Codeforces Round 1000 (Div. 2)", start_time=now + timedelta(hours=2)
+    )
+    user_model = get_user_model()
+    backend = reminder_backend()
+    start_rss = rss_mb()
+    started, cpu = time.perf_counter(), cpu_seconds()
+    backend.open()
+    for n in range(count):
+        reminder = Reminder(user=user_model(username=f"r{n}", email=f"r{n}@example.com"), contest=contest)
+        handover = hand_over(reminder_message(reminder=reminder, now=now), backend=backend)
+        if handover.error:
+            raise SystemExit(f"message {n}: {handover.error}")
+    backend.close()
+    seconds, cpu = time.perf_counter() - started, cpu_seconds() - cpu
+    return {"seconds": seconds, "cpu": cpu, "start_mb": round(start_rss, 1)}
+
+
+def remind_floor(*, port: int, count: int) -> dict:
+    """The floor: bare ``smtplib`` handing ``count`` similar messages (headers and a body
+    of the reminder's size, built with an f-string) to the server over one connection.
+    No Django, no database."""
+    import smtplib
+    from email.utils import formatdate, make_msgid
+
+    start_rss = rss_mb()
+    started, cpu = time.perf_counter(), cpu_seconds()
+    with smtplib.SMTP("127.0.0.1", port, timeout=10) as smtp:
+        for n in range(count):
+            to = f"r{n}@example.com"
+            body = (
+                "Codeforces Round 1000 (Div. 2) starts on Wednesday 02 December 2026, 12:00 UTC, "
+                "in 1 hour, 55 minutes.\r\n\r\nContest page: https://codeforces.com/contest/1\r\n\r\n"
+                f"You get this email because r{n} asked for a reminder.\r\n"
+            )
+            message = (
+                'Content-Type: text/plain; charset="utf-8"\r\nMIME-Version: 1.0\r\n'
+                "Content-Transfer-Encoding: 7bit\r\n"
+                "Subject: Reminder: Codeforces Round 1000 (Div. 2) starts 2026-12-02 12:00 UTC\r\n"
+                f"From: {FLOOR_SENDER}\r\nTo: {to}\r\nDate: {formatdate()}\r\n"
+                f"Message-ID: {make_msgid(domain='localhost')}\r\n\r\n{body}"
+            )
+            smtp.sendmail(FLOOR_SENDER, [to], message.encode())
+    seconds, cpu = time.perf_counter() - started, cpu_seconds() - cpu
+    return {"seconds": seconds, "cpu": cpu, "start_mb": round(start_rss, 1)}
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.worker")
     sub = parser.add_subparsers(dest="task", required=True)
@@ -490,6 +684,12 @@ def main(argv: list[str] | None = None) -> None:
         task.add_argument("--ttl", type=float, default=60)
     pruning = sub.add_parser("prune")
     pruning.add_argument("--now", required=True)
+    sub.add_parser("remind-fill").add_argument("--count", type=int, required=True)
+    sub.add_parser("remind")
+    sub.add_parser("remind-email").add_argument("--count", type=int, required=True)
+    floor = sub.add_parser("remind-floor")
+    floor.add_argument("--port", type=int, required=True)
+    floor.add_argument("--count", type=int, required=True)
     args = parser.parse_args(argv)
 
     if args.task == "service":
@@ -506,6 +706,14 @@ def main(argv: list[str] | None = None) -> None:
         emit(lock_prepare(job=args.job, tick=args.tick))
     elif args.task == "prune":
         emit(prune(now=args.now))
+    elif args.task == "remind-fill":
+        emit(remind_fill(count=args.count))
+    elif args.task == "remind":
+        emit(remind_service())
+    elif args.task == "remind-email":
+        emit(remind_email_only(count=args.count))
+    elif args.task == "remind-floor":
+        emit(remind_floor(port=args.port, count=args.count))
 
 
 if __name__ == "__main__":

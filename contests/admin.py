@@ -5,15 +5,16 @@ from __future__ import annotations
 from datetime import timedelta
 
 from django.contrib import admin, messages
-from django.db.models import Case, CharField, Q, Value, When
+from django.db.models import Case, CharField, Value, When
 from django.db.models.functions import Now
 from django.http import HttpRequest
+from django.template.response import TemplateResponse
 from django.utils.html import format_html
 from django.utils.text import Truncator
 from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
-from contests.models import Contest, Reminder
+from contests.models import OUTSTANDING, Contest, Reminder
 from contests.reminders import retry_reminders
 from contests.services import SYNCED_FIELDS
 from locks.admin import ReadOnlyAdminMixin
@@ -21,8 +22,13 @@ from locks.display import badge
 
 UPCOMING, DUE, STALE = "upcoming", "due", "stale"
 REMINDER_STATES = {UPCOMING: _("upcoming"), DUE: _("due"), STALE: _("stale")}
-DELIVERED, PENDING, FAILED = "delivered", "pending", "failed"
-DELIVERY_STATES = {DELIVERED: _("delivered"), PENDING: _("pending"), FAILED: _("failed")}
+DELIVERED, PENDING, UNCERTAIN, FAILED = "delivered", "pending", "uncertain", "failed"
+DELIVERY_STATES = {
+    DELIVERED: _("delivered"),
+    PENDING: _("pending"),
+    UNCERTAIN: _("uncertain"),
+    FAILED: _("failed"),
+}
 
 
 def length(delta: timedelta | None) -> str:
@@ -111,13 +117,13 @@ class ContestAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 
 
 def reminder_state() -> Case:
-    """upcoming / due / stale, by the database clock, for reminders not yet delivered
-    or given up (those have none: their delivery state says it all). Stale is exactly
-    what the sync prunes (``Reminder.objects.stale()``), due exactly what the next
-    send_reminders run sends (``Reminder.objects.due()``)."""
+    """upcoming / due / stale, by the database clock, for reminders a run may still send
+    (delivered, uncertain and failed ones have none: their delivery state says it all).
+    Stale is exactly what the sync prunes (``Reminder.objects.stale()``), due exactly
+    what the next send_reminders run sends (``Reminder.objects.due()``)."""
     return Case(
         When(pk__in=Reminder.objects.stale().values("pk"), then=Value(STALE)),
-        When(Q(delivered_at__isnull=False) | Q(failed_at__isnull=False), then=Value(None)),
+        When(~OUTSTANDING, then=Value(None)),
         When(remind_at__gt=Now(), then=Value(UPCOMING)),
         When(pk__in=Reminder.objects.due().values("pk"), then=Value(DUE)),
         default=Value(None),
@@ -126,9 +132,10 @@ def reminder_state() -> Case:
 
 
 def delivery_state() -> Case:
-    """delivered / pending / failed: what send_reminders recorded."""
+    """delivered / pending / uncertain / failed: what send_reminders recorded."""
     return Case(
         When(delivered_at__isnull=False, then=Value(DELIVERED)),
+        When(uncertain_at__isnull=False, then=Value(UNCERTAIN)),
         When(failed_at__isnull=False, then=Value(FAILED)),
         default=Value(PENDING),
         output_field=CharField(),
@@ -189,6 +196,7 @@ class ReminderAdmin(admin.ModelAdmin):
         "claimed_until",
         "claimed_by",
         "failed_at",
+        "uncertain_at",
     )
     actions = ("retry_delivery",)
 
@@ -210,14 +218,49 @@ class ReminderAdmin(admin.ModelAdmin):
     def short_error(self, reminder: Reminder) -> str:
         return Truncator(reminder.last_error).chars(80) or "—"
 
-    @admin.action(description=_("Retry delivery of the selected failed reminders"), permissions=["change"])
-    def retry_delivery(self, request: HttpRequest, queryset) -> None:
-        count = retry_reminders(
-            reminders=Reminder.objects.filter(pk__in=list(queryset.values_list("pk", flat=True)))
+    @admin.action(
+        description=_("Retry delivery of the selected failed or uncertain reminders"), permissions=["change"]
+    )
+    def retry_delivery(self, request: HttpRequest, queryset) -> TemplateResponse | None:
+        """Asks first (an uncertain reminder may already have reached its user), then makes
+        the failed and uncertain ones pending again, logging each."""
+        chosen = list(
+            Reminder.objects.filter(pk__in=list(queryset.values_list("pk", flat=True)))
+            .select_related("user", "contest")
+            .annotate(delivery=delivery_state())
+            .order_by("remind_at", "pk")
         )
+        retryable = [r for r in chosen if r.delivery in {FAILED, UNCERTAIN}]
+        if request.POST.get("post") != "yes":
+            context = {
+                **self.admin_site.each_context(request),
+                "title": gettext("Retry delivery of reminders?"),
+                "opts": self.opts,
+                "reminders": retryable,
+                "uncertain": sum(r.delivery == UNCERTAIN for r in retryable),
+                "left_alone": len(chosen) - len(retryable),
+                "chosen": chosen,
+                "action_checkbox_name": admin.helpers.ACTION_CHECKBOX_NAME,
+                "media": self.media,
+            }
+            return TemplateResponse(request, "admin/contests/reminder/retry_confirmation.html", context)
+        count = retry_reminders(reminders=Reminder.objects.filter(pk__in=[r.pk for r in retryable]))
+        for reminder in retryable:
+            was = DELIVERY_STATES[reminder.delivery]
+            self.log_change(
+                request,
+                reminder,
+                gettext("Delivery retried; it was %(state)s: %(error)s")
+                % {"state": was, "error": Truncator(reminder.last_error).chars(200) or "—"},
+            )
         self.message_user(
             request,
-            ngettext("%(count)d reminder is pending again.", "%(count)d reminders are pending again.", count)
+            ngettext(
+                "%(count)d reminder is pending again: the next run emails it.",
+                "%(count)d reminders are pending again: the next run emails them.",
+                count,
+            )
             % {"count": count},
             messages.SUCCESS,
         )
+        return None

@@ -28,6 +28,11 @@ CLAIM_TTL_TOO_SHORT = (
     "run send it again."
 )
 TOO_FEW_ATTEMPTS = "SEND_REMINDERS_MAX_ATTEMPTS must be 1 or more, got {attempts!r}."
+BATCH_OUT_OF_RANGE = "SEND_REMINDERS_BATCH must be between 1 and {most:,}, got {batch!r}."
+CONNECTIONS_OUT_OF_RANGE = "SEND_REMINDERS_CONNECTIONS must be between 1 and {most}, got {connections!r}."
+
+MAX_BATCH = 10_000
+MAX_CONNECTIONS = 32  # each one also holds a database connection while the run lasts
 
 
 @register("contests", TAG)
@@ -41,6 +46,14 @@ def check_reminder_settings(app_configs=None, **kwargs) -> list[Error]:
     if settings.SEND_REMINDERS_MAX_ATTEMPTS < 1:
         message = TOO_FEW_ATTEMPTS.format(attempts=settings.SEND_REMINDERS_MAX_ATTEMPTS)
         errors.append(Error(message, id="contests.E006"))
+    if not 1 <= settings.SEND_REMINDERS_BATCH <= MAX_BATCH:
+        message = BATCH_OUT_OF_RANGE.format(most=MAX_BATCH, batch=settings.SEND_REMINDERS_BATCH)
+        errors.append(Error(message, id="contests.E007"))
+    if not 1 <= settings.SEND_REMINDERS_CONNECTIONS <= MAX_CONNECTIONS:
+        message = CONNECTIONS_OUT_OF_RANGE.format(
+            most=MAX_CONNECTIONS, connections=settings.SEND_REMINDERS_CONNECTIONS
+        )
+        errors.append(Error(message, id="contests.E008"))
     return errors
 
 

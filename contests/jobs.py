@@ -25,8 +25,8 @@ def preview_sync() -> dict[str, int]:
 
 
 def send_reminders(lease: Lease) -> dict[str, int]:
-    """Email each due reminder once (each is claimed on its own as well, so even runs
-    that overlap, after a lease lost mid-run, never send one twice)."""
+    """Email each due reminder once (each batch is claimed as well, so even runs that
+    overlap, after a lease lost mid-run, never send one twice)."""
     return deliver_due_reminders(lease=lease).as_dict()
 
 

@@ -51,28 +51,30 @@ class Contest(models.Model):
         return f"https://codeforces.com/contest/{self.contest_id}"
 
 
+# A reminder a run may still send: neither delivered, nor given up, nor uncertain.
+OUTSTANDING = Q(delivered_at__isnull=True, failed_at__isnull=True, uncertain_at__isnull=True)
+
+
 class ReminderQuerySet(models.QuerySet):
     def due(self, *, now=None) -> "ReminderQuerySet":
         """Reminders to send now: their time has come, their contest has not started
-        and was not removed, and they were neither delivered nor given up.
-        (Claimed ones are due too: ``claimable()`` tells which a run may take.)"""
+        and was not removed, and they were neither delivered, nor given up, nor left
+        uncertain. (Claimed ones are due too: ``claimable()`` tells which a run may take.)"""
         now = now or Now()
         return self.filter(
             remind_at__lte=now,
             contest__start_time__gt=now,
             contest__removed_at__isnull=True,
-            delivered_at__isnull=True,
-            failed_at__isnull=True,
-        )
+        ).outstanding()
+
+    def outstanding(self) -> "ReminderQuerySet":
+        """Neither delivered, nor given up, nor uncertain: a run may still send it."""
+        return self.filter(OUTSTANDING)
 
     def claimable(self) -> "ReminderQuerySet":
-        """Not delivered, not given up, and not claimed by a run right now (by the
-        database clock). Only the reminder's own fields: a claim can filter on it."""
-        return self.filter(
-            Q(claimed_until__isnull=True) | Q(claimed_until__lt=Now()),
-            delivered_at__isnull=True,
-            failed_at__isnull=True,
-        )
+        """Outstanding, and not claimed by a run right now (by the database clock). Only the
+        reminder's own fields: a claim's UPDATE re-checks it on every row it changes."""
+        return self.filter(Q(claimed_until__isnull=True) | Q(claimed_until__lt=Now())).outstanding()
 
     def stale(self, *, now=None) -> "ReminderQuerySet":
         """Reminders that can no longer fire: the contest started, finished or was removed."""
@@ -96,7 +98,8 @@ class Reminder(models.Model):
         help_text="When its email was handed to the mail server (database clock); it is never sent again.",
     )
     attempts = models.PositiveIntegerField(
-        default=0, help_text="Claims by send_reminders runs so far, each one try to send it."
+        default=0,
+        help_text="Tries to hand its email to the mail server so far (a claim released unsent costs none).",
     )
     last_error = models.TextField(
         "last error",
@@ -115,7 +118,8 @@ class Reminder(models.Model):
         max_length=200,
         blank=True,
         default="",
-        help_text="The run (host:pid:suffix) that claimed it.",
+        db_index=True,
+        help_text="The run, connection and batch (host:pid:suffix/run.connection.batch) that claimed it last.",
     )
     failed_at = models.DateTimeField(
         "failed at",
@@ -123,6 +127,14 @@ class Reminder(models.Model):
         blank=True,
         help_text="When it was given up without a message: every attempt failed, or the user has no email "
         "address (the last error says which). The admin's retry action clears it.",
+    )
+    uncertain_at = models.DateTimeField(
+        "uncertain since",
+        null=True,
+        blank=True,
+        help_text="When its email's fate became unknown: the message went out but the mail server's answer "
+        "never came (a timeout, a dropped connection). It may have been delivered, so it is never sent again "
+        "by itself; the admin's retry action sends it again.",
     )
 
     objects = ReminderQuerySet.as_manager()

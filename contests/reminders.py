@@ -1,31 +1,50 @@
-"""Reminder delivery: each due reminder claimed, emailed and recorded once.
+"""Reminder delivery: due reminders claimed in batches, emailed, recorded in groups.
 
-What a crash at each step leaves behind is in docs/reminders.md.
+The steps, what a crash at each one leaves behind, and the guarantee ("at most once
+automatically; at most RECORD_EVERY more per crash") are in docs/reminders.md.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
-import smtplib
-from dataclasses import asdict, dataclass
-from datetime import UTC, datetime, timedelta
+import secrets
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass, fields
+from datetime import datetime, timedelta
+from itertools import islice
 
 from django.conf import settings
-from django.core.mail import EmailMessage, get_connection
 from django.core.mail.backends.base import BaseEmailBackend
-from django.db.models import DateTimeField, ExpressionWrapper, F, Value
+from django.db import connections, router
+from django.db.models import Case, ExpressionWrapper, F, QuerySet, When
 from django.db.models.functions import Now
-from django.utils.timesince import timeuntil
 
+from contests.mail import Handover, Outcome, hand_over, reminder_backend, reminder_message, stage_outcome
 from contests.models import Reminder
 from locks.leases import Lease, make_holder
+from locks.models import now_plus
 from locks.text import error_text
 
 logger = logging.getLogger(__name__)
 
-# Refusals of one message: the server is fine, this message is not. Anything else
-# an SMTP send raises is an OSError (smtplib's errors included): the connection is gone.
-MESSAGE_ERRORS = (smtplib.SMTPRecipientsRefused, smtplib.SMTPResponseException, ValueError)
+# Deliveries are recorded after every RECORD_EVERY messages: a SIGKILL between handing
+# messages to the server and recording them sends at most this many again (docs/reminders.md).
+RECORD_EVERY = 50
+# Claims in a row that may come back empty, while due reminders remain, before a
+# connection gives up for this run (other runs took the rows each claim picked).
+CLAIM_TRIES = 5
+# Which due reminders go first: the soonest contest, then the oldest reminder.
+CLAIM_ORDER = ("contest__start_time", "remind_at", "pk")
+
+NO_ADDRESS = "not sent: the user has no email address"
+UNRECORDED = (
+    "attempt {attempts}, the last one allowed, never recorded its outcome (its run stopped): "
+    "its email may have gone out, so it is not sent again by itself"
+)
+GAVE_UP = "gave up: {attempts} attempts, the most SEND_REMINDERS_MAX_ATTEMPTS allows"
 
 
 class ReminderDeliveryError(RuntimeError):
@@ -34,32 +53,322 @@ class ReminderDeliveryError(RuntimeError):
 
 @dataclass
 class ReminderStats:
-    due: int = 0
+    due: int = 0  # reminders this run took: claimed, or settled without a message
     sent: int = 0
-    failed: int = 0
-    skipped: int = 0
+    failed: int = 0  # refused by the mail server this time (may be tried again)
+    uncertain: int = 0  # went out, answer never came: never sent again by itself
+    skipped: int = 0  # users without an email address
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
 
+    def add(self, **counts: int) -> None:
+        for name, count in counts.items():
+            setattr(self, name, getattr(self, name) + count)
 
-def reminder_message(*, reminder: Reminder, now: datetime | None = None) -> EmailMessage:
-    """The email for ``reminder``: contest name, start time in UTC, Codeforces link."""
-    contest = reminder.contest
-    name = " ".join(contest.name.split())  # a header is one line
-    start = contest.start_time.astimezone(UTC)
-    when = f"{start:%A %d %B %Y, %H:%M} UTC"
-    until = timeuntil(start, now=now).replace("\xa0", " ")  # plain text: plain spaces
-    body = (
-        f"{name} starts on {when}, in {until}.\n\n"
-        f"Contest page: {contest.url}\n\n"
-        f"You get this email because {reminder.user.get_username()} asked for a reminder.\n"
+    def describe(self) -> str:
+        return " ".join(f"{field.name}={getattr(self, field.name)}" for field in fields(self))
+
+
+def send_reminder(*, reminder: Reminder, backend: BaseEmailBackend, now: datetime | None = None) -> Handover:
+    """Hand the reminder's email to ``backend`` (open); what became of it."""
+    return hand_over(reminder_message(reminder=reminder, now=now), backend=backend)
+
+
+def _claim_expiry() -> ExpressionWrapper:
+    return now_plus(timedelta(seconds=settings.SEND_REMINDERS_CLAIM_TTL))
+
+
+# --- claims --------------------------------------------------------------------------
+
+
+def _keys(queryset: QuerySet, *, limit: int | None = None):
+    """``queryset``'s primary keys for the ``pk__in`` of an UPDATE: a subquery where the
+    database takes one with a LIMIT (SQLite, PostgreSQL), so the UPDATE is one statement;
+    read first where it does not (MongoDB, which cannot update across collections either)."""
+    keys = queryset.values_list("pk", flat=True)[:limit]
+    if connections[router.db_for_write(Reminder)].features.allow_sliced_subqueries_with_in:
+        return keys
+    return list(keys)
+
+
+def claim_batch(*, run: str, claim: str, limit: int, max_attempts: int, now: datetime | None = None) -> int:
+    """Claim up to ``limit`` due reminders for ``claim`` (an id unique to this run and
+    batch: ``run``, a dot, more) in one UPDATE, on the database clock; the number claimed.
+    Reminders an earlier claim of the same run already took are left to later runs: a
+    run tries each reminder once.
+
+    The UPDATE's own WHERE re-checks that each row is still claimable: on PostgreSQL
+    (READ COMMITTED) a concurrent run may claim the rows the subquery picked before this
+    UPDATE locks them; PostgreSQL then re-evaluates that WHERE on the new row version,
+    and such rows are skipped, never taken twice. A claim that comes back empty while
+    due reminders remain is tried again, at most ``CLAIM_TRIES`` times.
+    """
+    takeable = Reminder.objects.claimable().filter(attempts__lt=max_attempts)
+    due = (
+        Reminder.objects.due(now=now)
+        .claimable()
+        .filter(attempts__lt=max_attempts)
+        .exclude(claimed_by__startswith=f"{run}.")
     )
-    return EmailMessage(
-        subject=f"Reminder: {name} starts {start:%Y-%m-%d %H:%M} UTC",
-        body=body,
-        to=[reminder.user.email],
+    expires = _claim_expiry()
+    for _ in range(CLAIM_TRIES):
+        picked = _keys(due.order_by(*CLAIM_ORDER), limit=limit)
+        claimed = takeable.filter(pk__in=picked).update(claimed_until=expires, claimed_by=claim)
+        if claimed or not due.exists():
+            return claimed
+    return 0
+
+
+def claimed_reminders(*, claim: str, limit: int) -> Iterator[Reminder]:
+    """The reminders of one claim (at most ``limit``), with their users and contests, in
+    send order. Streamed, one fetch of ``limit`` rows: on SQLite a connection whose read
+    is still open cannot write once another process has written since (SQLITE_BUSY, which
+    the busy timeout does not retry), so the read must end before the batch's first
+    write; one batch is all a run holds in memory."""
+    return (
+        Reminder.objects.filter(claimed_by=claim)
+        .select_related("user", "contest")
+        .annotate(db_now=Now())
+        .order_by(*CLAIM_ORDER)
+        .iterator(chunk_size=limit)
     )
+
+
+def renew_claim(*, claim: str) -> int:
+    """Extend what is left of a claim by ``SEND_REMINDERS_CLAIM_TTL`` from now."""
+    return Reminder.objects.filter(claimed_by=claim, claimed_until__isnull=False).update(
+        claimed_until=_claim_expiry()
+    )
+
+
+def release_claim(*, claim: str, reason: str) -> int:
+    """Free what is left of a claim, unsent: no attempt used; a later run sends them."""
+    return Reminder.objects.filter(claimed_by=claim, claimed_until__isnull=False).update(
+        claimed_until=None, last_error=reason
+    )
+
+
+def settle_exhausted(*, now: datetime | None = None, max_attempts: int) -> tuple[int, int]:
+    """Settle due reminders that used every attempt, so that no run may claim them: one
+    whose claim expired (its run died) never recorded its last attempt's outcome, so its
+    email may have gone out (uncertain); the others were refused every time (failed).
+    The numbers made uncertain and failed."""
+    exhausted = Reminder.objects.due(now=now).claimable().filter(attempts__gte=max_attempts)
+    lost = Reminder.objects.filter(pk__in=_keys(exhausted.filter(claimed_until__isnull=False)))
+    uncertain = lost.update(
+        uncertain_at=Now(), claimed_until=None, last_error=UNRECORDED.format(attempts=max_attempts)
+    )
+    refused = Reminder.objects.filter(pk__in=_keys(exhausted.filter(claimed_until__isnull=True)))
+    return uncertain, refused.update(failed_at=Now(), last_error=GAVE_UP.format(attempts=max_attempts))
+
+
+# --- a run ------------------------------------------------------------------------------
+
+
+class _Stopped(Exception):
+    """The run is stopping (SIGTERM in the main thread): each connection stops before its next message."""
+
+
+class _Run:
+    """What the connections of one run share: settings, the lease, the counts."""
+
+    def __init__(self, *, now: datetime | None, lease: Lease | None) -> None:
+        self.now = now
+        self.lease = lease
+        # Every claim id of this run starts with it: the holder, and a suffix of its own
+        # (a caller may hand the same holder to several runs).
+        self.id = f"{lease.holder if lease is not None else make_holder()}/{secrets.token_hex(3)}"
+        self.max_attempts = settings.SEND_REMINDERS_MAX_ATTEMPTS
+        self.batch = settings.SEND_REMINDERS_BATCH
+        self.renew_every = settings.SEND_REMINDERS_CLAIM_TTL / 3
+        self.stats = ReminderStats()
+        self.stopping = threading.Event()
+        self._lock = threading.Lock()
+
+    def check(self) -> None:
+        """Raise ``LockLost`` once the lease is gone, ``_Stopped`` once the run stops."""
+        if self.lease is not None:
+            self.lease.check()
+        if self.stopping.is_set():
+            raise _Stopped("the run was stopped")
+
+    def count(self, **counts: int) -> None:
+        with self._lock:
+            self.stats.add(**counts)
+
+
+class _Group:
+    """Up to ``RECORD_EVERY`` reminders of one claim: marked as tried, sent one after
+    another, then recorded together (one UPDATE for every delivery)."""
+
+    def __init__(self, run: _Run, claim: str, reminders: list[Reminder]) -> None:
+        self.run, self.claim = run, claim
+        self.skipped = [r.pk for r in reminders if not r.user.email]
+        self.to_send = [r for r in reminders if r.user.email]
+        # pk -> (outcome, error), one assignment per message: a signal cannot leave half of one.
+        self.outcomes: dict = {}
+        if self.to_send:
+            # An attempt is counted as it starts: a crash before the record leaves it counted.
+            Reminder.objects.filter(pk__in=[r.pk for r in self.to_send], claimed_by=claim).update(
+                attempts=F("attempts") + 1
+            )
+
+    def done(self, reminder: Reminder, handover: Handover) -> None:
+        """What became of ``reminder``'s email; the first word on it stands. An unsent one
+        stays untried: its attempt is given back."""
+        attempt = f"attempt {reminder.attempts + 1}"
+        if handover.outcome is Outcome.REFUSED:
+            error = f"{attempt}: {handover.error}"
+        elif handover.outcome is Outcome.UNCERTAIN:
+            error = (
+                f"{attempt}: outcome unknown, the message went out but the mail server's answer never "
+                f"came ({handover.error}); it may have been delivered, so it is not sent again by itself"
+            )
+        elif handover.outcome is Outcome.UNSENT:
+            return
+        else:
+            error = ""
+        self.outcomes.setdefault(reminder.pk, (handover.outcome, error))
+
+    def record(self, *, unsent_reason: str) -> None:
+        """What went out is recorded whoever holds the reminder now (only a claim that
+        expired mid-group lets another run take it); the rest only while it is this claim's."""
+        found = {outcome: [] for outcome in Outcome}
+        for pk, (outcome, error) in self.outcomes.items():
+            found[outcome].append((pk, error))
+        undelivered = Reminder.objects.filter(delivered_at__isnull=True)
+        mine = undelivered.filter(claimed_by=self.claim)
+        if found[Outcome.DELIVERED]:
+            delivered = [pk for pk, _ in found[Outcome.DELIVERED]]
+            recorded = undelivered.filter(pk__in=delivered).update(delivered_at=Now(), claimed_until=None)
+            if recorded < len(delivered):
+                logger.warning(
+                    "claim=%s %d of its %d delivered reminders were recorded as delivered by another run "
+                    "(its claim had expired): they went out twice",
+                    self.claim,
+                    len(delivered) - recorded,
+                    len(delivered),
+                )
+        for pk, error in found[Outcome.UNCERTAIN]:
+            undelivered.filter(pk=pk).update(claimed_until=None, last_error=error, uncertain_at=Now())
+        for pk, error in found[Outcome.REFUSED]:
+            # The try that reaches SEND_REMINDERS_MAX_ATTEMPTS gives it up.
+            given_up = Case(When(attempts__gte=self.run.max_attempts, then=Now()), default=None)
+            mine.filter(pk=pk).update(claimed_until=None, last_error=error, failed_at=given_up)
+        if self.skipped:
+            mine.filter(pk__in=self.skipped).update(
+                claimed_until=None, last_error=NO_ADDRESS, failed_at=Now()
+            )
+        untried = [r.pk for r in self.to_send if r.pk not in self.outcomes]
+        if untried:
+            mine.filter(pk__in=untried).update(
+                claimed_until=None, last_error=unsent_reason, attempts=F("attempts") - 1
+            )
+        self.run.count(
+            sent=len(found[Outcome.DELIVERED]),
+            failed=len(found[Outcome.REFUSED]),
+            uncertain=len(found[Outcome.UNCERTAIN]),
+            skipped=len(self.skipped),
+        )
+
+
+class _Courier:
+    """One mail server connection of a run: claims batch after batch and sends them,
+    until nothing due is left or the connection fails."""
+
+    def __init__(self, run: _Run, *, number: int, backend: BaseEmailBackend | None = None) -> None:
+        self.run, self.number = run, number
+        self.backend = backend
+        self.error = ""  # why it stopped early
+        self.unreachable = False
+        self.exception: BaseException | None = None  # raised in its thread
+        self.finished = threading.Event()
+
+    def work(self) -> None:
+        backend = self.backend or reminder_backend()
+        try:
+            opened = backend.open()
+        except OSError as exc:
+            # Before any claim: an outage costs no attempt.
+            self.unreachable = True
+            self.error = f"the mail server is unreachable: {error_text(exc)}"
+            return
+        try:
+            batch = 0
+            while not self.error:
+                self.run.check()
+                batch += 1
+                claim = f"{self.run.id}.{self.number}.{batch}"
+                claimed = claim_batch(
+                    run=self.run.id,
+                    claim=claim,
+                    limit=self.run.batch,
+                    max_attempts=self.run.max_attempts,
+                    now=self.run.now,
+                )
+                if not claimed:
+                    return
+                self.run.count(due=claimed)
+                self._deliver(claim, backend)
+        finally:
+            if opened:
+                with contextlib.suppress(OSError):  # the connection is gone already; all is recorded
+                    backend.close()
+
+    def _deliver(self, claim: str, backend: BaseEmailBackend) -> None:
+        """Send one claimed batch; on a lost connection, record and set ``self.error``.
+        However it ends, what it did not send is released with no attempt used, unless a
+        group's record was cut short: then its claims stay, to expire (as after a crash)."""
+        run, group, in_flight, unrecorded, finished = self.run, None, None, None, False
+        renewed = time.monotonic()
+        reason = "not sent yet: the run stopped before sending it"
+        try:
+            for reminders in _chunks(claimed_reminders(claim=claim, limit=run.batch), RECORD_EVERY):
+                group = _Group(run, claim, reminders)
+                for reminder in group.to_send:
+                    run.check()  # in memory: the heartbeat's verdict, a SIGTERM
+                    if time.monotonic() - renewed > run.renew_every:
+                        renew_claim(claim=claim)
+                        renewed = time.monotonic()
+                    in_flight = reminder
+                    handover = send_reminder(reminder=reminder, backend=backend, now=reminder.db_now)
+                    group.done(reminder, handover)
+                    in_flight = None
+                    if handover.connection_lost:
+                        self.error = f"the mail server connection failed: {handover.error}"
+                        reason = f"not sent yet: {self.error}"
+                        return
+                unrecorded, group = group, None
+                unrecorded.record(unsent_reason=reason)
+                unrecorded = None
+            finished = True
+        except BaseException as exc:
+            reason = f"not sent yet: the run stopped: {error_text(exc)}"
+            if in_flight is not None:
+                # Interrupted mid-send (SIGTERM, a bug): the stage says whether it went out.
+                group.done(in_flight, Handover(stage_outcome(backend), f"interrupted: {error_text(exc)}"))
+            raise
+        finally:
+            if group is not None:
+                group.record(unsent_reason=reason)
+            if not finished and unrecorded is None:
+                release_claim(claim=claim, reason=reason)
+
+    def work_in_thread(self) -> None:
+        try:
+            self.work()
+        except BaseException as exc:  # handed to the run's thread, which raises it
+            self.exception = exc
+        finally:
+            connections.close_all()  # this thread's own database connections
+            self.finished.set()
+
+
+def _chunks(items: Iterable, size: int) -> Iterator[list]:
+    iterator = iter(items)
+    while chunk := list(islice(iterator, size)):
+        yield chunk
 
 
 def deliver_due_reminders(
@@ -71,141 +380,76 @@ def deliver_due_reminders(
 ) -> ReminderStats:
     """Send every due reminder that no other run has claimed, each at most once.
 
-    Per reminder: one conditional update claims it (count 1: this run's), then
-    the email goes out on ``connection`` (one for the whole batch), then one
-    update records ``delivered_at``; a refused message records ``last_error``
-    and frees the claim for a later run, up to ``SEND_REMINDERS_MAX_ATTEMPTS``.
-    ``now`` (default: the database clock) decides what is due. Raises
-    ``ReminderDeliveryError`` when the mail server cannot be reached or drops
-    the connection; ``LockLost`` when ``lease`` is lost (before the next claim).
+    Each of ``SEND_REMINDERS_CONNECTIONS`` mail server connections (threads, when more
+    than one) claims up to ``SEND_REMINDERS_BATCH`` due reminders at a time with one
+    UPDATE, sends them and records them after every ``RECORD_EVERY``, until nothing due
+    is left: reminders that fall due meanwhile are claimed by the same run. ``connection``
+    (a backend) replaces them with that one connection. ``now`` (default: the database
+    clock) decides what is due. Raises ``ReminderDeliveryError`` when the mail server
+    cannot be reached or a connection fails (the unsent reminders are released with no
+    attempt used), ``LockLost`` when ``lease`` is lost (checked before each message).
     """
-    stats = ReminderStats()
-    max_attempts = settings.SEND_REMINDERS_MAX_ATTEMPTS
-    candidates = list(
-        Reminder.objects.due(now=now)
-        .claimable()
-        .select_related("user", "contest")
-        .annotate(db_now=Now())
-        .order_by("remind_at", "pk")
-    )
-    stats.due = len(candidates)
+    due = Reminder.objects.due(now=now).claimable()
     if dry_run:
-        stats.skipped = sum(1 for reminder in candidates if not reminder.user.email)
-        return stats
-    holder = lease.holder if lease is not None else make_holder()
+        return ReminderStats(due=due.count(), skipped=due.filter(user__email="").count())
+    run = _Run(now=now, lease=lease)
+    uncertain, failed = settle_exhausted(now=now, max_attempts=run.max_attempts)
+    run.count(due=uncertain + failed, uncertain=uncertain, failed=failed)
+    if connection is not None:
+        couriers = [_Courier(run, number=1, backend=connection)]
+    else:
+        couriers = [_Courier(run, number=n) for n in range(1, settings.SEND_REMINDERS_CONNECTIONS + 1)]
+    if len(couriers) == 1:
+        couriers[0].work()
+    else:
+        _work_in_threads(run, couriers)
+    failures = [courier for courier in couriers if courier.error]
+    if not failures:
+        return run.stats
+    if all(courier.unreachable for courier in couriers):
+        error = f"not sent yet: {failures[0].error}"
+        waiting = Reminder.objects.filter(pk__in=_keys(due)).update(last_error=error)
+        raise ReminderDeliveryError(
+            f"{error}; {waiting} due reminders wait for the next run, no attempt used"
+        )
+    errors = "; ".join(f"connection {courier.number}: {courier.error}" for courier in failures)
+    raise ReminderDeliveryError(
+        f"{errors}; {run.stats.describe()}; its unsent reminders wait for the next run, no attempt used"
+    )
 
-    to_send = []
-    for reminder in candidates:
-        if not reminder.user.email:
-            stats.skipped += _give_up(
-                reminder, f"not sent: user {reminder.user.get_username()} has no email address"
-            )
-        elif reminder.attempts >= max_attempts:
-            # Its last attempt claimed it and never recorded an outcome (the process died).
-            stats.failed += _give_up(
-                reminder,
-                f"gave up after {reminder.attempts} attempts; the last one never recorded its outcome, "
-                "so its email may have gone out",
-            )
-        else:
-            to_send.append(reminder)
-    if not to_send:
-        return stats
 
-    connection = connection or get_connection(fail_silently=False)
-    opened = False
+def _work_in_threads(run: _Run, couriers: list[_Courier]) -> None:
+    threads = [
+        threading.Thread(target=courier.work_in_thread, name=f"reminders-{courier.number}", daemon=True)
+        for courier in couriers
+    ]
+    for thread in threads:
+        thread.start()
     try:
-        try:
-            opened = bool(connection.open())
-        except OSError as exc:
-            # Before any claim: an outage costs no attempt. The admin shows why they wait.
-            error = f"not sent yet: the mail server is unreachable: {error_text(exc)}"
-            Reminder.objects.filter(pk__in=[r.pk for r in to_send], delivered_at__isnull=True).update(
-                last_error=error
-            )
-            raise ReminderDeliveryError(
-                f"{error}; {len(to_send)} due reminders wait for the next run, no attempt used"
-            ) from exc
-        for reminder in to_send:
-            if lease is not None:
-                lease.check()
-            if not claim_reminder(reminder=reminder, holder=holder, max_attempts=max_attempts):
-                continue  # another run claimed it since the read
-            attempt = reminder.attempts + 1
-            try:
-                sent = send_reminder(reminder=reminder, connection=connection, now=reminder.db_now)
-            except MESSAGE_ERRORS as exc:
-                sent, error = 0, f"attempt {attempt}: {error_text(exc)}"
-            except OSError as exc:
-                error = f"attempt {attempt}: the mail server connection failed: {error_text(exc)}"
-                stats.failed += 1
-                record_failure(reminder=reminder, holder=holder, error=error, max_attempts=max_attempts)
-                raise ReminderDeliveryError(
-                    f"{error}; sent={stats.sent} failed={stats.failed} skipped={stats.skipped}, "
-                    "the rest wait for the next run"
-                ) from exc
-            else:
-                error = f"attempt {attempt}: the email backend sent nothing"
-            if sent:
-                record_delivery(reminder=reminder)
-                stats.sent += 1
-            else:
-                record_failure(reminder=reminder, holder=holder, error=error, max_attempts=max_attempts)
-                stats.failed += 1
-    finally:
-        if opened:
-            connection.close()
-    return stats
+        _wait_for(couriers)
+    except BaseException:  # SIGTERM (SystemExit) in this thread: every connection stops and records
+        run.stopping.set()
+        _wait_for(couriers)
+        raise
+    for courier in couriers:
+        if courier.exception is not None:
+            raise courier.exception
 
 
-def claim_reminder(*, reminder: Reminder, holder: str, max_attempts: int) -> bool:
-    """One conditional update: True when this run, and no other, now holds the claim."""
-    expires = ExpressionWrapper(
-        Now() + Value(timedelta(seconds=settings.SEND_REMINDERS_CLAIM_TTL)), output_field=DateTimeField()
-    )
-    claimed = (
-        Reminder.objects.filter(pk=reminder.pk, attempts__lt=max_attempts)
-        .claimable()
-        .update(claimed_until=expires, claimed_by=holder, attempts=F("attempts") + 1)
-    )
-    return claimed == 1
-
-
-def send_reminder(*, reminder: Reminder, connection: BaseEmailBackend, now: datetime | None = None) -> int:
-    """Hand the reminder's email to ``connection``; the number of messages sent (0 or 1)."""
-    message = reminder_message(reminder=reminder, now=now)
-    message.connection = connection
-    return message.send()
-
-
-def record_delivery(*, reminder: Reminder) -> None:
-    recorded = Reminder.objects.filter(pk=reminder.pk, delivered_at__isnull=True).update(
-        delivered_at=Now(), claimed_until=None, claimed_by=""
-    )
-    if not recorded:
-        # Only after this run's claim expired mid-send and another run sent it too.
-        logger.warning("reminder=%s was already recorded as delivered by another run", reminder.pk)
-
-
-def record_failure(*, reminder: Reminder, holder: str, error: str, max_attempts: int) -> None:
-    """Free this run's claim with the error; the last allowed attempt marks it failed."""
-    mine = Reminder.objects.filter(pk=reminder.pk, claimed_by=holder, delivered_at__isnull=True)
-    released = dict(claimed_until=None, claimed_by="", last_error=error)
-    if not mine.filter(attempts__gte=max_attempts).update(failed_at=Now(), **released):
-        mine.update(**released)
-
-
-def _give_up(reminder: Reminder, error: str) -> int:
-    """Mark an unclaimed reminder failed for good; 1 if this run did."""
-    return (
-        Reminder.objects.filter(pk=reminder.pk)
-        .claimable()
-        .update(failed_at=Now(), last_error=error, claimed_until=None, claimed_by="")
-    )
+def _wait_for(couriers: list[_Courier]) -> None:
+    """Until every connection's thread has finished. Each stops within one message once the
+    run stops or its lease is lost (the heartbeat's maximum run time bounds the run). An
+    event, not ``Thread.join()``: a join cut short by a signal can leave the thread
+    looking finished on Python 3.11, and the process would exit under it."""
+    for courier in couriers:
+        courier.finished.wait()
 
 
 def retry_reminders(*, reminders) -> int:
-    """Make failed, undelivered reminders pending again (the admin's retry action)."""
-    return reminders.filter(delivered_at__isnull=True, failed_at__isnull=False).update(
-        failed_at=None, attempts=0, claimed_until=None, claimed_by=""
+    """Make failed or uncertain, undelivered reminders pending again (the admin's retry
+    action): an uncertain one may then be emailed a second time."""
+    return (
+        reminders.filter(delivered_at__isnull=True)
+        .exclude(failed_at__isnull=True, uncertain_at__isnull=True)
+        .update(failed_at=None, uncertain_at=None, attempts=0, claimed_until=None)
     )

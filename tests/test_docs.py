@@ -85,7 +85,8 @@ def broken_citations(path: Path) -> list[str]:
     """``docs/x.md, "Heading"`` (or ``docs/x.md, Heading``) in code and docs."""
     found = []
     for file, quoted, bare in CITATION.findall(path.read_text()):
-        doc, title = ROOT / "docs" / file, (quoted or bare).strip()
+        # A docstring may break a cited heading over two lines.
+        doc, title = ROOT / "docs" / file, " ".join((quoted or bare).split())
         if not doc.exists():
             found.append(f"{ids(path)}: docs/{file}: no such file")
         elif title.replace("`", "").lower() not in headings(doc)[0]:

@@ -42,3 +42,19 @@ def due_reminders(count: int, *, contest: Contest, prefix: str = "user") -> list
         make_reminder(make_user(f"{prefix}{n}"), contest, at=-timedelta(minutes=1 + n % 5))
         for n in range(count)
     ]
+
+
+def many_due_reminders(count: int, *, contest: Contest, prefix: str = "bulk") -> list[int]:
+    """``count`` due reminders for as many new users (``{prefix}{n}@example.com``), written
+    with two bulk inserts; their primary keys."""
+    user_model = get_user_model()
+    users = user_model.objects.bulk_create(
+        user_model(username=f"{prefix}{n}", email=f"{prefix}{n}@example.com", password="!")
+        for n in range(count)
+    )
+    if users and users[0].pk is None:  # a backend that does not return keys from bulk inserts
+        users = list(user_model.objects.filter(username__startswith=prefix).order_by("pk"))
+    remind_at = timezone.now() - timedelta(minutes=1)
+    Reminder.objects.bulk_create(Reminder(user=user, contest=contest, remind_at=remind_at) for user in users)
+    mine = Reminder.objects.filter(contest=contest, user__username__startswith=prefix)
+    return list(mine.values_list("pk", flat=True))

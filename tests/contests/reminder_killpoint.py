@@ -1,12 +1,13 @@
-"""``manage.py`` with a pause at one step of a reminder's delivery.
+"""``manage.py`` with a pause at one step of the reminders' delivery.
 
     python -m tests.contests.reminder_killpoint claimed send_reminders --force
-    python -m tests.contests.reminder_killpoint sent send_reminders --force
+    python -m tests.contests.reminder_killpoint sent:120 send_reminders --force
 
-``claimed``: the first reminder is claimed (for real, in the database), then the
-process prints ``CLAIMED pk=N`` and sleeps before sending it. ``sent``: its email
-is sent (for real, through the configured backend), then the process prints
-``SENT pk=N`` and sleeps before recording the delivery. Either way a test can
+``claimed``: the first batch is claimed (for real, in the database), then the process
+prints ``CLAIMED n=<reminders> claim=<id>`` and sleeps before sending any of it.
+``sent:K``: the K-th email is handed to the mail server (for real, through the
+configured backend), then the process prints ``SENT n=K pk=<its reminder>`` and sleeps
+before anything else, so the group it belongs to is not recorded. Either way a test can
 SIGKILL it right there: only the moment is made deterministic.
 """
 
@@ -19,8 +20,9 @@ import time
 
 def main() -> None:
     point, *command = sys.argv[1:]
-    if point not in {"claimed", "sent"}:
-        raise SystemExit(f"kill point must be 'claimed' or 'sent', not {point!r}")
+    name, _, count = point.partition(":")
+    if name not in {"claimed", "sent"} or (name == "sent") != count.isdigit():
+        raise SystemExit(f"kill point must be 'claimed' or 'sent:K', not {point!r}")
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
     import django
 
@@ -28,19 +30,30 @@ def main() -> None:
     from django.core.management import execute_from_command_line
 
     from contests import reminders
+    from contests.mail import Outcome
 
-    original = reminders.send_reminder
+    claim_batch, send_reminder, sent = reminders.claim_batch, reminders.send_reminder, []
 
-    def send_reminder(*, reminder, connection, now=None):
-        if point == "claimed":
-            print(f"CLAIMED pk={reminder.pk}", flush=True)
+    def claim_then_pause(**kwargs):
+        claimed = claim_batch(**kwargs)
+        if claimed:
+            print(f"CLAIMED n={claimed} claim={kwargs['claim']}", flush=True)
             time.sleep(120)  # the test kills the process long before this ends
-        sent = original(reminder=reminder, connection=connection, now=now)
-        print(f"SENT pk={reminder.pk}", flush=True)
-        time.sleep(120)
-        return sent
+        return claimed
 
-    reminders.send_reminder = send_reminder
+    def send_then_pause(**kwargs):
+        handover = send_reminder(**kwargs)
+        if handover.outcome is Outcome.DELIVERED:
+            sent.append(kwargs["reminder"].pk)
+            if len(sent) == int(count):
+                print(f"SENT n={len(sent)} pk={sent[-1]}", flush=True)
+                time.sleep(120)
+        return handover
+
+    if name == "claimed":
+        reminders.claim_batch = claim_then_pause
+    else:
+        reminders.send_reminder = send_then_pause
     execute_from_command_line(["manage.py", *command])
 
 

@@ -7,6 +7,7 @@ import re
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from django.contrib.admin.models import LogEntry
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import escape
@@ -278,33 +279,45 @@ def test_reminder_delivery_column_and_filter(admin_client, alice):
                 attempts=1,
                 last_error="attempt 1: SMTPRecipientsRefused: retry me",
             ),
+            Reminder(
+                user=alice,
+                contest=soon,
+                remind_at=now - timedelta(minutes=6),
+                uncertain_at=now,
+                attempts=2,
+                last_error="attempt 2: outcome unknown, the message went out but the mail server's answer never came",
+            ),
             Reminder(user=alice, contest=soon, remind_at=now + timedelta(hours=1)),
         ]
     )
     response = admin_client.get(REMINDERS_URL)
     found = {(r.attempts, r.delivery, r.state) for r in response.context["cl"].result_list}
-    # Delivered and failed ones have no upcoming/due state: their delivery says it all.
+    # Delivered, uncertain and failed ones have no upcoming/due state: their delivery says it all.
     assert found == {
         (1, "delivered", None),
         (5, "failed", None),
+        (2, "uncertain", None),
         (1, "pending", "due"),
         (0, "pending", "upcoming"),
     }
     table = results(response)
     assert table.count(">delivered</span>") == 1
     assert table.count(">failed</span>") == 1
+    assert table.count('data-kind="uncertain" title="">uncertain</span>') == 1
     assert table.count(">pending</span>") == 2
     assert "attempt 1: SMTPRecipientsRefused: retry me" in table
     long_error = Reminder.objects.get(attempts=5).last_error
     assert len(long_error) > 80
     assert escape(Truncator(long_error).chars(80)) in table
     assert escape(long_error) not in table
+    assert "contests/admin.css" in response.content.decode()  # the uncertain badge's style
 
     def attempts(**query):
         return sorted(r.attempts for r in listed(admin_client, REMINDERS_URL, **query))
 
     assert attempts(delivery="delivered") == [1]
     assert attempts(delivery="failed") == [5]
+    assert attempts(delivery="uncertain") == [2]
     assert attempts(delivery="pending") == [0, 1]
     # "due" is exactly what the next send_reminders run sends.
     assert attempts(state="due") == [1]
@@ -318,34 +331,87 @@ def test_reminder_delivery_fields_are_read_only(admin_client, alice):
     reminder = Reminder.objects.create(user=alice, contest=target, remind_at=timezone.now())
     page = admin_client.get(reverse("admin:contests_reminder_change", args=[reminder.pk])).content.decode()
     assert 'name="remind_at_0"' in page
-    for field in ("delivered_at", "attempts", "last_error", "claimed_until", "claimed_by", "failed_at"):
+    fields = (
+        "delivered_at",
+        "attempts",
+        "last_error",
+        "claimed_until",
+        "claimed_by",
+        "failed_at",
+        "uncertain_at",
+    )
+    for field in fields:
         assert f'name="{field}"' not in page, field
         assert f"field-{field}" in page, field
 
 
-def test_the_retry_action_makes_failed_reminders_pending_again(admin_client, alice):
+def test_the_retry_action_asks_first_then_makes_failed_and_uncertain_reminders_pending(admin_client, alice):
     soon = contest(1, start=timedelta(days=2))
     now = timezone.now()
     failed = Reminder.objects.create(
         user=alice,
         contest=soon,
-        remind_at=now - timedelta(minutes=2),
+        remind_at=now - timedelta(minutes=3),
         failed_at=now,
         attempts=5,
-        last_error="x",
+        last_error="attempt 5: SMTPRecipientsRefused: no such user",
+    )
+    uncertain = Reminder.objects.create(
+        user=alice,
+        contest=soon,
+        remind_at=now - timedelta(minutes=2),
+        uncertain_at=now,
+        attempts=1,
+        last_error="attempt 1: outcome unknown, the message went out",
     )
     delivered = Reminder.objects.create(
         user=alice, contest=soon, remind_at=now - timedelta(minutes=1), delivered_at=now, attempts=1
     )
-    response = admin_client.post(
-        REMINDERS_URL,
-        {"action": "retry_delivery", "_selected_action": [failed.pk, delivered.pk]},
-        follow=True,
-    )
+    chosen = {"action": "retry_delivery", "_selected_action": [failed.pk, uncertain.pk, delivered.pk]}
+
+    asked = admin_client.post(REMINDERS_URL, chosen)
+
+    assert asked.status_code == 200
+    assert asked.templates[0].name == "admin/contests/reminder/retry_confirmation.html"
+    page = re.sub(r"\s+", " ", asked.content.decode())
+    assert "1 of them is uncertain: its email was handed to the mail server once" in page
+    assert "Retrying sends it again: the user may get it twice." in page
+    assert "1 selected reminder is pending or delivered: it is left as it is." in page
+    assert 'value="Yes, send them again"' in page
+    assert page.count("<td>uncertain</td>") == 1 and page.count("<td>failed</td>") == 1
+    assert Reminder.objects.filter(failed_at__isnull=False).count() == 1  # nothing changed yet
+    assert Reminder.objects.filter(uncertain_at__isnull=False).count() == 1
+
+    response = admin_client.post(REMINDERS_URL, {**chosen, "post": "yes"}, follow=True)
+
     assert response.status_code == 200
-    assert "1 reminder is pending again." in [str(m) for m in response.context["messages"]]
-    failed.refresh_from_db()
-    delivered.refresh_from_db()
-    assert (failed.failed_at, failed.attempts, failed.last_error) == (None, 0, "x")
-    assert list(Reminder.objects.due()) == [failed]
+    assert "2 reminders are pending again: the next run emails them." in [
+        str(m) for m in response.context["messages"]
+    ]
+    for reminder in (failed, uncertain, delivered):
+        reminder.refresh_from_db()
+    assert (failed.failed_at, failed.attempts, failed.last_error) == (
+        None,
+        0,
+        "attempt 5: SMTPRecipientsRefused: no such user",
+    )
+    assert (uncertain.uncertain_at, uncertain.attempts) == (None, 0)
+    assert {r.pk for r in Reminder.objects.due()} == {failed.pk, uncertain.pk}
     assert delivered.delivered_at is not None  # a delivered one is never sent again
+    logged = LogEntry.objects.filter(object_id__in=[str(failed.pk), str(uncertain.pk)])
+    assert sorted(entry.get_change_message() for entry in logged) == [
+        "Delivery retried; it was failed: attempt 5: SMTPRecipientsRefused: no such user",
+        "Delivery retried; it was uncertain: attempt 1: outcome unknown, the message went out",
+    ]
+
+
+def test_the_retry_action_says_so_when_nothing_can_be_retried(admin_client, alice):
+    pending = Reminder.objects.create(
+        user=alice, contest=contest(1, start=timedelta(days=2)), remind_at=timezone.now()
+    )
+
+    asked = admin_client.post(REMINDERS_URL, {"action": "retry_delivery", "_selected_action": [pending.pk]})
+
+    page = re.sub(r"\s+", " ", asked.content.decode())
+    assert "None of the selected reminders failed or is uncertain: there is nothing to retry." in page
+    assert 'id="confirm-retry"' not in page

@@ -1,5 +1,6 @@
 """`manage.py send_reminders` as real processes: exactly one email per due reminder,
-even with concurrent runs and a run SIGKILLed between claim, send and record."""
+even with concurrent runs and a run SIGKILLed between claim, send and record; every
+EMAIL_URL scheme against a real SMTP server on loopback (tests/smtp_standin.py)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from datetime import timedelta
 from email.message import Message
@@ -19,10 +21,18 @@ from django.db.models.functions import Now
 from django.utils import timezone
 
 from contests.models import Reminder
+from contests.reminders import RECORD_EVERY
 from locks.models import JobRun
 from locks.operations import force_release
 from tests.conftest import ROOT, manage, project_env, spawn
-from tests.contests.reminder_data import due_reminders, make_contest, make_reminder, make_user
+from tests.contests.reminder_data import (
+    due_reminders,
+    make_contest,
+    make_reminder,
+    make_user,
+    many_due_reminders,
+)
+from tests.smtp_standin import self_signed, smtp_standin
 from tests.test_mongodb_settings import closed_port
 
 pytestmark = pytest.mark.slow
@@ -102,7 +112,7 @@ def test_four_runs_a_forced_one_and_a_scheduler_send_each_due_reminder_exactly_o
     assert sum(run.stats["skipped"] for run in runs) == 1
     assert sum(run.stats["failed"] for run in runs) == 0
     nobody.refresh_from_db()
-    assert (nobody.delivered_at, nobody.last_error) == (None, "not sent: user nomail has no email address")
+    assert (nobody.delivered_at, nobody.last_error) == (None, "not sent: the user has no email address")
     assert Reminder.objects.filter(delivered_at__isnull=False).count() == 24  # nothing else was sent
 
 
@@ -111,52 +121,52 @@ WORKER = textwrap.dedent(
     import json, sys
     import django
     django.setup()
-    from contests import reminders
+    from contests.reminders import deliver_due_reminders
 
-    claim, waited = reminders.claim_reminder, []
-
-    def claim_reminder(**kwargs):
-        if not waited:  # every worker has read the same due reminders: now all claim
-            print("READ", flush=True)
-            sys.stdin.readline()
-            waited.append(True)
-        return claim(**kwargs)
-
-    reminders.claim_reminder = claim_reminder
-    print(json.dumps(reminders.deliver_due_reminders().as_dict()), flush=True)
+    print("READY", flush=True)
+    sys.stdin.readline()
+    print(json.dumps(deliver_due_reminders().as_dict()), flush=True)
     """
 )
 
 
-def test_the_claims_alone_keep_overlapping_runs_to_one_email_each(env, outbox, soon):
-    """No lease here: four services that all read the same 40 due reminders before
-    any of them claims one; only the conditional update decides who sends each."""
-    due_reminders(40, contest=soon)
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", WORKER],
-            cwd=ROOT,
-            env={**env, "DJANGO_SETTINGS_MODULE": "config.settings"},
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
+def test_two_concurrent_runs_over_5000_reminders_send_each_exactly_once(db_url, soon):
+    """No lease here: two services start claiming the same 5,000 due reminders at the
+    same moment, in batches of 100; only the claims decide who sends each. Counted at
+    the SMTP server, by recipient (one per reminder)."""
+    many_due_reminders(5000, contest=soon)
+    with smtp_standin(keep=False) as server:
+        env = project_env(
+            DATABASE_URL=db_url,
+            DJANGO_SETTINGS_MODULE="config.settings",
+            EMAIL_URL=f"smtp://127.0.0.1:{server.port}",
+            SEND_REMINDERS_BATCH="100",
         )
-        for _ in range(4)
-    ]
-    for proc in procs:
-        assert proc.stdout.readline() == "READ\n"
-    for proc in procs:
-        proc.stdin.write("go\n")
-        proc.stdin.flush()
-    outputs = [proc.communicate(timeout=120) for proc in procs]
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-c", WORKER],
+                cwd=ROOT,
+                env=env,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for _ in range(2)
+        ]
+        for proc in procs:
+            assert proc.stdout.readline() == "READY\n", proc.stderr.read()
+        for proc in procs:
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+        outputs = [proc.communicate(timeout=240) for proc in procs]
 
-    assert [proc.returncode for proc in procs] == [0] * 4, outputs
+    assert [proc.returncode for proc in procs] == [0, 0], outputs
     stats = [json.loads(out) for out, _ in outputs]
-    assert [s["due"] for s in stats] == [40] * 4
-    assert sum(s["sent"] for s in stats) == 40
-    assert recipients(outbox) == sorted(f"user{n}@example.com" for n in range(40))
-    assert set(Reminder.objects.values_list("attempts", flat=True)) == {1}
+    assert sum(s["sent"] for s in stats) == sum(s["due"] for s in stats) == 5000
+    assert len(server.received) == 5000
+    assert set(server.received.values()) == {1}
+    assert Reminder.objects.filter(delivered_at__isnull=False, attempts=1).count() == 5000
 
 
 def test_one_log_line_with_the_counts_and_the_counts_on_the_run(env, soon):
@@ -169,9 +179,9 @@ def test_one_log_line_with_the_counts_and_the_counts_on_the_run(env, soon):
     [line] = lock_lines(done.stderr)
     assert " INFO locks.api job=send_reminders tick=" in line
     assert " outcome=succeeded " in line
-    assert " due=2 sent=1 failed=0 skipped=1 duration=" in line
+    assert " due=2 sent=1 failed=0 uncertain=0 skipped=1 duration=" in line
     run = JobRun.objects.get(job_name="send_reminders")
-    assert run.stats == {"due": 2, "sent": 1, "failed": 0, "skipped": 1}
+    assert run.stats == {"due": 2, "sent": 1, "failed": 0, "uncertain": 0, "skipped": 1}
 
 
 def test_an_unreachable_smtp_server_fails_the_run_and_the_next_run_delivers(db_url, env, outbox, soon):
@@ -208,10 +218,11 @@ def test_dry_run_counts_and_sends_nothing(env, outbox, soon):
     done = manage("send_reminders", "--dry-run", env=env)
 
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "dry run, nothing sent: due=1 sent=0 failed=0 skipped=0"
+    assert done.stdout.strip() == "dry run, nothing sent: due=1 sent=0 failed=0 uncertain=0 skipped=0"
     assert messages(outbox) == []
     assert not JobRun.objects.exists()
     assert Reminder.objects.get().attempts == 0
+    assert Reminder.objects.get().claimed_by == ""
 
 
 def test_a_bad_argument_exits_2(env):
@@ -232,61 +243,61 @@ def test_a_bad_argument_exits_2(env):
 # --- a run SIGKILLed in the middle (docs/reminders.md, "A crash mid-delivery") --------
 
 
-def killed_at(point: str, *, env: dict[str, str]) -> int:
-    """Run send_reminders --force up to ``point``, SIGKILL it there; the reminder's pk."""
+def killed_at(point: str, *, env: dict[str, str]) -> str:
+    """Run send_reminders --force up to ``point``, SIGKILL it there; the line it printed."""
     proc = spawn(["-m", "tests.contests.reminder_killpoint", point, "send_reminders", "--force"], env=env)
     try:
         line = proc.stdout.readline()
-        assert line.startswith(f"{point.upper()} pk="), line or proc.stderr.read()
+        assert line.startswith(f"{point.split(':')[0].upper()} n="), line or proc.stderr.read()
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
     assert proc.returncode == -signal.SIGKILL
     # The dead run's lease would hold the job until its TTL: the operator's release.
     force_release(job="send_reminders", by="test")
-    return int(line.split("=")[1])
+    return line
 
 
-def expire_claim(pk: int) -> None:
-    """The claim's time passes (written into the past, by the database clock)."""
-    Reminder.objects.filter(pk=pk).update(claimed_until=Now() - timedelta(seconds=1))
+def expire_claims() -> None:
+    """The dead run's claims run out (written into the past, by the database clock)."""
+    Reminder.objects.exclude(claimed_until=None).update(claimed_until=Now() - timedelta(seconds=1))
 
 
-def test_a_crash_between_claim_and_send_delays_the_email_but_never_loses_it(env, outbox, soon):
+def test_a_crash_between_claim_and_send_delays_the_emails_but_never_loses_them(env, outbox, soon):
     due_reminders(3, contest=soon)
+    make_reminder(make_user("later"), soon, at=timedelta(minutes=30))
 
-    pk = killed_at("claimed", env=env)
+    killed_at("claimed", env=env)
 
     assert messages(outbox) == []
-    claimed = Reminder.objects.get(pk=pk)
-    assert (claimed.attempts, claimed.delivered_at) == (1, None)
-    assert claimed.claimed_until > timezone.now() + timedelta(minutes=9)
+    claimed = Reminder.objects.exclude(claimed_until=None)
+    assert claimed.count() == 3
+    assert set(claimed.values_list("attempts", flat=True)) == {0}  # claimed, never tried
+    assert claimed.filter(claimed_until__gt=timezone.now() + timedelta(minutes=9)).count() == 3
 
-    # While the claim lasts, a run sends the others only.
+    # While the claims last, no run sends them.
     first = manage("send_reminders", "--force", env=env)
     assert first.returncode == 0, first.stderr
-    assert "due=2 sent=2 failed=0 skipped=0" in lock_lines(first.stderr)[0]
-    assert claimed.user.email not in recipients(outbox)
+    assert "due=0 sent=0 failed=0 uncertain=0 skipped=0" in lock_lines(first.stderr)[0]
 
-    expire_claim(pk)
+    expire_claims()
     second = manage("send_reminders", "--force", env=env)
 
     assert second.returncode == 0, second.stderr
-    assert "due=1 sent=1 failed=0 skipped=0" in lock_lines(second.stderr)[0]
+    assert "due=3 sent=3 failed=0 uncertain=0 skipped=0" in lock_lines(second.stderr)[0]
     assert recipients(outbox) == sorted(f"user{n}@example.com" for n in range(3))  # one each
-    claimed.refresh_from_db()
-    assert (claimed.attempts, claimed.delivered_at is not None, claimed.claimed_until) == (2, True, None)
+    assert set(Reminder.objects.filter(delivered_at__isnull=False).values_list("attempts", flat=True)) == {1}
 
 
 def test_a_crash_between_send_and_record_resends_once_after_the_claim_expires(env, outbox, soon):
     [reminder] = due_reminders(1, contest=soon)
 
-    pk = killed_at("sent", env=env)
+    line = killed_at("sent:1", env=env)
 
-    assert pk == reminder.pk
+    assert line.strip() == f"SENT n=1 pk={reminder.pk}"
     assert recipients(outbox) == ["user0@example.com"]  # it went out, unrecorded
     reminder.refresh_from_db()
-    assert (reminder.attempts, reminder.delivered_at) == (1, None)
+    assert (reminder.attempts, reminder.delivered_at) == (1, None)  # the attempt was counted as it began
 
     # Within the claim: nothing is sent again.
     early = manage("send_reminders", "--force", env=env)
@@ -295,7 +306,7 @@ def test_a_crash_between_send_and_record_resends_once_after_the_claim_expires(en
     assert len(messages(outbox)) == 1
 
     # After it: the one documented resend, then it is recorded for good.
-    expire_claim(pk)
+    expire_claims()
     late = manage("send_reminders", "--force", env=env)
     again = manage("send_reminders", "--force", env=env)
 
@@ -304,3 +315,136 @@ def test_a_crash_between_send_and_record_resends_once_after_the_claim_expires(en
     reminder.refresh_from_db()
     assert (reminder.attempts, reminder.delivered_at is not None) == (2, True)
     assert "due=0 sent=0" in lock_lines(again.stderr)[0]
+
+
+def test_a_sigkill_mid_batch_resends_at_most_one_group_and_loses_none(db_url, soon):
+    """300 due reminders in batches of 100, killed just after the 120th email went out:
+    the first 100 were recorded (two groups of RECORD_EVERY), the 20 sent since are not;
+    after the dead run's claims expire they go out again: 20 resends (at most
+    RECORD_EVERY per crash), no reminder lost. Counted at the SMTP server."""
+    pks = many_due_reminders(300, contest=soon)
+    with smtp_standin(keep=False) as server:
+        env = project_env(
+            DATABASE_URL=db_url, EMAIL_URL=f"smtp://127.0.0.1:{server.port}", SEND_REMINDERS_BATCH="100"
+        )
+
+        killed_at("sent:120", env=env)
+
+        assert server.total() == 120
+        assert Reminder.objects.filter(delivered_at__isnull=False).count() == 100
+        in_flight = Reminder.objects.filter(delivered_at__isnull=True, attempts=1)
+        assert in_flight.count() == RECORD_EVERY  # the group being sent: its attempts counted
+        assert Reminder.objects.exclude(claimed_until=None).count() == 100  # the dead run's second batch
+
+        # While the dead run's claims last, a run sends only the third batch.
+        first = manage("send_reminders", "--force", env=env)
+        assert first.returncode == 0, first.stderr
+        assert "due=100 sent=100 failed=0 uncertain=0" in lock_lines(first.stderr)[0]
+
+        expire_claims()
+        second = manage("send_reminders", "--force", env=env)
+        assert second.returncode == 0, second.stderr
+        assert "due=100 sent=100" in lock_lines(second.stderr)[0]
+
+    assert len(server.received) == 300  # every reminder reached the server, none lost
+    resent = sorted(count - 1 for count in server.received.values() if count > 1)
+    assert sum(resent) == 20 <= RECORD_EVERY
+    assert resent == [1] * 20  # each of them once more, never more
+    assert Reminder.objects.filter(pk__in=pks, delivered_at__isnull=False).count() == 300
+    assert set(Reminder.objects.values_list("attempts", flat=True)) == {1, 2}
+
+
+@pytest.mark.parametrize("connections", [1, 2])
+def test_a_sigterm_mid_batch_records_what_was_sent_and_releases_the_rest(db_url, soon, connections):
+    """A stopped pod: SIGTERM arrives while the 30th message waits for its 250. With two
+    connections (threads) each finishes the message it is on. With one, the main thread
+    may be interrupted mid-send (if the kernel hands the signal to it rather than to the
+    heartbeat thread): then that message, sent and unanswered, is uncertain. Either way
+    every message the server got is recorded, the rest are released with no attempt used,
+    the run is recorded as interrupted, and the next run sends each remaining one once."""
+    many_due_reminders(200, contest=soon)
+    with smtp_standin(keep=False) as server:
+        reached, go = threading.Event(), threading.Event()
+
+        def pause_at_30(recipient: str) -> None:
+            if server.total() == 30:
+                reached.set()
+                go.wait(30)
+
+        server.on_message = pause_at_30
+        env = project_env(
+            DATABASE_URL=db_url,
+            EMAIL_URL=f"smtp://127.0.0.1:{server.port}",
+            SEND_REMINDERS_BATCH="100",
+            SEND_REMINDERS_CONNECTIONS=str(connections),
+        )
+        proc = spawn(["manage.py", "send_reminders", "--force"], env=env)
+        assert reached.wait(60), proc.stderr.read() if proc.poll() is not None else "no 30th message"
+        proc.send_signal(signal.SIGTERM)
+        time.sleep(0.5)  # the signal handled while the 30th answer is still held back
+        go.set()
+        _, stderr = proc.communicate(timeout=60)
+
+        assert proc.returncode == 128 + signal.SIGTERM, stderr
+        [line] = lock_lines(stderr)
+        assert " ERROR locks.api job=send_reminders " in line
+        assert "outcome=failed" in line and "error=interrupted: SystemExit: 143" in line
+        delivered = Reminder.objects.filter(delivered_at__isnull=False)
+        uncertain = Reminder.objects.filter(uncertain_at__isnull=False)
+        # Every message that reached the server is recorded: delivered, or uncertain.
+        assert delivered.count() + uncertain.count() == server.total()
+        assert uncertain.count() <= (1 if connections == 1 else 0)
+        rest = Reminder.objects.filter(delivered_at__isnull=True, uncertain_at__isnull=True)
+        assert rest.count() == 200 - delivered.count() - uncertain.count() > 0
+        assert set(rest.values_list("attempts", "claimed_until")) == {(0, None)}
+
+        done = manage("send_reminders", "--force", env=env)
+        assert done.returncode == 0, done.stderr
+
+    assert len(server.received) == 200
+    assert set(server.received.values()) == {1}  # each once: the uncertain one was not sent again
+
+
+# --- every EMAIL_URL scheme, with the stage the unknown outcome needs --------------------
+
+
+@pytest.mark.parametrize("scheme", ["smtp", "smtp+tls", "smtp+ssl"])
+def test_every_email_url_scheme_delivers_and_tells_a_lost_answer_from_a_refusal(
+    db_url, soon, tmp_path, scheme
+):
+    """Over plain SMTP, STARTTLS and implicit TLS (a real certificate the client is told
+    to trust): one reminder delivered, one refused at RCPT (pending, tried again), and
+    one whose answer never comes (uncertain)."""
+    context, cert = self_signed(tmp_path)
+    tls = {"smtp": {}, "smtp+tls": {"starttls": context}, "smtp+ssl": {"implicit_tls": context}}[scheme]
+    delivered = make_reminder(make_user("first"), soon, at=-timedelta(minutes=3))
+    refused = make_reminder(make_user("ghost"), soon, at=-timedelta(minutes=2))
+    lost = make_reminder(make_user("lost"), soon, at=-timedelta(minutes=1))
+    with smtp_standin(**tls) as server:
+        server.refused.add("ghost@example.com")
+        server.late.add("lost@example.com")
+        env = project_env(
+            DATABASE_URL=db_url,
+            EMAIL_URL=f"{scheme}://127.0.0.1:{server.port}",
+            EMAIL_TIMEOUT="1",
+            SSL_CERT_FILE=str(cert),
+        )
+
+        done = manage("send_reminders", env=env)
+
+    assert done.returncode == 1, done.stderr
+    [line] = lock_lines(done.stderr)
+    assert " ERROR locks.api job=send_reminders " in line and "outcome=failed" in line
+    assert "error=connection 1: the mail server connection failed: SMTPServerDisconnected" in line
+    assert "Traceback" not in done.stderr
+    assert server.received == {"first@example.com": 1, "lost@example.com": 1}
+    assert server.sessions == 1
+    values = {
+        r.pk: (r.attempts, r.delivered_at is not None, r.uncertain_at is not None)
+        for r in Reminder.objects.all()
+    }
+    assert values == {
+        delivered.pk: (1, True, False),
+        refused.pk: (1, False, False),
+        lost.pk: (1, False, True),
+    }
