@@ -169,19 +169,16 @@ def test_the_dry_run_callable_is_the_preview(registered):
 
 def test_the_host_project_builds_cronjobs_from_its_registry():
     assert cronjobs(host.LOCKS_JOBS, log_dir=host.VAR / "log") == host.CRONJOBS
-    assert [line[2] for line in host.CRONJOBS] == [["run_job", name] for name in HOST_JOBS]
+    assert [line[2] for line in host.CRONJOBS] == [[name] for name in HOST_JOBS]
 
 
 def test_one_cron_line_per_registered_job(tmp_path):
     log_dir = tmp_path / "a 100% odd dir"
     lines = cronjobs({**host.LOCKS_JOBS, "broken": "not a dict"}, log_dir=log_dir)
-    assert [line[2] for line in lines] == [["run_job", name] for name in HOST_JOBS]
+    assert [line[2] for line in lines] == [[name] for name in HOST_JOBS]
     schedule, function, _args, kwargs, suffix = lines[1]
-    assert (schedule, function, kwargs) == (
-        "*/5 * * * *",
-        "django.core.management.call_command",
-        {"verbosity": 0},
-    )
+    # run_job NAME, ending the process with its exit status (docs/deployment-cron.md).
+    assert (schedule, function, kwargs) == ("*/5 * * * *", "locks.crontab.run", {})
     # Shell-quoted, with cron's % escaped.
     assert suffix == f">> '{log_dir}/record.log' 2>&1".replace("%", "\\%")
 
@@ -194,7 +191,5 @@ def test_a_new_process_reads_the_same_cron_lines(transactional_db):
     )
     assert proc.returncode == 0, proc.stderr
     lines = json.loads(proc.stdout)
-    assert [(line[0], line[2]) for line in lines] == [
-        ("*/5 * * * *", ["run_job", name]) for name in HOST_JOBS
-    ]
+    assert [(line[0], line[2]) for line in lines] == [("*/5 * * * *", [name]) for name in HOST_JOBS]
     assert lines[1][4] == f">> {host.VAR / 'log' / 'record.log'} 2>&1"
