@@ -16,6 +16,8 @@ import shlex
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+from locks.builtin import with_builtin_jobs
+
 HEADER = (
     "# Written by `python manage.py crontab_env`; sourced by the crontab line (set -a).\n"
     "# Do not edit: change the environment and run the command again.\n"
@@ -32,8 +34,10 @@ def cron_escape(text: str) -> str:
     return text.replace("%", "\\%")
 
 
-def cronjobs(jobs: Mapping[str, Mapping], *, log_dir: Path) -> list[tuple]:
-    """One ``manage.py run_job NAME`` line per job, appending to ``log_dir/NAME.log``.
+def cronjobs(jobs: Mapping[str, Mapping], *, log_dir: Path, check_jobs: bool = True) -> list[tuple]:
+    """One ``manage.py run_job NAME --requested-by cron`` line per job, appending to
+    ``log_dir/NAME.log``; with ``check_jobs`` (pass ``LOCKS_CHECK_JOBS``), the app's own
+    ``check_jobs`` too (``locks.builtin``).
 
     The lock makes the line safe on every host: one run per tick. A malformed entry
     is left out, not an error here: the system checks name it (and ``crontab add``
@@ -44,10 +48,10 @@ def cronjobs(jobs: Mapping[str, Mapping], *, log_dir: Path) -> list[tuple]:
             job.get("schedule"),
             "django.core.management.call_command",
             ["run_job", name],
-            {"verbosity": 0},  # the log line on stderr is the record
+            {"verbosity": 0, "requested_by": "cron"},  # the log line on stderr is the record
             cron_escape(f">> {shlex.quote(str(log_dir / f'{name}.log'))} 2>&1"),
         )
-        for name, job in jobs.items()
+        for name, job in with_builtin_jobs(jobs, enabled=check_jobs).items()
         if isinstance(job, Mapping)
     ]
 
