@@ -94,11 +94,11 @@ def ledger_slots() -> int:
 def job_ledgers(*, jobs: Iterable[Job], slots: int | None = None) -> dict[str, Ledger]:
     """Each job's ledger of its last ``slots`` slots (default ``LOCKS_LEDGER_SLOTS``), by name."""
     jobs = list(jobs)
+    if not jobs:
+        return {}
     count = slots or ledger_slots()
     db_now = database_now()
     windows = {job.name: previous_slots(job.schedule, now=db_now, count=count) for job in jobs}
-    if not jobs:
-        return {}
     names = [job.name for job in jobs]
     oldest = {name: ticks[-1] for name, ticks in windows.items()}
     runs_of = defaultdict(lambda: defaultdict(list))

@@ -148,7 +148,8 @@ def healthz(request: HttpRequest) -> HttpResponse:
     summary = settings.LOCKS_HEALTHZ_JOB
     try:
         freshness = jobs_freshness()
-        incidents = {incident.job_name: incident for incident in Incident.objects.open()}
+        # check_jobs' open incidents (locks.alerts): a detail, only for a monitor that may see them.
+        incidents = {incident.job_name: incident for incident in Incident.objects.open()} if trusted else {}
     except DBError as exc:
         body = {"status": "database unreachable", "database": False, **({"job": summary} if summary else {})}
         if trusted:
@@ -162,7 +163,7 @@ def healthz(request: HttpRequest) -> HttpResponse:
         del fields["status"]  # the top-level status is every job's
         body.update(job=summary, **fields)
     body["jobs"] = {name: _job_health(job, trusted=trusted) for name, job in freshness.items()}
-    if trusted:  # check_jobs' open incidents (locks.alerts), with the details only a monitor sees
+    if trusted:
         for name, fields in body["jobs"].items():
             fields["incident"] = _incident(incidents.get(name))
     return JsonResponse(body, status=200 if fresh else 503)

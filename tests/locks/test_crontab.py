@@ -35,7 +35,7 @@ pytestmark = [
     ),
 ]
 TICK = "2026-11-30T14:00:00+00:00"
-JOBS = ["write_slot", "record", "refuse", "linger", "slow_write"]
+JOBS = ["write_slot", "record", "refuse", "linger", "slow_write", "check_jobs"]  # check_jobs: the app's own
 
 
 def crontab(*args: str, user: str | None = None, check: bool = True) -> subprocess.CompletedProcess:

@@ -21,6 +21,7 @@ from tests.hostproject import settings as host  # the module: what the tests' ov
 from tests.locks.conftest import TICK, register
 
 HOST_JOBS = ["write_slot", "record", "refuse", "linger", "slow_write"]
+WITH_BUILTIN = [*HOST_JOBS, "check_jobs"]  # the locks app registers check_jobs itself (locks/builtin.py)
 
 
 def test_only_schedule_and_callable_are_required(settings):
@@ -33,16 +34,16 @@ def test_only_schedule_and_callable_are_required(settings):
 
 def test_jobs_keep_the_order_of_the_setting(settings):
     register(settings, early={"schedule": "0 3 * * *", "callable": "tests.jobsapp.jobs.record"})
-    assert list(jobs()) == [*HOST_JOBS, "early"]
+    assert list(jobs()) == [*HOST_JOBS, "early", "check_jobs"]
 
 
 def test_an_unknown_job_lists_the_registered_ones(settings):
     with pytest.raises(UnknownJob) as unknown:
         get_job("recrod")
     assert str(unknown.value) == (
-        "no job named 'recrod' in LOCKS_JOBS (registered: write_slot, record, refuse, linger, slow_write)"
+        "no job named 'recrod' in LOCKS_JOBS (registered: write_slot, record, refuse, linger, slow_write, check_jobs)"
     )
-    settings.LOCKS_JOBS = {}
+    settings.LOCKS_JOBS, settings.LOCKS_CHECK_JOBS = {}, False
     with pytest.raises(UnknownJob, match=r"\(registered: none\)"):
         get_job("record")
 
@@ -169,19 +170,22 @@ def test_the_dry_run_callable_is_the_preview(registered):
 
 def test_the_host_project_builds_cronjobs_from_its_registry():
     assert cronjobs(host.LOCKS_JOBS, log_dir=host.VAR / "log") == host.CRONJOBS
-    assert [line[2] for line in host.CRONJOBS] == [["run_job", name] for name in HOST_JOBS]
+    assert [line[2] for line in host.CRONJOBS] == [["run_job", name] for name in WITH_BUILTIN]
 
 
 def test_one_cron_line_per_registered_job(tmp_path):
     log_dir = tmp_path / "a 100% odd dir"
     lines = cronjobs({**host.LOCKS_JOBS, "broken": "not a dict"}, log_dir=log_dir)
-    assert [line[2] for line in lines] == [["run_job", name] for name in HOST_JOBS]
+    assert [line[2] for line in lines] == [["run_job", name] for name in WITH_BUILTIN]
     schedule, function, _args, kwargs, suffix = lines[1]
     assert (schedule, function, kwargs) == (
         "*/5 * * * *",
         "django.core.management.call_command",
-        {"verbosity": 0},
+        {"verbosity": 0, "requested_by": "cron"},  # kept on each run's JobRun
     )
+    assert lines[-1][:3] == ("* * * * *", "django.core.management.call_command", ["run_job", "check_jobs"])
+    without = cronjobs(host.LOCKS_JOBS, log_dir=log_dir, check_jobs=False)  # LOCKS_CHECK_JOBS = False
+    assert [line[2] for line in without] == [["run_job", name] for name in HOST_JOBS]
     # Shell-quoted, with cron's % escaped.
     assert suffix == f">> '{log_dir}/record.log' 2>&1".replace("%", "\\%")
 
@@ -196,5 +200,5 @@ def test_a_new_process_reads_the_same_cron_lines(transactional_db):
     lines = json.loads(proc.stdout)
     assert [(line[0], line[2]) for line in lines] == [
         ("*/5 * * * *", ["run_job", name]) for name in HOST_JOBS
-    ]
+    ] + [("* * * * *", ["run_job", "check_jobs"])]
     assert lines[1][4] == f">> {host.VAR / 'log' / 'record.log'} 2>&1"

@@ -10,7 +10,7 @@ from tests.conftest import manage, project_env, spawn
 from tests.jobsapp.models import SlotWrite
 
 TICK = "2026-11-30T14:00:00+00:00"
-REGISTERED = "write_slot, record, refuse, linger, slow_write"
+REGISTERED = "write_slot, record, refuse, linger, slow_write, check_jobs"
 pytestmark = pytest.mark.slow
 
 
