@@ -118,23 +118,33 @@ def job_ledgers(*, jobs: Iterable[Job], slots: int | None = None) -> dict[str, L
         Q(resumed_at__isnull=True) | Q(resumed_at__gte=min(oldest.values())), job_name__in=names
     ).values_list("job_name", "paused_at", "resumed_at"):
         pauses[pause[0]].append((pause[1], pause[2]))
-    ledgers = {}
-    for job in jobs:
-        lock = locks.get(job.name, {})
-        slots_ = [
-            _slot(
-                job, tick, runs_of[job.name].get(tick, []), lock=lock, pauses=pauses[job.name], db_now=db_now
-            )
-            for tick in windows[job.name]
-        ]
-        ledgers[job.name] = Ledger(
-            job=job.name,
+    return {
+        job.name: build_ledger(
+            job,
+            ticks=windows[job.name],
+            runs=runs_of[job.name],
+            lock=locks.get(job.name, {}),
+            pauses=pauses[job.name],
             db_now=db_now,
-            slots=slots_,
-            paused=lock.get("paused_at") is not None,
-            counts=Counter(slot.outcome for slot in slots_),
         )
-    return ledgers
+        for job in jobs
+    }
+
+
+def build_ledger(
+    job: Job, *, ticks: list[datetime], runs: dict, lock: dict, pauses: list, db_now: datetime
+) -> Ledger:
+    """The ledger of ``job`` over ``ticks`` (newest first), from its runs by tick, its lock row's
+    ``token``, ``locked_until``, ``tick`` and ``paused_at``, and its pauses (``(paused_at,
+    resumed_at or None)``), judged at ``db_now``: no query (tests inject every part)."""
+    slots = [_slot(job, tick, runs.get(tick, []), lock=lock, pauses=pauses, db_now=db_now) for tick in ticks]
+    return Ledger(
+        job=job.name,
+        db_now=db_now,
+        slots=slots,
+        paused=lock.get("paused_at") is not None,
+        counts=Counter(slot.outcome for slot in slots),
+    )
 
 
 def _slot(job: Job, tick: datetime, runs: list[dict], *, lock: dict, pauses: list, db_now: datetime) -> Slot:
