@@ -96,7 +96,7 @@ RECORD = {
     "retry": {"delays": [30, 60]},
     "dry_run": "tests.jobsapp.jobs.preview",
 }
-LOCKS_JOBS = {
+_JOBS = {
     # Writes one SlotWrite row per run, under the fencing token.
     "write_slot": {"schedule": "*/5 * * * *", "callable": "tests.jobsapp.jobs.write_slot", "ttl": 60},
     "record": RECORD,
@@ -115,12 +115,12 @@ LOCKS_JOBS = {
 }
 # Jobs only the processes of tests/locks/test_run_now.py and test_alerts.py register (by their variables).
 if os.environ.get("RELEASE_FILE"):
-    LOCKS_JOBS["wait_for_release"] = {
+    _JOBS["wait_for_release"] = {
         "schedule": "0 0 1 1 *",
         "callable": "tests.jobsapp.jobs.wait_for_release",
     }
 if os.environ.get("FLAKY_FILE"):
-    LOCKS_JOBS["flaky"] = {
+    _JOBS["flaky"] = {
         "schedule": os.environ.get("FLAKY_SCHEDULE", "*/5 * * * *"),
         "callable": "tests.jobsapp.jobs.flaky",
         "ttl": 10,
@@ -128,7 +128,10 @@ if os.environ.get("FLAKY_FILE"):
         "alert_after_failures": 2,
     }
 if os.environ.get("CHECK_JOBS_SCHEDULE"):  # the app's own check_jobs, more often than every minute
-    LOCKS_JOBS["check_jobs"] = {**BUILTIN_JOBS["check_jobs"], "schedule": os.environ["CHECK_JOBS_SCHEDULE"]}
+    _JOBS["check_jobs"] = {**BUILTIN_JOBS["check_jobs"], "schedule": os.environ["CHECK_JOBS_SCHEDULE"]}
+# HOSTPROJECT_JOBS="a b": only those (a test's processes that must not watch the others).
+_ONLY = os.environ.get("HOSTPROJECT_JOBS", "").split()
+LOCKS_JOBS = {name: entry for name, entry in _JOBS.items() if not _ONLY or name in _ONLY}
 LOCKS_HEALTHZ_JOB = "write_slot"  # /healthz repeats its fields at the top level
 # The processes a test starts may set these; left out, each keeps its default.
 if os.environ.get("LOCKS_SCHEDULER_GRACE"):
