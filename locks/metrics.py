@@ -30,11 +30,16 @@ from locks.selectors import jobs_health
 from locks.text import error_text
 
 
-@require_safe
 @never_cache
 def metrics_view(request: HttpRequest) -> HttpResponse:
+    """Disabled (404, whatever the method) without LOCKS_METRICS_TOKEN, like the trigger."""
     if not settings.LOCKS_METRICS_TOKEN:
         raise Http404("/metrics is disabled: LOCKS_METRICS_TOKEN is not set.")
+    return _metrics(request)
+
+
+@require_safe
+def _metrics(request: HttpRequest) -> HttpResponse:
     if not bearer_token_matches(request, settings.LOCKS_METRICS_TOKEN):
         response = HttpResponse("authentication required\n", status=401, content_type="text/plain")
         response["WWW-Authenticate"] = 'Bearer realm="metrics"'
