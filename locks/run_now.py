@@ -18,11 +18,13 @@ logger = logging.getLogger("locks.api")
 
 
 def run_now_command(*, job: str, requested_by: str) -> list[str]:
-    """This interpreter's ``python -m django run_job …`` under this process's settings module."""
+    """This interpreter's ``python -m django run_job …`` under this process's settings module
+    (overridden settings, as in tests, name none: then the environment's)."""
+    module = settings.SETTINGS_MODULE or os.environ.get("DJANGO_SETTINGS_MODULE")
     return [
         sys.executable,
         *("-m", "django", "run_job", job, "--force", "--requested-by", requested_by),
-        *("--settings", settings.SETTINGS_MODULE),
+        *(("--settings", module) if module else ()),
     ]
 
 

@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 from io import StringIO
 
 import pytest
+from django.core.checks import run_checks
 from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import connection
@@ -202,3 +203,9 @@ def test_the_ledger_costs_four_queries_whatever_the_slots_runs_or_jobs(settings,
     assert len(queries) == 4
     assert [len(ledger.slots) for ledger in ledgers.values()] == [slots] * 3
     assert ledgers["record"].counts["succeeded"] == 8 and ledgers["refuse"].counts["missed"] == slots - 1
+
+
+def test_a_bad_ledger_length_fails_its_check(settings):
+    settings.LOCKS_LEDGER_SLOTS = 0
+    [error] = [m for m in run_checks() if m.id == "locks.E008"]
+    assert error.msg == "LOCKS_LEDGER_SLOTS must be a whole number of slots, 1 or more, got 0."

@@ -202,3 +202,25 @@ def test_a_new_process_reads_the_same_cron_lines(transactional_db):
         ("*/5 * * * *", ["run_job", name]) for name in HOST_JOBS
     ] + [("* * * * *", ["run_job", "check_jobs"])]
     assert lines[1][4] == f">> {host.VAR / 'log' / 'record.log'} 2>&1"
+
+
+# --- the app's own job ---------------------------------------------------------------------
+
+
+def test_the_app_registers_check_jobs_unless_told_not_to_or_given_its_own(settings):
+    job = get_job("check_jobs")
+    assert (job.schedule, job.callable_path, job.ttl) == (
+        "* * * * *",
+        "locks.alerts.check_jobs",
+        timedelta(minutes=2),
+    )
+    settings.LOCKS_JOBS = {
+        **settings.LOCKS_JOBS,
+        "check_jobs": {"schedule": "*/5 * * * *", "callable": "locks.alerts.check_jobs"},
+    }
+    assert get_job("check_jobs").schedule == "*/5 * * * *"  # the project's own entry wins
+    settings.LOCKS_CHECK_JOBS = False
+    settings.LOCKS_JOBS = {name: entry for name, entry in settings.LOCKS_JOBS.items() if name != "check_jobs"}
+    assert list(jobs()) == HOST_JOBS
+    with pytest.raises(UnknownJob):
+        get_job("check_jobs")
