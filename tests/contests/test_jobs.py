@@ -61,7 +61,7 @@ def test_environment_variables_reach_the_registered_job_and_nothing_else(monkeyp
         "15 */2 * * *",
         "django.core.management.call_command",
         ["run_job", job.lower()],
-        {"verbosity": 0},
+        {"verbosity": 0, "requested_by": "cron"},
         f">> {ROOT / 'var' / f'{job.lower()}.log'} 2>&1",
     )
     # Read where LOCKS_JOBS is built, not kept as settings of their own (two names per knob).
@@ -73,6 +73,7 @@ def test_the_settings_build_cronjobs_from_the_registry():
     assert [line[2] for line in project.CRONJOBS] == [
         ["run_job", "sync_contests"],
         ["run_job", "send_reminders"],
+        ["run_job", "check_jobs"],  # the locks app's own (LOCKS_CHECK_JOBS)
     ]
 
 

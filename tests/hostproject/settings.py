@@ -142,11 +142,8 @@ if os.environ.get("LOCKS_HEALTHZ_TOKEN"):
     LOCKS_HEALTHZ_TOKEN = os.environ["LOCKS_HEALTHZ_TOKEN"]
 # check_jobs' emails (mail_admins), to files a test reads (Django's file-based backend).
 ADMINS = [("On call", "oncall@example.com")]
-if os.environ.get("HOSTPROJECT_MAIL_DIR"):
-    EMAIL_BACKEND = "django.core.mail.backends.filebased.EmailBackend"
-    EMAIL_FILE_PATH = os.environ["HOSTPROJECT_MAIL_DIR"]
-else:
-    EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
+EMAIL_BACKEND = f"django.core.mail.backends.{'filebased' if os.environ.get('HOSTPROJECT_MAIL_DIR') else 'locmem'}.EmailBackend"
+EMAIL_FILE_PATH = os.environ.get("HOSTPROJECT_MAIL_DIR", str(VAR / "mail"))
 
 # --- cron: one line per job, which sources the file `crontab_env` writes ----------------
 CRONJOBS = cronjobs(LOCKS_JOBS, log_dir=VAR / "log")
