@@ -94,21 +94,23 @@ class JobControlsMixin:
         return self._pause_form(request, [lock], action=False)
 
     def resume_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
-        if request.method != "POST":
-            return HttpResponseNotAllowed(["POST"])
-        lock = self._lock_for(request, object_id, self.has_pause_permission)
-        if isinstance(lock, HttpResponse):
-            return lock
-        self._resume(request, [lock])
-        return self._back(lock)
+        return self._post_only(
+            request, object_id, self.has_pause_permission, lambda lock: self._resume(request, [lock])
+        )
 
     def run_now_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        return self._post_only(
+            request, object_id, self.has_run_permission, lambda lock: self._run_now(request, lock)
+        )
+
+    def _post_only(self, request: HttpRequest, object_id: str, allowed, act) -> HttpResponse:
+        """A button's view: POST only, with its permission, then back to the lock's page."""
         if request.method != "POST":
             return HttpResponseNotAllowed(["POST"])
-        lock = self._lock_for(request, object_id, self.has_run_permission)
+        lock = self._lock_for(request, object_id, allowed)
         if isinstance(lock, HttpResponse):
             return lock
-        self._run_now(request, lock)
+        act(lock)
         return self._back(lock)
 
     # --- what they do

@@ -219,6 +219,13 @@ class ForceReleaseInTheBrowser(StaticLiveServerTestCase):
 
     # --- the test
 
+    def log_in(self) -> None:
+        """Open the locks list, which asks for the operator's login first."""
+        self.driver.get(f"{self.live_server_url}/admin/locks/synclock/")
+        self.wait_for("#id_username").send_keys("operator")
+        self.driver.find_element(By.ID, "id_password").send_keys("night-shift")
+        self.driver.find_element(By.CSS_SELECTOR, "#login-form [type=submit]").click()
+
     def fold_sidebar(self) -> None:
         """Fold the navigation sidebar (the browser remembers it) to give the table room."""
         if self.driver.find_element(By.ID, "nav-sidebar").is_displayed():
@@ -226,10 +233,7 @@ class ForceReleaseInTheBrowser(StaticLiveServerTestCase):
 
     def test_operator_force_releases_a_held_lock(self) -> None:
         driver = self.driver
-        driver.get(f"{self.live_server_url}/admin/locks/synclock/")
-        self.wait_for("#id_username").send_keys("operator")
-        driver.find_element(By.ID, "id_password").send_keys("night-shift")
-        driver.find_element(By.CSS_SELECTOR, "#login-form [type=submit]").click()
+        self.log_in()
 
         self.wait_for("#result_list")
         self.fold_sidebar()
@@ -279,10 +283,7 @@ class ForceReleaseInTheBrowser(StaticLiveServerTestCase):
 
     def test_operator_reads_the_tick_strip_in_light_and_dark_mode(self) -> None:
         driver = self.driver
-        driver.get(f"{self.live_server_url}/admin/locks/synclock/")
-        self.wait_for("#id_username").send_keys("operator")
-        driver.find_element(By.ID, "id_password").send_keys("night-shift")
-        driver.find_element(By.CSS_SELECTOR, "#login-form [type=submit]").click()
+        self.log_in()
         self.wait_for("#result_list")
         self.fold_sidebar()
 

@@ -4,11 +4,8 @@ lease, so two replicas send each email once (file-based email backend, real proc
 
 from __future__ import annotations
 
-import signal
+import secrets
 import socket
-import subprocess
-import sys
-import time
 from datetime import timedelta
 from email import message_from_string
 
@@ -20,10 +17,12 @@ from locks.models import Incident, JobRun, RunStatus, SyncLock, database_now, no
 from locks.pausing import pause_job, resume_job
 from locks.runner import run_job
 from locks.schedule import previous_slots
-from tests.conftest import ROOT, project_env
+from tests.conftest import project_env
+from tests.locks.conftest import schedulers, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 MINUTELY = "* * * * *"
+TOKEN = secrets.token_urlsafe(32)
 
 
 @pytest.fixture(autouse=True)
@@ -190,14 +189,6 @@ def _messages(directory) -> list:
     return found
 
 
-def _wait(condition, *, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.2)
-
-
 @pytest.mark.slow
 def test_two_replicas_over_a_failing_job_send_one_opening_and_one_recovery_email(db_url, tmp_path):
     flaky, mail = tmp_path / "fail", tmp_path / "mail"
@@ -211,29 +202,15 @@ def test_two_replicas_over_a_failing_job_send_one_opening_and_one_recovery_email
         HOSTPROJECT_MAIL_DIR=str(mail),
     )
     logs = [tmp_path / f"replica-{n}.log" for n in range(2)]
-    replicas = []
-    for log in logs:
-        with log.open("w") as out:
-            command = [sys.executable, str(ROOT / "manage.py"), "run_scheduler", "flaky", "check_jobs"]
-            replicas.append(subprocess.Popen(command, cwd=ROOT, env=env, stdout=out, stderr=out))
-    try:
+    with schedulers(env, logs, "flaky", "check_jobs") as replicas:
         opened = Incident.objects.filter(job_name="flaky", opened_mail_at__isnull=False)
-        _wait(opened.exists, timeout=90, what="the opening email")
+        wait_for(opened.exists, timeout=90, what="the opening email")
         flaky.unlink()  # the job recovers
         closed = Incident.objects.filter(job_name="flaky", closed_mail_at__isnull=False)
-        _wait(closed.exists, timeout=90, what="the recovery email")
+        wait_for(closed.exists, timeout=90, what="the recovery email")
         after = closed.get().closed_mail_at
         later = JobRun.objects.filter(job_name="check_jobs", status=RunStatus.SUCCEEDED, started_at__gt=after)
-        _wait(lambda: later.count() >= 3, timeout=60, what="three more check_jobs runs")
-    finally:
-        for proc in replicas:
-            proc.send_signal(signal.SIGTERM)
-        for proc in replicas:
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        wait_for(lambda: later.count() >= 3, timeout=60, what="three more check_jobs runs")
 
     texts = [log.read_text() for log in logs]
     assert [proc.returncode for proc in replicas] == [0, 0], texts
@@ -243,3 +220,19 @@ def test_two_replicas_over_a_failing_job_send_one_opening_and_one_recovery_email
     subjects = sorted(message["Subject"] for message in _messages(mail))
     assert subjects == ["[Django] job flaky: failed", "[Django] job flaky: recovered"], subjects
     assert Incident.objects.count() == 1
+
+
+def test_an_open_incident_is_in_the_healthz_details_only(client, settings):
+    settings.LOCKS_HEALTHZ_TOKEN = TOKEN
+    known_since("refuse", minutes=30)
+    known_since("record", minutes=30)
+    past_runs("refuse", [RunStatus.FAILED, RunStatus.FAILED])
+    past_runs("record", [RunStatus.SUCCEEDED])
+    check()
+
+    trusted = client.get("/healthz", HTTP_AUTHORIZATION=f"Bearer {TOKEN}").json()
+    incident = trusted["jobs"]["refuse"]["incident"]
+    assert (incident["reason"], incident["email_sent"]) == ("failed", True)
+    assert incident["opened_at"] == Incident.objects.get().opened_at.isoformat()
+    assert trusted["jobs"]["record"]["incident"] is None
+    assert "incident" not in client.get("/healthz").json()["jobs"]["refuse"]  # a detail

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import logging
 import re
-import time
 from datetime import timedelta
 
 import pytest
@@ -22,7 +21,7 @@ from locks.pausing import pause_job
 from locks.runner import run_job, run_locked
 from locks.schedule import previous_slots
 from locks.text import TRACEBACK_LIMIT, traceback_text
-from tests.locks.conftest import TICK, register, reschedule
+from tests.locks.conftest import TICK, register, reschedule, wait_for
 
 pytestmark = pytest.mark.django_db
 LIST_URL = reverse("admin:locks_synclock_changelist")
@@ -173,15 +172,9 @@ def test_run_now_answers_at_once_and_the_run_finishes_in_the_background(
     ), message
     assert not gate.exists()  # so the job cannot have finished: it is still waiting, or not yet started
     runs = JobRun.objects.filter(job_name="wait_for_release")
-    deadline = time.monotonic() + 60
-    while not runs.filter(status=RunStatus.RUNNING).exists():
-        assert time.monotonic() < deadline, "the background run never started"
-        time.sleep(0.1)
+    wait_for(runs.filter(status=RunStatus.RUNNING).exists, timeout=60, what="the background run to start")
     gate.touch()
-    deadline = time.monotonic() + 60
-    while runs.get().status == RunStatus.RUNNING:
-        assert time.monotonic() < deadline, "the background run never finished"
-        time.sleep(0.1)
+    wait_for(runs.exclude(status=RunStatus.RUNNING).exists, timeout=60, what="the background run to finish")
     run = runs.get()
     assert (run.status, run.tick, run.requested_by, run.stats) == (
         RunStatus.SUCCEEDED,

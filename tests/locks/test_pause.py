@@ -7,10 +7,6 @@ from __future__ import annotations
 import json
 import logging
 import secrets
-import signal
-import subprocess
-import sys
-import time
 from datetime import timedelta
 from io import StringIO
 
@@ -23,9 +19,9 @@ from locks.models import JobPause, JobRun, RunStatus, SyncLock
 from locks.pausing import pause_job, resume_job
 from locks.registry import UnknownJob
 from locks.runner import run_job
-from tests.conftest import ROOT, manage, project_env
+from tests.conftest import manage, project_env
 from tests.jobsapp.models import SlotWrite
-from tests.locks.conftest import TICK
+from tests.locks.conftest import TICK, schedulers, wait_for
 
 TTL = timedelta(minutes=5)
 TOKEN = secrets.token_urlsafe(32)
@@ -170,35 +166,23 @@ def test_a_paused_job_under_three_schedulers_runs_nothing_until_it_is_resumed(db
     pause_job(job="slow_write", by="cli:alice", note="incident 42")
     env = project_env(DATABASE_URL=db_url, SLOW_WRITE_SCHEDULE="* * * * * */2", SLOW_WRITE_SECONDS="0")
     logs = [tmp_path / f"scheduler-{n}.log" for n in range(3)]
-    schedulers = []
-    for log in logs:
-        with log.open("w") as out:  # the child keeps its own descriptor
-            command = [sys.executable, str(ROOT / "manage.py"), "run_scheduler", "slow_write"]
-            schedulers.append(subprocess.Popen(command, cwd=ROOT, env=env, stdout=out, stderr=out))
-    try:
-        deadline = time.monotonic() + 60
-        while min(_paused_skips(log) for log in logs) < 3:  # three slots each, at least
-            assert time.monotonic() < deadline, [log.read_text() for log in logs]
-            time.sleep(0.2)
+    with schedulers(env, logs, "slow_write") as procs:
+        wait_for(
+            lambda: min(_paused_skips(log) for log in logs) >= 3,  # three slots each, at least
+            timeout=60,
+            what="three paused skips in every scheduler's log",
+        )
         assert not JobRun.objects.filter(job_name="slow_write").exists()
         assert not SlotWrite.objects.exists()
 
         resume_job(job="slow_write", by="cli:alice")
-        deadline = time.monotonic() + 60
-        while not JobRun.objects.filter(job_name="slow_write", status=RunStatus.SUCCEEDED).exists():
-            assert time.monotonic() < deadline, [log.read_text() for log in logs]
-            time.sleep(0.2)
-    finally:
-        for proc in schedulers:
-            proc.send_signal(signal.SIGTERM)
-        for proc in schedulers:
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        wait_for(
+            JobRun.objects.filter(job_name="slow_write", status=RunStatus.SUCCEEDED).exists,
+            timeout=60,
+            what="a run once resumed",
+        )
 
-    assert [proc.returncode for proc in schedulers] == [0, 0, 0]
+    assert [proc.returncode for proc in procs] == [0, 0, 0]
     runs = JobRun.objects.filter(job_name="slow_write")
     assert runs.exists() and all(run.requested_by == "scheduler" for run in runs)
     assert runs.filter(status=RunStatus.SUCCEEDED).count() == len(set(runs.values_list("tick", flat=True)))
