@@ -344,10 +344,11 @@ def run_job(
 
     ``tick``: the slot to claim, else the current one. ``force`` ignores slots (a
     manual run) but still needs the lease; a pause stops it like any run. ``requested_by``:
-    who asked (``cli``, ``cron``, ``scheduler``, ``trigger``, ``admin:<user>``), kept on the run. Raises ``UnknownJob``; ``InvalidTick`` for
-    a ``tick`` that is no slot, or that the lease refused as more than one schedule
-    period ahead of the database clock (a current tick so refused is a skip: this
-    host's clock is fast); ``LockError`` when the lock table is missing.
+    who asked (``cli``, ``cron``, ``scheduler``, ``trigger``, ``admin:<user>``), kept on the
+    run. Raises ``UnknownJob``; ``InvalidTick`` for a ``tick`` that is no slot, or that
+    the lease refused as more than one schedule period ahead of the database clock (a
+    current tick so refused is a skip: this host's clock is fast); ``LockError`` when the
+    lock table is missing.
     """
     job = get_job(name)
     if force and tick is not None:

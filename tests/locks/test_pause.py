@@ -135,6 +135,12 @@ def test_the_trigger_answers_409_paused_with_who_and_why(client, settings, trans
     assert body["paused_at"] == state.paused_at.isoformat()
     assert body["skip"]["kind"] == "paused"
     assert not SlotWrite.objects.exists()
+    resume_job(job="write_slot", by="admin:alice")
+    again = client.post(
+        "/api/jobs/write_slot/run?force=1", HTTP_AUTHORIZATION=f"Bearer {TOKEN}", REMOTE_ADDR="192.0.2.9"
+    )
+    assert again.status_code == 200  # from another client: the rate limit is per client
+    assert JobRun.objects.get().requested_by == "trigger"  # who asked, on the run
 
 
 @pytest.mark.slow
