@@ -122,6 +122,7 @@ LOGGING = {
 # Each LOCKS_* variable that is set, under its name; the rest keep locks/conf.py's defaults.
 globals().update(lock_settings(env))
 LOCKS_HEALTHZ_JOB = "sync_contests"  # /healthz repeats its fields at the top level, as it always did
+LOCKS_METRICS_COLLECTORS = ["contests.metrics.reminder_metrics"]  # contests_reminders{state} on /metrics
 
 # --- The sync (contests app) ----------------------------------------------
 CODEFORCES_API_URL = env.str("CODEFORCES_API_URL", "https://codeforces.com/api")
@@ -159,6 +160,9 @@ EMAIL_FILE_PATH = env.str("EMAIL_FILE_PATH", _email["EMAIL_FILE_PATH"] or str(BA
 # Seconds per SMTP operation; Django's default (none) would let a hung server hold a run.
 EMAIL_TIMEOUT = env.int("EMAIL_TIMEOUT", 10)
 DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", "reminders@localhost")
+# Who check_jobs emails (mail_admins) when a job needs attention, and from which address.
+ADMINS = [("", address) for address in env.list("DJANGO_ADMINS", default=[])]
+SERVER_EMAIL = env.str("DJANGO_SERVER_EMAIL", "locks@localhost")
 
 # --- Jobs (locks app; docs/jobs.md): the one list of jobs every part of the project reads.
 # Each job's schedule (cron, UTC), lease TTL and maximum run time (seconds) come from its
@@ -186,7 +190,9 @@ LOCKS_JOBS = {
     },
 }
 
-CRONJOBS = cronjobs(LOCKS_JOBS, log_dir=BASE_DIR / "var")
+# check_jobs, the locks app's own job (locks/builtin.py), watches the others and emails ADMINS.
+LOCKS_CHECK_JOBS = env.bool("LOCKS_CHECK_JOBS", True)
+CRONJOBS = cronjobs(LOCKS_JOBS, log_dir=BASE_DIR / "var", check_jobs=LOCKS_CHECK_JOBS)
 CRONTAB_PYTHON_EXECUTABLE = sys.executable
 CRONTAB_DJANGO_MANAGE_PATH = str(BASE_DIR / "manage.py")
 
@@ -200,7 +206,8 @@ CRONTAB_DJANGO_MANAGE_PATH = str(BASE_DIR / "manage.py")
 LOCKS_CRONTAB_ENV_VARIABLES = (
     *("DATABASE_URL", "DJANGO_SECRET_KEY", "DJANGO_DEBUG", "DJANGO_SILENCED_SYSTEM_CHECKS"),
     *("LOCKS_DEFAULT_TTL", "LOCKS_TICK_WINDOW", "LOCKS_MAX_CLOCK_SKEW", "LOCKS_RUN_RETENTION_DAYS"),
-    *("LOCKS_LOG_LEVEL", "CONTESTS_LOG_LEVEL"),
+    *("LOCKS_LOG_LEVEL", "CONTESTS_LOG_LEVEL", "LOCKS_CHECK_JOBS", "LOCKS_LEDGER_SLOTS"),
+    *("DJANGO_ADMINS", "DJANGO_SERVER_EMAIL"),  # check_jobs emails the admins
     *("SYNC_CONTESTS_SCHEDULE", "SYNC_CONTESTS_LOCK_TTL", "SYNC_CONTESTS_MAX_RUN_TIME"),
     *("CODEFORCES_API_URL", "CODEFORCES_CONNECT_TIMEOUT", "CODEFORCES_READ_TIMEOUT"),
     *("CODEFORCES_TOTAL_TIMEOUT", "CODEFORCES_MAX_ATTEMPTS", "CODEFORCES_BACKOFF", "CODEFORCES_MAX_BYTES"),

@@ -15,6 +15,8 @@ from urllib.parse import urlencode
 
 from django.contrib import admin
 from django.contrib.admin.utils import unquote
+from django.contrib.admin.views.main import ChangeList
+from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest, HttpResponse
 from django.urls import reverse
 from django.utils.html import format_html
@@ -22,6 +24,7 @@ from django.utils.timesince import timesince, timeuntil
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
+from locks.controls import JobControlsMixin
 from locks.display import (
     STATE_LABELS,
     absolute,
@@ -29,14 +32,18 @@ from locks.display import (
     counts,
     duration,
     excerpt,
+    ledger_strip,
     nowrap,
+    outcome_badge,
     stacked,
     state_badge,
     status_badge,
     tick_progress,
 )
-from locks.models import EXPIRED, HELD, OVERDUE, JobRun, RunStatus, SyncLock
+from locks.ledger import Ledger, job_ledgers
+from locks.models import EXPIRED, HELD, OVERDUE, Incident, JobPause, JobRun, RunStatus, SyncLock
 from locks.operations import LeaseActionsMixin
+from locks.registry import jobs as registered_jobs
 from locks.selectors import lock_summary
 
 RECENT_RUNS = 20
@@ -81,6 +88,27 @@ class LockStateFilter(admin.SimpleListFilter):
 # --- locks ------------------------------------------------------------------------
 
 
+def ledgers_for(names: list[str]) -> dict[str, Ledger]:
+    """The tick ledgers of those of ``names`` that are registered jobs; four queries."""
+    try:
+        registered = registered_jobs()
+    except ImproperlyConfigured:  # the summary line says why
+        return {}
+    return job_ledgers(jobs=[registered[name] for name in names if name in registered])
+
+
+class LockChangeList(ChangeList):
+    """The locks list, with each registered job's tick ledger on its row (``ticks`` column), read
+    for the whole page at once."""
+
+    def get_results(self, request: HttpRequest) -> None:
+        super().get_results(request)
+        self.result_list = list(self.result_list)
+        ledgers = ledgers_for([lock.job_name for lock in self.result_list])
+        for lock in self.result_list:
+            lock.ledger = ledgers.get(lock.job_name)
+
+
 class ReadOnlyAdminMixin:
     """For rows that machines write: nobody adds, edits or deletes them here (deleting a
     lock row would restart its fencing token at 1)."""
@@ -96,10 +124,11 @@ class ReadOnlyAdminMixin:
 
 
 @admin.register(SyncLock)
-class SyncLockAdmin(LeaseActionsMixin, ReadOnlyAdminMixin, Styled, admin.ModelAdmin):
+class SyncLockAdmin(JobControlsMixin, LeaseActionsMixin, ReadOnlyAdminMixin, Styled, admin.ModelAdmin):
     empty_value_display = "—"
     list_display = (
         "job_name",
+        "ticks",
         "state",
         "lock_holder",
         "token",
@@ -112,7 +141,7 @@ class SyncLockAdmin(LeaseActionsMixin, ReadOnlyAdminMixin, Styled, admin.ModelAd
     list_display_links = ("job_name",)
     list_filter = (LockStateFilter, "last_status")
     search_fields = ("job_name", "holder")
-    actions = ("force_release", "reset_tick")
+    actions = ("run_now", "pause_jobs", "resume_jobs", "force_release", "reset_tick")
     fieldsets = (
         (
             _("Lease"),
@@ -122,11 +151,15 @@ class SyncLockAdmin(LeaseActionsMixin, ReadOnlyAdminMixin, Styled, admin.ModelAd
             _("Last run"),
             {"fields": ("last_run", "last_started", "last_finished", "last_duration", "last_error")},
         ),
+        (_("Pause"), {"fields": ("pause",)}),
     )
     readonly_fields = [name for _title, section in fieldsets for name in section["fields"]]
 
     def get_queryset(self, request: HttpRequest):
         return super().get_queryset(request).with_state()
+
+    def get_changelist(self, request: HttpRequest, **kwargs):
+        return LockChangeList
 
     # --- columns
 
@@ -139,12 +172,30 @@ class SyncLockAdmin(LeaseActionsMixin, ReadOnlyAdminMixin, Styled, admin.ModelAd
             return "—"
         return stacked(nowrap(absolute(lock.tick)), tick_progress(lock))
 
+    @admin.display(description=_("ticks (newest right)"))
+    def ticks(self, lock: SyncLock) -> str:
+        ledger = getattr(lock, "ledger", None)
+        return ledger_strip(ledger) if ledger is not None else "—"
+
+    @admin.display(description=_("paused"))
+    def pause(self, lock: SyncLock) -> str:
+        if lock.paused_at is None:
+            return gettext("not paused")
+        note = f": {lock.paused_note}" if lock.paused_note else ""
+        return gettext("paused by %(by)s since %(since)s%(note)s") % {
+            "by": lock.paused_by,
+            "since": absolute(lock.paused_at),
+            "note": note,
+        }
+
     @admin.display(description=_("holder"), ordering="holder")
     def lock_holder(self, lock: SyncLock) -> str:
         return nowrap(lock.holder) if lock.holder else "—"
 
     @admin.display(description=_("state"), ordering="locked_until")
     def state(self, lock: SyncLock) -> str:
+        if lock.paused_at is not None:
+            return format_html("{}<br>{}", state_badge(lock), outcome_badge("paused"))
         return state_badge(lock)
 
     @admin.display(description=_("locked until"), ordering="locked_until")
@@ -194,7 +245,21 @@ class SyncLockAdmin(LeaseActionsMixin, ReadOnlyAdminMixin, Styled, admin.ModelAd
         lock = self.get_object(request, unquote(object_id))
         if lock is not None:
             runs = list(JobRun.objects.for_job(lock.job_name).order_by("-started_at")[:RECENT_RUNS])
+            ledger = ledgers_for([lock.job_name]).get(lock.job_name)
+            urls = {
+                name: reverse(f"admin:locks_synclock_{name}", args=[lock.pk])
+                for name in ("pause", "resume", "run_now")
+            }
             extra_context.update(
+                ledger=ledger,
+                ledger_strip=ledger_strip(ledger) if ledger is not None else "",
+                ledger_rows=[{"slot": slot, "badge": outcome_badge(slot.outcome)} for slot in ledger.slots]
+                if ledger
+                else [],
+                paused=lock.paused_at is not None,
+                can_pause=self.has_pause_permission(request, lock),
+                can_run=self.has_run_permission(request, lock) and ledger is not None,
+                control_urls=urls,
                 recent_runs=[_run_row(run) for run in runs],
                 runs_url=reverse("admin:locks_jobrun_changelist")
                 + "?"
@@ -233,9 +298,10 @@ class JobRunAdmin(ReadOnlyAdminMixin, Styled, admin.ModelAdmin):
         "finished",
         "run_duration",
         "key_counts",
+        "requested_by",
         "error_excerpt",
     )
-    list_filter = ("job_name", "status", "started_at")
+    list_filter = ("job_name", "status", "requested_by", "started_at")
     date_hierarchy = "started_at"
     search_fields = ("job_name", "holder", "error")
     fields = (
@@ -248,7 +314,9 @@ class JobRunAdmin(ReadOnlyAdminMixin, Styled, admin.ModelAdmin):
         "finished",
         "run_duration",
         "key_counts",
+        "requested_by",
         "error",
+        "run_traceback",
     )
     readonly_fields = fields
 
@@ -277,8 +345,40 @@ class JobRunAdmin(ReadOnlyAdminMixin, Styled, admin.ModelAdmin):
     def key_counts(self, run: JobRun) -> str:
         return counts(run.stats, zeros=False) or "—"
 
+    @admin.display(description=_("traceback"))
+    def run_traceback(self, run: JobRun) -> str:
+        if not run.traceback:
+            return gettext("none: it succeeded, or failed the way its job expects (the error says how)")
+        return format_html('<pre class="run-traceback">{}</pre>', run.traceback)
+
     @admin.display(description=_("error"))
     def error_excerpt(self, run: JobRun) -> str:
         if not run.error:
             return "—"
         return format_html('<span title="{}">{}</span>', run.error[:1000], excerpt(run.error))
+
+
+# --- incidents and pauses (check_jobs and locks.pausing write them) ------------------------
+
+
+@admin.register(Incident)
+class IncidentAdmin(ReadOnlyAdminMixin, Styled, admin.ModelAdmin):
+    empty_value_display = "—"
+    list_display = ("job_name", "reason", "summary", "opened", "closed", "opened_mail_at", "closed_mail_at")
+    list_filter = ("job_name", "reason", ("closed_at", admin.EmptyFieldListFilter))
+    search_fields = ("job_name", "summary", "last_error")
+    fields = (*list_display, "last_error")
+    readonly_fields = fields
+    opened = timestamp("opened_at", _("opened"))
+    closed = timestamp("closed_at", _("closed"))
+
+
+@admin.register(JobPause)
+class JobPauseAdmin(ReadOnlyAdminMixin, Styled, admin.ModelAdmin):
+    empty_value_display = "—"
+    list_display = ("job_name", "paused", "paused_by", "note", "resumed", "resumed_by")
+    list_filter = ("job_name",)
+    fields = list_display
+    readonly_fields = fields
+    paused = timestamp("paused_at", _("paused"))
+    resumed = timestamp("resumed_at", _("resumed"))

@@ -8,7 +8,7 @@ from django.conf import settings
 from django.core.checks import Error, Tags, Warning, register
 from django.utils.module_loading import import_string
 
-from locks.registry import PATH_KEYS, error, job_setting_errors
+from locks.registry import PATH_KEYS, error, job_setting_errors, job_settings
 from locks.text import error_text
 
 TAG = "locks"
@@ -54,12 +54,19 @@ NUMBERS = {
         "proxies",
         "The proxies in front of the app that append to X-Forwarded-For.",
     ),
+    "LOCKS_LEDGER_SLOTS": (
+        "locks.E008",
+        1,
+        "slots",
+        "How many recent slots the tick ledger shows; 48 is the default.",
+    ),
 }
 CANNOT_IMPORT = "{where}: {what} {path!r} cannot be imported: {error}."
 NOT_CALLABLE = "{where}: {key} {path!r} is not callable."
 NOT_AN_EXCEPTION = "{where}: expected error {path!r} is not an exception class."
 SHORT_TOKEN = "{name} is {length} characters long; use at least {least}."  # noqa: S105
 SHORT_TOKEN_HINT = 'Generate one with: python -c "import secrets; print(secrets.token_urlsafe(32))"'  # noqa: S105
+NOT_COLLECTORS = "LOCKS_METRICS_COLLECTORS must be a list of dotted paths of functions, got {value!r}."
 SAME_TOKENS = "LOCKS_HEALTHZ_TOKEN is the same as LOCKS_TRIGGER_TOKEN."
 SAME_TOKENS_HINT = "Give monitors a token of their own: the trigger token can start forced runs."
 
@@ -76,12 +83,29 @@ def check_lock_settings(app_configs=None, **kwargs) -> list[Error]:
 
 
 @register(TAG)
+def check_metrics_collectors(app_configs=None, **kwargs) -> list[Error]:
+    """``LOCKS_METRICS_COLLECTORS``: each a dotted path of a function that ``/metrics`` calls."""
+    paths = settings.LOCKS_METRICS_COLLECTORS
+    if not isinstance(paths, list | tuple) or not all(isinstance(path, str) and path for path in paths):
+        return [Error(NOT_COLLECTORS.format(value=paths), id="locks.E009")]
+    errors = []
+    for path in paths:
+        errors.extend(
+            _import_errors(
+                "LOCKS_METRICS_COLLECTORS", "collector", path, callable, "locks.E022", NOT_CALLABLE
+            )
+        )
+    return errors
+
+
+@register(TAG)
 def check_jobs_setting(app_configs=None, **kwargs) -> list[Error]:
     """``LOCKS_JOBS`` (``locks.registry``), and each dotted path it names imported."""
-    errors = job_setting_errors(settings.LOCKS_JOBS)
+    entries = job_settings()  # the app's own check_jobs too
+    errors = job_setting_errors(entries)
     if errors:
         return errors  # a path is imported only once the entries are well formed
-    for name, entry in settings.LOCKS_JOBS.items():
+    for name, entry in entries.items():
         where = f"LOCKS_JOBS[{name!r}]"
         for key in PATH_KEYS:
             if entry.get(key) is not None:
@@ -109,7 +133,11 @@ def _is_exception(target) -> bool:
 @register(Tags.security, deploy=True)
 def check_tokens(app_configs=None, **kwargs) -> list[Warning]:
     warnings = []
-    for name, code in (("LOCKS_TRIGGER_TOKEN", "locks.W001"), ("LOCKS_HEALTHZ_TOKEN", "locks.W002")):
+    for name, code in (
+        ("LOCKS_TRIGGER_TOKEN", "locks.W001"),
+        ("LOCKS_HEALTHZ_TOKEN", "locks.W002"),
+        ("LOCKS_METRICS_TOKEN", "locks.W004"),
+    ):
         token = getattr(settings, name)
         if token and len(token) < MIN_TOKEN_LENGTH:
             message = SHORT_TOKEN.format(name=name, length=len(token), least=MIN_TOKEN_LENGTH)

@@ -40,3 +40,11 @@ settings.LOCKS_CRONTAB_ENV_VARIABLES = getattr(
         *("LOCKS_DEFAULT_TTL", "LOCKS_TICK_WINDOW", "LOCKS_MAX_CLOCK_SKEW", "LOCKS_RUN_RETENTION_DAYS"),
     ),
 )
+# The jobs the app registers itself (locks.builtin: check_jobs); False: none.
+settings.LOCKS_CHECK_JOBS = getattr(settings, "LOCKS_CHECK_JOBS", True)
+# How many recent slots of each job the tick ledger shows (locks ticks, the admin, /metrics).
+settings.LOCKS_LEDGER_SLOTS = getattr(settings, "LOCKS_LEDGER_SLOTS", 48)
+# The bearer token of GET /metrics; empty: /metrics answers 404.
+settings.LOCKS_METRICS_TOKEN = getattr(settings, "LOCKS_METRICS_TOKEN", "")
+# Dotted paths of functions that /metrics calls for more metric families (another app's own).
+settings.LOCKS_METRICS_COLLECTORS = getattr(settings, "LOCKS_METRICS_COLLECTORS", ())

@@ -18,6 +18,8 @@ import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+from locks.builtin import with_builtin_jobs
+
 HEADER = (
     "# Written by `python manage.py crontab_env`; sourced by the crontab line (set -a).\n"
     "# Do not edit: change the environment and run the command again.\n"
@@ -37,9 +39,10 @@ def cron_escape(text: str) -> str:
     return text.replace("%", "\\%")
 
 
-def cronjobs(jobs: Mapping[str, Mapping], *, log_dir: Path) -> list[tuple]:
-    """One line per job, running ``run_job NAME`` (through ``run``) and appending to
-    ``log_dir/NAME.log``.
+def cronjobs(jobs: Mapping[str, Mapping], *, log_dir: Path, check_jobs: bool = True) -> list[tuple]:
+    """One line per job, running ``run_job NAME --requested-by cron`` (through ``run``) and
+    appending to ``log_dir/NAME.log``; with ``check_jobs`` (pass ``LOCKS_CHECK_JOBS``), the
+    app's own ``check_jobs`` too (``locks.builtin``).
 
     The lock makes the line safe on every host: one run per tick. A malformed entry
     is left out, not an error here: the system checks name it (and ``crontab add``
@@ -53,7 +56,7 @@ def cronjobs(jobs: Mapping[str, Mapping], *, log_dir: Path) -> list[tuple]:
             {},
             cron_escape(f">> {shlex.quote(str(log_dir / f'{name}.log'))} 2>&1"),
         )
-        for name, job in jobs.items()
+        for name, job in with_builtin_jobs(jobs, enabled=check_jobs).items()
         if isinstance(job, Mapping)
     ]
 
@@ -70,7 +73,7 @@ def run(name: str) -> None:
     from django.core.management.base import CommandError
 
     try:
-        call_command("run_job", name, verbosity=0)  # the run's log line on stderr is the record
+        call_command("run_job", name, verbosity=0, requested_by="cron")  # its log line is the record
         return
     except CommandError as exc:
         sys.stderr.write(f"CommandError: {exc}\n")

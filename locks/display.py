@@ -80,6 +80,22 @@ def status_badge(status: str) -> str:
     return badge(RunStatus(status).label, status)
 
 
+def outcome_badge(outcome: str) -> str:
+    """A tick ledger outcome (``locks.ledger``) as a badge."""
+    return badge(gettext(outcome), f"tick-{outcome}")
+
+
+def ledger_strip(ledger) -> str:
+    """A ``locks.ledger.Ledger`` as a strip of cells, oldest left, newest right: one per slot,
+    coloured by its outcome (locks/admin.css), the slot and outcome in its title."""
+    cells = format_html_join(
+        "",
+        '<span class="tick-cell" data-outcome="{}" title="{}"></span>',
+        ((slot.outcome, slot.describe()) for slot in reversed(ledger.slots)),
+    )
+    return format_html('<span class="tick-strip" data-job="{}">{}</span>', ledger.job, cells)
+
+
 def excerpt(text: str) -> str:
     return Truncator(" ".join(text.split())).chars(ERROR_EXCERPT)
 

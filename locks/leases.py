@@ -28,7 +28,7 @@ from django.db.models.functions import Now
 from django.db.models.lookups import GreaterThanOrEqual
 from django.utils import timezone
 
-from locks.models import JobRun, RunStatus, SyncLock, database_now, now_plus
+from locks.models import PAUSE_FIELDS, JobRun, RunStatus, SyncLock, database_now, now_plus
 from locks.text import error_text
 
 # The name the lock's log lines have always carried (operators filter on it).
@@ -73,21 +73,25 @@ def iso(value: datetime | None) -> str | None:
 
 @dataclass(frozen=True)
 class Skip:
-    """Why a contender did not get the lease. ``held``: another holder's lease is in force;
-    ``tick_claimed``: this tick already succeeded, or a later tick was claimed; ``tick_ahead``:
-    the tick lies more than ``horizon`` ahead of the database clock (``db_now``), nothing stored.
-    """
+    """Why a contender did not get the lease: ``held`` (another holder's lease is in force), ``tick_claimed``
+    (this tick already succeeded, or a later one was claimed), ``tick_ahead`` (more than ``horizon`` ahead
+    of ``db_now``, the database clock: nothing stored), ``paused`` (by an operator: stronger than force)."""
 
     job: str
     tick: datetime | None
-    reason: Literal["held", "tick_claimed", "tick_ahead"]
+    reason: Literal["held", "tick_claimed", "tick_ahead", "paused"]
     holder: str
     locked_until: datetime | None
     claimed_tick: datetime | None
     db_now: datetime | None = None
     horizon: timedelta | None = None
+    paused_by: str = ""
+    paused_at: datetime | None = None
+    paused_note: str = ""
 
     def __str__(self) -> str:
+        if self.reason == "paused":
+            return f"paused by {self.paused_by} since {iso(self.paused_at)}{': ' if self.paused_note else ''}{self.paused_note}"
         if self.reason == "held":
             return f"held by {self.holder} until {iso(self.locked_until)}"
         if self.reason == "tick_ahead":
@@ -146,16 +150,16 @@ def acquire(
 ) -> Lease | Skip:
     """Take the lease on ``job`` for ``tick`` (None: any tick, a forced run), or learn why not.
 
-    One compare-and-set on the database clock: the lease free and, for a scheduled run,
-    the stored tick empty, earlier, or this one not done (a retry), and the tick at most
-    ``horizon`` ahead (None: no bound). The winner reads its token back in the same
+    One compare-and-set on the database clock: the job not paused, the lease free and, for a
+    scheduled run, the stored tick empty, earlier, or this one not done (a retry), and the tick
+    at most ``horizon`` ahead (None: no bound). The winner reads its token back in the same
     transaction (docs/architecture.md, "The rules": 1 and 3).
     """
     validate_ttl(ttl)
     holder = holder or make_holder()
     db = router.db_for_write(SyncLock)
     rows = SyncLock.objects.using(db).for_job(job)
-    claim = rows.free()
+    claim = rows.free().filter(paused_at__isnull=True)  # a pause binds every path at once
     values = {
         "holder": holder,
         "token": F("token") + 1,
@@ -187,7 +191,7 @@ def acquire(
             return Lease(job, holder, token, tick, ttl, acquired_at, prior_commit=prior_commit)
         state = (
             rows.annotate(db_now=Now())
-            .values("holder", "locked_until", "tick", "tick_done", "db_now")
+            .values("holder", "locked_until", "tick", "tick_done", "db_now", *PAUSE_FIELDS)
             .first()
         )
         if state is None:
@@ -204,6 +208,8 @@ def acquire(
             return _ahead(job, tick, horizon, db_now)
         _warn_on_skew(job=job, db_now=db_now)
         skip = partial(Skip, job, tick, locked_until=state["locked_until"], claimed_tick=state["tick"])
+        if state["paused_at"] is not None:  # stronger than --force, and than a held lease
+            return skip(reason="paused", holder=state["holder"], **{f: state[f] for f in PAUSE_FIELDS})
         if state["locked_until"] is not None and state["locked_until"] >= db_now:
             return skip(reason="held", holder=state["holder"])
         stored = state["tick"]

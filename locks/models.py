@@ -3,6 +3,7 @@ from datetime import datetime, timedelta
 from django.db import models
 from django.db.models import DateTimeField, ExpressionWrapper, F, Max, Q, Value
 from django.db.models.functions import Now
+from django.utils import timezone
 
 
 class RunStatus(models.TextChoices):
@@ -26,6 +27,8 @@ IN_FORCE_Q = Q(locked_until__gte=Now())
 # as long left as it has been silent: now - heartbeat_at > 2 * (locked_until - now).
 OVERDUE_Q = IN_FORCE_Q & Q(heartbeat_at__lt=Now() - (F("locked_until") - Now()) - (F("locked_until") - Now()))
 STUCK_Q = EXPIRED_Q | OVERDUE_Q
+# An operator's pause, on SyncLock (locks.pausing); while paused_at is set no run acquires.
+PAUSE_FIELDS = ("paused_by", "paused_at", "paused_note")
 
 
 def now_plus(delta: timedelta) -> ExpressionWrapper:
@@ -122,13 +125,38 @@ class SyncLock(models.Model):
     last_finished_at = models.DateTimeField(null=True, blank=True)
     last_status = models.CharField(max_length=20, choices=RunStatus.choices, blank=True)
     last_error = models.TextField(blank=True)
+    # An operator's pause (locks.pausing): while paused_at is set, acquire's compare-and-set
+    # refuses every contender, forced or not (docs/architecture.md, "Operating the jobs").
+    paused_at = models.DateTimeField(
+        "paused at", null=True, blank=True, help_text="Paused since (database clock); empty: not paused."
+    )
+    paused_by = models.CharField(
+        "paused by",
+        max_length=200,
+        blank=True,
+        default="",
+        help_text="Who paused it: admin:<user> or cli:<user>.",
+    )
+    paused_note = models.TextField(
+        "pause note", blank=True, default="", help_text="Why, in the operator's words."
+    )
+
+    created_at = models.DateTimeField(
+        "first seen",
+        default=timezone.now,
+        help_text="When the row was created (the job's first run, pause or check): check_jobs judges its slots from here.",
+    )
 
     objects = SyncLockQuerySet.as_manager()
 
     class Meta:
         verbose_name = "job lock"
         ordering = ["job_name"]
-        permissions = [("force_release_synclock", "Can force-release a job lock")]
+        permissions = [
+            ("force_release_synclock", "Can force-release a job lock"),
+            ("pause_synclock", "Can pause and resume a job"),
+            ("run_synclock", "Can run a job now"),
+        ]
 
     def __str__(self) -> str:
         return self.job_name
@@ -154,6 +182,16 @@ class JobRun(models.Model):
     status = models.CharField(max_length=20, choices=RunStatus.choices, default=RunStatus.RUNNING)
     stats = models.JSONField(default=dict, blank=True)
     error = models.TextField(blank=True)
+    requested_by = models.CharField(
+        "requested by",
+        max_length=200,
+        blank=True,
+        default="",
+        help_text="Who started it: admin:<user>, cli, cron, scheduler or trigger.",
+    )
+    traceback = models.TextField(
+        blank=True, default="", help_text="An unexpected exception's traceback (its end, if it was longer)."
+    )
 
     objects = JobRunQuerySet.as_manager()
 
@@ -185,3 +223,63 @@ class Throttle(models.Model):
 
     def __str__(self) -> str:
         return self.key
+
+
+class JobPause(models.Model):
+    """One row per pause of a job, closed when it is resumed: the pause history the tick
+    ledger reads (a slot whose chance passed entirely inside a pause is ``paused``).
+    Written only by ``locks.pausing``, with the ``SyncLock`` row's own pause fields."""
+
+    job_name = models.CharField("job", max_length=100)
+    paused_at = models.DateTimeField("paused at")
+    paused_by = models.CharField("paused by", max_length=200)
+    note = models.TextField(blank=True, default="")
+    resumed_at = models.DateTimeField("resumed at", null=True, blank=True, help_text="Empty: still paused.")
+    resumed_by = models.CharField("resumed by", max_length=200, blank=True, default="")
+
+    class Meta:
+        verbose_name = "job pause"
+        ordering = ["-paused_at"]
+        indexes = [models.Index(fields=["job_name", "-paused_at"], name="jobpause_job_paused")]
+
+    def __str__(self) -> str:
+        return f"{self.job_name} paused {self.paused_at:%Y-%m-%d %H:%M}"
+
+
+class IncidentQuerySet(models.QuerySet):
+    def open(self) -> "IncidentQuerySet":
+        return self.filter(closed_at__isnull=True)
+
+
+class Incident(models.Model):
+    """A job that needs a human, from the time ``check_jobs`` saw it until it recovered:
+    one opening email, one recovery email (``locks.alerts``). Read-only in the admin."""
+
+    job_name = models.CharField("job", max_length=100)
+    reason = models.CharField(max_length=20, help_text="missed, failed or stale: what opened it.")
+    summary = models.TextField(help_text="What check_jobs saw when it opened the incident.")
+    last_error = models.TextField("last error", blank=True, default="")
+    opened_at = models.DateTimeField("opened at")
+    closed_at = models.DateTimeField("closed at", null=True, blank=True, help_text="Empty: still open.")
+    opened_mail_at = models.DateTimeField(
+        "opening email sent",
+        null=True,
+        blank=True,
+        help_text="When the opening email was handed to the mail server.",
+    )
+    closed_mail_at = models.DateTimeField(
+        "recovery email sent",
+        null=True,
+        blank=True,
+        help_text="When the recovery email was handed to the mail server.",
+    )
+
+    objects = IncidentQuerySet.as_manager()
+
+    class Meta:
+        verbose_name = "incident"
+        ordering = ["-opened_at"]
+        indexes = [models.Index(fields=["job_name", "-opened_at"], name="incident_job_opened")]
+
+    def __str__(self) -> str:
+        return f"{self.job_name}: {self.reason} since {self.opened_at:%Y-%m-%d %H:%M}"

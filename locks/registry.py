@@ -20,6 +20,7 @@ from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from locks import schedule
+from locks.builtin import with_builtin_jobs
 
 
 class UnknownJob(LookupError):
@@ -37,6 +38,14 @@ class Job:
     retry_delays: tuple[timedelta, ...]  # after a failed tick (the scheduler's business)
     expected_errors: tuple[str, ...] = ()  # logged without a traceback
     dry_run_path: str | None = None  # no arguments, returns what a run would do
+    # The catch-up policy (the design notes of issues 17 and 19): "latest", a slot not done when
+    # the next one comes is superseded; "all", every slot within catch_up_window runs once.
+    catch_up: str = "latest"
+    catch_up_window: timedelta = timedelta(seconds=86400)
+    # check_jobs opens an incident after this many failed slots in a row, or this long
+    # without a success (None: two periods of the schedule and 10 minutes).
+    alert_after_failures: int = 2
+    alert_after: timedelta | None = None
 
     def function(self) -> Callable[..., Mapping | None]:
         return import_string(self.callable_path)
@@ -48,9 +57,21 @@ class Job:
         """The slot a run at ``now`` (this host's clock) claims (``locks.schedule.current_tick``)."""
         return schedule.current_tick(self.schedule, now=now or timezone.now(), window=tick_window())
 
+    def alert_delay(self, *, now: datetime) -> timedelta:
+        """How long without a success opens an incident: ``alert_after``, else two periods
+        of the schedule (around ``now``) and 10 minutes."""
+        if self.alert_after is not None:
+            return self.alert_after
+        return 2 * schedule.period(self.schedule, now=now) + timedelta(minutes=10)
+
 
 def tick_window() -> timedelta:
     return timedelta(seconds=settings.LOCKS_TICK_WINDOW)
+
+
+def job_settings() -> dict:
+    """``LOCKS_JOBS`` with the app's own jobs added (``locks.builtin``), as every reader sees it."""
+    return with_builtin_jobs(settings.LOCKS_JOBS, enabled=settings.LOCKS_CHECK_JOBS)
 
 
 def jobs() -> dict[str, Job]:
@@ -59,11 +80,12 @@ def jobs() -> dict[str, Job]:
     Raises ``ImproperlyConfigured`` for a setting the system checks refuse (its first
     problem; ``manage.py check`` lists them all).
     """
-    errors = job_setting_errors(settings.LOCKS_JOBS)
+    entries = job_settings()
+    errors = job_setting_errors(entries)
     if errors:
         more = f" (and {len(errors) - 1} more: run `python manage.py check`)" if len(errors) > 1 else ""
         raise ImproperlyConfigured(f"{errors[0].msg}{more}")
-    return {name: _job(name, entry) for name, entry in settings.LOCKS_JOBS.items()}
+    return {name: _job(name, entry) for name, entry in entries.items()}
 
 
 def _job(name: str, entry: dict) -> Job:
@@ -77,6 +99,8 @@ def _job(name: str, entry: dict) -> Job:
         retry_delays=tuple(timedelta(seconds=s) for s in entry.get("retry", {}).get("delays", ())),
         expected_errors=tuple(entry.get("expected_errors", ())),
         dry_run_path=entry.get("dry_run"),
+        alert_after_failures=entry.get("alert_after_failures", 2),
+        alert_after=timedelta(seconds=entry["alert_after"]) if "alert_after" in entry else None,
     )
 
 
@@ -94,7 +118,10 @@ def get_job(name: str) -> Job:
 # A job name is a lock's name (SyncLock.job_name, 100 characters), a URL path segment
 # (/api/jobs/<job>/run) and part of a log file's name (var/<job>.log).
 JOB_NAME = re.compile(r"[a-z0-9_-]{1,100}\Z")
-JOB_KEYS = ("schedule", "callable", "ttl", "max_run_time", "retry", "expected_errors", "dry_run")
+JOB_KEYS = (
+    *("schedule", "callable", "ttl", "max_run_time", "retry", "expected_errors", "dry_run"),
+    *("alert_after_failures", "alert_after"),
+)
 PATH_KEYS = ("callable", "dry_run")  # dotted paths of functions; callable is required
 
 # One id per problem (docs/jobs.md, Checks).
@@ -102,6 +129,7 @@ NOT_A_DICT = "LOCKS_JOBS must be a dict of job name to job settings, got {type}.
 BAD_SCHEDULE = "{where}: schedule {value!r} is not a valid cron expression."
 NOT_A_PATH = "{where}: {key} must be the dotted path of a function, got {value!r}."
 NOT_SECONDS = "{where}: {key} must be a positive whole number of seconds, got {value!r}."
+NOT_A_COUNT = "{where}: {key} must be a positive whole number, got {value!r}."
 BAD_RETRY = "{where}: retry must be {{'delays': [seconds, ...]}} with positive whole seconds, got {value!r}."
 BAD_NAME = "LOCKS_JOBS: {name!r} is not a valid job name."
 TWO_SPELLINGS = "LOCKS_JOBS names {first!r} and {name!r}: two spellings of one job."
@@ -118,6 +146,8 @@ HINTS = {
     "locks.E016": "1 to 100 characters, each a lowercase letter, a digit, '_' or '-'.",
     "locks.E017": "Keep one entry per job.",
     "locks.E019": f"Known keys: {', '.join(JOB_KEYS)}.",
+    "locks.E030": "check_jobs opens an incident after this many failed slots in a row; 2 is the default.",
+    "locks.E031": "check_jobs opens an incident after this long without a success (default: two periods + 600).",
 }
 
 
@@ -166,9 +196,14 @@ def _entry_errors(where: str, entry) -> list[Error]:
     paths = entry.get("expected_errors", ())
     if not isinstance(paths, list | tuple) or not all(isinstance(path, str) and path for path in paths):
         errors.append(error("locks.E020", NOT_PATHS, where=where, value=paths))
-    for key, code in (("ttl", "locks.E013"), ("max_run_time", "locks.E014")):
+    for key, code, message in (
+        ("ttl", "locks.E013", NOT_SECONDS),
+        ("max_run_time", "locks.E014", NOT_SECONDS),
+        ("alert_after_failures", "locks.E030", NOT_A_COUNT),
+        ("alert_after", "locks.E031", NOT_SECONDS),
+    ):
         if key in entry and not _positive_int(entry[key]):
-            errors.append(error(code, NOT_SECONDS, where=where, key=key, value=entry[key]))
+            errors.append(error(code, message, where=where, key=key, value=entry[key]))
     retry = entry.get("retry", {"delays": ()})
     delays = retry.get("delays") if isinstance(retry, dict) else None
     if not (

@@ -38,7 +38,7 @@ from locks.leases import (
 from locks.models import JobRun, RunStatus, SyncLock, now_plus
 from locks.registry import get_job, tick_window
 from locks.schedule import InvalidTick
-from locks.text import error_text, safe_text
+from locks.text import error_text, safe_text, traceback_text
 
 # The name the lock's log lines have always carried (operators filter on it).
 logger = logging.getLogger("locks.api")
@@ -107,6 +107,7 @@ class RunResult:
     reason: str = ""
     stats: dict = field(default_factory=dict)
     error: str = ""
+    traceback: str = ""  # an unexpected exception's, bounded (locks.text.traceback_text)
     duration: float = 0.0
     # What made the run fail or be skipped for an unreachable database, so callers
     # can tell causes apart (an HTTP trigger maps them to status codes).
@@ -140,6 +141,7 @@ def run_locked(
     expected_errors: tuple[type[BaseException], ...] = (),
     horizon: timedelta | None = None,
     max_run_time: timedelta | None = None,
+    requested_by: str = "",
 ) -> RunResult:
     """Run ``fn(lease)`` if this process wins the lease for ``tick``.
 
@@ -150,7 +152,8 @@ def run_locked(
     ``fn`` calls ``lease.check()`` before writing, or writes inside
     ``fenced(lease)``. A run whose fenced block committed is a success. Errors in
     ``expected_errors`` and database errors are logged without a traceback;
-    anything else is a bug and keeps its traceback.
+    anything else is a bug and keeps its traceback, on its ``JobRun`` too. ``requested_by``
+    (``cron``, ``admin:alice``, …) goes on the ``JobRun``.
     """
     validate_ttl(ttl)
     if max_run_time is not None and max_run_time <= timedelta(0):
@@ -184,7 +187,7 @@ def run_locked(
 
     lease = got
     result.token = lease.token
-    run_id = _record_start(lease)
+    run_id = _record_start(lease, requested_by=requested_by)
     heartbeat = _Heartbeat(lease, max_run_time=max_run_time, started=started)
     heartbeat.start()
     unexpected = False
@@ -203,6 +206,7 @@ def run_locked(
         result.outcome, result.error, result.exception = "failed", safe_text(str(exc), limit=ERROR_LIMIT), exc
     except Exception as exc:
         result.outcome, result.error, result.exception, unexpected = "failed", error_text(exc), exc, True
+        result.traceback = traceback_text(exc)
     except BaseException as exc:  # KeyboardInterrupt, SystemExit (SIGTERM): record, then go on
         result.outcome, result.error, interrupted = "failed", f"interrupted: {error_text(exc)}", exc
     finally:
@@ -233,7 +237,7 @@ def _unreachable(result: RunResult, exc: Exception, started: float) -> RunResult
     return result
 
 
-def _record_start(lease: Lease) -> int | None:
+def _record_start(lease: Lease, *, requested_by: str) -> int | None:
     """Close the runs of earlier tokens still marked ``running`` (their holders died:
     this lease could only be won once theirs expired or was released), then record
     this run. A dead holder whose fenced write had committed (``lease.prior_commit``)
@@ -259,6 +263,7 @@ def _record_start(lease: Lease) -> int | None:
             holder=lease.holder,
             token=lease.token,
             started_at=lease.acquired_at,
+            requested_by=requested_by,
         ).pk
     except Error as exc:
         logger.warning("job=%s could not record the run start: %s", lease.job, error_text(exc))
@@ -286,7 +291,11 @@ def _record_finish(lease: Lease, run_id, result: RunResult) -> None:
                     )
             if run_id is not None:
                 JobRun.objects.filter(pk=run_id).update(
-                    finished_at=Now(), status=status, stats=result.stats, error=result.error
+                    finished_at=Now(),
+                    status=status,
+                    stats=result.stats,
+                    error=result.error,
+                    traceback=result.traceback,
                 )
             prune_runs(job=lease.job)
             return
@@ -326,16 +335,20 @@ class NoDryRun(ValueError):
     """The job names no ``dry_run`` callable."""
 
 
-def run_job(*, name: str, tick: datetime | None = None, force: bool = False) -> RunResult:
+def run_job(
+    *, name: str, tick: datetime | None = None, force: bool = False, requested_by: str = ""
+) -> RunResult:
     """One run of the job ``name`` under its lease: at most one success per tick across
     every host. The one way a registered job is run (run_job and its aliases, the
     trigger, the scheduler).
 
     ``tick``: the slot to claim, else the current one. ``force`` ignores slots (a
-    manual run) but still needs the lease. Raises ``UnknownJob``; ``InvalidTick`` for
-    a ``tick`` that is no slot, or that the lease refused as more than one schedule
-    period ahead of the database clock (a current tick so refused is a skip: this
-    host's clock is fast); ``LockError`` when the lock table is missing.
+    manual run) but still needs the lease; a pause stops it like any run. ``requested_by``:
+    who asked (``cli``, ``cron``, ``scheduler``, ``trigger``, ``admin:<user>``), kept on the
+    run. Raises ``UnknownJob``; ``InvalidTick`` for a ``tick`` that is no slot, or that
+    the lease refused as more than one schedule period ahead of the database clock (a
+    current tick so refused is a skip: this host's clock is fast); ``LockError`` when the
+    lock table is missing.
     """
     job = get_job(name)
     if force and tick is not None:
@@ -356,6 +369,7 @@ def run_job(*, name: str, tick: datetime | None = None, force: bool = False) -> 
         # upcoming slot can lie further ahead than the gap that follows it.
         horizon=schedule.period(job.schedule, now=now),
         max_run_time=job.max_run_time,
+        requested_by=requested_by,
     )
     skip = result.skip
     if explicit and skip is not None and skip.reason == "tick_ahead":

@@ -13,6 +13,7 @@ import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import partial
 
 from django.db import close_old_connections, reset_queries
 from django.utils import timezone
@@ -27,6 +28,8 @@ logger = logging.getLogger(__name__)
 # The longest the loop sleeps without looking at the clock again, so a host clock
 # that jumps (NTP step, a suspended VM) is noticed within this long.
 MAX_SLEEP = timedelta(seconds=60)
+# Each run it asks for is recorded as the scheduler's (JobRun.requested_by).
+RUN_SCHEDULED = partial(run_job, requested_by="scheduler")
 
 
 @dataclass
@@ -47,7 +50,7 @@ class Scheduler:
         *,
         jobs: Iterable[Job],
         now: Callable[[], datetime] = timezone.now,
-        run: Callable[..., RunResult] = run_job,
+        run: Callable[..., RunResult] = RUN_SCHEDULED,
         stop: threading.Event | None = None,
     ) -> None:
         self.plans = [_Plan(job) for job in jobs]

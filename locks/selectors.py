@@ -35,11 +35,19 @@ class LockState:
     last_finished_at: datetime | None
     last_error: str
     db_now: datetime | None
+    paused_at: datetime | None = None  # an operator's pause (locks.pausing)
+    paused_by: str = ""
+    paused_note: str = ""
+
+    @property
+    def paused(self) -> bool:
+        return self.paused_at is not None
 
     def as_json(self) -> dict:
-        return {
+        values = {
             key: iso(value) if isinstance(value, datetime) else value for key, value in asdict(self).items()
         }
+        return {**values, "paused": self.paused}
 
 
 def lock_states() -> list[LockState]:

@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import re
 import reprlib
+import traceback
 
 # Characters of outside text kept in a log line, a stored error or a JSON answer.
 LIMIT = 500
+# Characters of a traceback kept on its JobRun: its end, where the exception is raised.
+TRACEBACK_LIMIT = 10_000
 
 _repr = reprlib.Repr()
 _repr.maxstring = _repr.maxother = LIMIT
@@ -55,3 +58,16 @@ def error_text(exc: BaseException) -> str:
     """ "OperationalError: no such table: x": on one line, control characters escaped, at
     most ``locks.text.LIMIT`` characters of the text (it may come from outside)."""
     return f"{type(exc).__name__}: {safe_text(_WHITESPACE.sub(' ', str(exc)).strip()) or 'no details'}"
+
+
+def traceback_text(exc: BaseException, *, limit: int = TRACEBACK_LIMIT) -> str:
+    """``exc``'s formatted traceback, at most ``limit`` characters: when longer, its end
+    (the innermost frames and the exception itself), after a line saying how much was cut.
+    Control characters other than newlines are escaped (a message may come from outside)."""
+    text = "".join(traceback.format_exception(exc))
+    text = "\n".join(safe_text(line, limit=len(line)) for line in text.splitlines())
+    if len(text) <= limit:
+        return text
+    cut = len(text) - limit
+    tail = text[cut:]
+    return f"… ({cut} characters cut)\n{tail[tail.find(chr(10)) + 1 :] if chr(10) in tail else tail}"

@@ -14,6 +14,7 @@ from django.views.decorators.http import require_POST, require_safe
 
 from locks.auth import bearer_token_matches, boolean, client_address
 from locks.leases import LockError, iso
+from locks.models import Incident
 from locks.registry import Job, UnknownJob, get_job
 from locks.runner import RunResult, run_job
 from locks.selectors import Freshness, jobs_freshness
@@ -76,7 +77,7 @@ def _trigger(request: HttpRequest, job: str) -> JsonResponse:
 
     logger.info("job=%s triggered over HTTP by %s%s", job, address, " (forced)" if force else "")
     try:
-        result = run_job(name=job, force=force)
+        result = run_job(name=job, force=force, requested_by="trigger")
     except LockError as exc:  # the lock table is missing: a deployment without `migrate`
         return JsonResponse({"job": job, "outcome": "failed", "error": str(exc)}, status=503)
     return JsonResponse(_run_payload(result), status=_run_status(result, registered))
@@ -108,6 +109,15 @@ def _run_payload(result: RunResult) -> dict:
     }
     if result.reason:
         payload["reason"] = result.reason
+    if result.skip is not None and result.skip.reason == "paused":
+        # A pause is stronger than force: who paused it, since when and why, for the caller to act on.
+        payload.update(
+            reason="paused",
+            detail=result.reason,
+            paused_by=result.skip.paused_by,
+            paused_at=iso(result.skip.paused_at),
+            paused_note=result.skip.paused_note,
+        )
     if result.skip is not None:
         payload["skip"] = {
             "kind": result.skip.reason,
@@ -138,6 +148,8 @@ def healthz(request: HttpRequest) -> HttpResponse:
     summary = settings.LOCKS_HEALTHZ_JOB
     try:
         freshness = jobs_freshness()
+        # check_jobs' open incidents (locks.alerts): a detail, only for a monitor that may see them.
+        incidents = {incident.job_name: incident for incident in Incident.objects.open()} if trusted else {}
     except DBError as exc:
         body = {"status": "database unreachable", "database": False, **({"job": summary} if summary else {})}
         if trusted:
@@ -151,7 +163,21 @@ def healthz(request: HttpRequest) -> HttpResponse:
         del fields["status"]  # the top-level status is every job's
         body.update(job=summary, **fields)
     body["jobs"] = {name: _job_health(job, trusted=trusted) for name, job in freshness.items()}
+    if trusted:
+        for name, fields in body["jobs"].items():
+            fields["incident"] = _incident(incidents.get(name))
     return JsonResponse(body, status=200 if fresh else 503)
+
+
+def _incident(incident: Incident | None) -> dict | None:
+    if incident is None:
+        return None
+    return {
+        "reason": incident.reason,
+        "summary": incident.summary,
+        "opened_at": iso(incident.opened_at),
+        "email_sent": incident.opened_mail_at is not None,
+    }
 
 
 def _job_health(health: Freshness, *, trusted: bool) -> dict:

@@ -1,6 +1,7 @@
 """End to end in a real browser: headless Chromium driven by Selenium against
 a live server. An operator logs in, sees a held lock and its holder,
-force-releases it, and sees it free.
+force-releases it, and sees it free; reads a job's tick strip, each cell coloured by
+its outcome from the admin's CSS variables, in light and in dark mode.
 
 Uses Debian's ``chromium`` and ``chromium-driver`` (``.ci/run`` installs
 them); nothing is downloaded. Screenshots of the locks list and the run
@@ -26,12 +27,13 @@ from django.test import override_settings
 from django.utils import timezone
 
 from locks.leases import LockLost, acquire, release, renew
-from locks.models import JobRun, RunStatus, SyncLock, now_plus
+from locks.models import JobPause, JobRun, RunStatus, SyncLock, now_plus
 
 CHROMIUM = Path(os.environ.get("CHROMIUM", "/usr/bin/chromium"))
 CHROMEDRIVER = Path(os.environ.get("CHROMEDRIVER", "/usr/bin/chromedriver"))
 HOLDER = "web-1:4242:a1b2c3"
 WAIT = 20  # seconds; a hang guard, not a timing assertion
+HISTORY = 22  # hours of sync runs before the current one (and a slot 23 hours ago that nobody ran)
 PNG = b"\x89PNG\r\n\x1a\n"
 
 try:
@@ -89,7 +91,11 @@ def chromium_options(profile: str) -> Options:
 @unittest.skipUnless(webdriver is not None and CHROMIUM.exists() and CHROMEDRIVER.exists(), MISSING)
 @override_settings(
     PASSWORD_HASHERS=["django.contrib.auth.hashers.MD5PasswordHasher"],
-    LOCKS_JOBS={"sync_contests": {**settings.LOCKS_JOBS["sync_contests"], "schedule": "0 * * * *"}},
+    LOCKS_LEDGER_SLOTS=24,  # a day of the hourly sync
+    LOCKS_JOBS={
+        "sync_contests": {**settings.LOCKS_JOBS["sync_contests"], "schedule": "0 * * * *"},
+        "send_reminders": {**settings.LOCKS_JOBS["send_reminders"], "schedule": "*/15 * * * *"},
+    },
 )
 class ForceReleaseInTheBrowser(StaticLiveServerTestCase):
     host = "127.0.0.1"
@@ -116,7 +122,7 @@ class ForceReleaseInTheBrowser(StaticLiveServerTestCase):
         hour = now.replace(minute=0, second=0, microsecond=0)
         # History: hourly syncs, one that hit the API's rate limit, one that lost its lease.
         runs = []
-        for n in range(1, 9):
+        for n in range(1, HISTORY + 1):
             started = hour - timedelta(hours=n, seconds=-2)
             created, updated = (1, 0) if n == 5 else (0, n % 3)
             status, error = RunStatus.SUCCEEDED, ""
@@ -142,21 +148,27 @@ class ForceReleaseInTheBrowser(StaticLiveServerTestCase):
                     job_name="sync_contests",
                     tick=hour - timedelta(hours=n),
                     holder=f"web-{n % 3 + 1}:{4000 + n}:{n:06x}",
-                    token=9 - n,
+                    token=HISTORY + 1 - n,
                     status=status,
                     started_at=started,
                     finished_at=started + timedelta(seconds=1.2 + n / 10),
                     stats=stats,
                     error=error,
+                    requested_by="cron",
                 )
             )
         JobRun.objects.bulk_create(runs)
         # The current run: sync_contests held by a web worker that may be stuck.
         self.lease = acquire(job="sync_contests", tick=hour, ttl=timedelta(minutes=10), holder=HOLDER)
-        SyncLock.objects.filter(job_name="sync_contests").update(token=9)
-        self.lease.token = 9
+        SyncLock.objects.filter(job_name="sync_contests").update(token=HISTORY + 1)
+        self.lease.token = HISTORY + 1
         JobRun.objects.create(
-            job_name="sync_contests", tick=hour, holder=HOLDER, token=9, started_at=self.lease.acquired_at
+            job_name="sync_contests",
+            tick=hour,
+            holder=HOLDER,
+            token=HISTORY + 1,
+            started_at=self.lease.acquired_at,
+            requested_by="scheduler",
         )
         # A holder that died without releasing, and a job that ran fine.
         acquire(job="send_reminders", tick=None, ttl=timedelta(minutes=5), holder="worker-2:977:9f3e1d")
@@ -165,6 +177,16 @@ class ForceReleaseInTheBrowser(StaticLiveServerTestCase):
             last_started_at=now_plus(-timedelta(minutes=12)),
             locked_until=now_plus(-timedelta(minutes=7)),
             heartbeat_at=now_plus(-timedelta(minutes=11)),
+            # Paused two hours ago, while its mail relay is down: its slots since then are paused.
+            paused_at=now_plus(-timedelta(hours=2)),
+            paused_by="admin:operator",
+            paused_note="mail relay down",
+        )
+        JobPause.objects.create(
+            job_name="send_reminders",
+            paused_at=now - timedelta(hours=2),
+            paused_by="admin:operator",
+            note="mail relay down",
         )
         done = acquire(job="weekly_report", tick=None, ttl=timedelta(minutes=5), holder="cron-1:311:0c5a7b")
         release(lease=done, status=RunStatus.SUCCEEDED)
@@ -197,20 +219,28 @@ class ForceReleaseInTheBrowser(StaticLiveServerTestCase):
 
     # --- the test
 
+    def log_in(self) -> None:
+        """Open the locks list, which asks for the operator's login first."""
+        self.driver.get(f"{self.live_server_url}/admin/locks/synclock/")
+        self.wait_for("#id_username").send_keys("operator")
+        self.driver.find_element(By.ID, "id_password").send_keys("night-shift")
+        self.driver.find_element(By.CSS_SELECTOR, "#login-form [type=submit]").click()
+
+    def fold_sidebar(self) -> None:
+        """Fold the navigation sidebar (the browser remembers it) to give the table room."""
+        if self.driver.find_element(By.ID, "nav-sidebar").is_displayed():
+            self.driver.find_element(By.ID, "toggle-nav-sidebar").click()
+
     def test_operator_force_releases_a_held_lock(self) -> None:
         driver = self.driver
-        driver.get(f"{self.live_server_url}/admin/locks/synclock/")
-        self.wait_for("#id_username").send_keys("operator")
-        driver.find_element(By.ID, "id_password").send_keys("night-shift")
-        driver.find_element(By.CSS_SELECTOR, "#login-form [type=submit]").click()
+        self.log_in()
 
         self.wait_for("#result_list")
-        # Fold the navigation sidebar (remembered by the browser) to give the table room.
-        driver.find_element(By.ID, "toggle-nav-sidebar").click()
+        self.fold_sidebar()
         row = self.lock_row("sync_contests")
         self.assertIn("held", row.find_element(By.CSS_SELECTOR, ".field-state").text)
         self.assertIn(HOLDER, row.text)
-        self.assertIn("9", row.find_element(By.CSS_SELECTOR, ".field-token").text)
+        self.assertIn(str(HISTORY + 1), row.find_element(By.CSS_SELECTOR, ".field-token").text)
         self.assertIn("expired, not released", self.lock_row("send_reminders").text)
         self.assertIn("heartbeat overdue", self.lock_row("rebuild_rankings").text)
         self.assertIn("2 stuck locks", driver.find_element(By.ID, "lock-summary").text)
@@ -218,7 +248,7 @@ class ForceReleaseInTheBrowser(StaticLiveServerTestCase):
 
         row.find_element(By.LINK_TEXT, "sync_contests").click()
         self.wait_for("#recent-runs")
-        self.assertIn("Last 9 runs", driver.find_element(By.ID, "recent-runs").text)
+        self.assertIn("Last 20 runs", driver.find_element(By.ID, "recent-runs").text)
         driver.find_element(By.ID, "force-release").click()
 
         confirm = self.wait_for("#confirm-force-release")
@@ -226,16 +256,19 @@ class ForceReleaseInTheBrowser(StaticLiveServerTestCase):
         confirm.click()
 
         message = self.wait_for(".messagelist .success").text
-        self.assertIn(f"Released sync_contests: holder was {HOLDER} (token 9); new token 10.", message)
+        self.assertIn(
+            f"Released sync_contests: holder was {HOLDER} (token {HISTORY + 1}); new token {HISTORY + 2}.",
+            message,
+        )
         row = self.lock_row("sync_contests")
         self.assertIn("free", row.find_element(By.CSS_SELECTOR, ".field-state").text)
         self.assertIn("released", row.find_element(By.CSS_SELECTOR, ".field-lease").text)
-        self.assertIn("10", row.find_element(By.CSS_SELECTOR, ".field-token").text)
+        self.assertIn(str(HISTORY + 2), row.find_element(By.CSS_SELECTOR, ".field-token").text)
         self.assertNotIn(HOLDER, row.text)  # a released lease keeps no holder
 
         lock = SyncLock.objects.get(job_name="sync_contests")
         self.assertIsNone(lock.locked_until)
-        self.assertEqual(lock.token, 10)
+        self.assertEqual(lock.token, HISTORY + 2)
         with self.assertRaises(LockLost):  # the old holder is fenced out
             renew(lease=self.lease)
         entry = LogEntry.objects.get()
@@ -244,6 +277,83 @@ class ForceReleaseInTheBrowser(StaticLiveServerTestCase):
 
         driver.get(f"{self.live_server_url}/admin/locks/jobrun/")
         self.wait_for("#result_list")
-        self.assertEqual(len(driver.find_elements(By.CSS_SELECTOR, "#result_list tbody tr")), 9)
+        self.assertEqual(len(driver.find_elements(By.CSS_SELECTOR, "#result_list tbody tr")), HISTORY + 1)
         self.assertIn("Call limit exceeded", driver.find_element(By.ID, "result_list").text)
         self.screenshot("admin-runs.png")
+
+    def test_operator_reads_the_tick_strip_in_light_and_dark_mode(self) -> None:
+        driver = self.driver
+        self.log_in()
+        self.wait_for("#result_list")
+        self.fold_sidebar()
+
+        cells = driver.find_elements(By.CSS_SELECTOR, '.tick-strip[data-job="sync_contests"] .tick-cell')
+        self.assertEqual(len(cells), 24)  # LOCKS_LEDGER_SLOTS, one per slot
+        outcomes = [cell.get_attribute("data-outcome") for cell in cells]
+        # Newest on the right: the current slot's run holds the lease; 3 h ago failed, 6 h ago lost its
+        # lease (a failed attempt), and nobody ran the slot 23 h ago: it has no run.
+        expected = ["succeeded"] * 24
+        expected[-1], expected[-4], expected[-7], expected[0] = "running", "failed", "failed", "missed"
+        self.assertEqual(outcomes, expected)
+        hour = timezone.now().replace(minute=0, second=0, microsecond=0)
+        self.assertEqual(
+            cells[-4].get_attribute("title"),
+            f"{hour - timedelta(hours=3):%Y-%m-%d %H:%M} UTC failed (1 attempt)",
+        )
+        paused = driver.find_elements(
+            By.CSS_SELECTOR, '.tick-strip[data-job="send_reminders"] .tick-cell[data-outcome="paused"]'
+        )
+        self.assertGreaterEqual(len(paused), 7)  # the quarter-hours whose whole chance fell in the pause
+        self.assertEqual(
+            driver.find_element(
+                By.CSS_SELECTOR, '.tick-strip[data-job="send_reminders"] .tick-cell:last-child'
+            ).get_attribute("data-outcome"),
+            "pending",
+        )
+
+        light = self.cell_colours()
+        self.assertEqual(light["failed"], light["--error-fg"])
+        self.assertEqual(light["succeeded"], light["--message-success-bg"])
+        self.assertEqual(light["missed"], light["--accent"])
+        self.assertEqual(light["running"], light["--primary"])
+        self.assertEqual(light["paused"], light["--body-quiet-color"])
+        self.assertEqual(len({light[o] for o in ("failed", "succeeded", "missed", "running", "paused")}), 5)
+        self.screenshot("admin-locks.png")
+
+        driver.execute_cdp_cmd(
+            "Emulation.setEmulatedMedia", {"features": [{"name": "prefers-color-scheme", "value": "dark"}]}
+        )
+        dark = self.cell_colours()
+        self.assertEqual(dark["failed"], dark["--error-fg"])
+        self.assertEqual(dark["succeeded"], dark["--message-success-bg"])
+        self.assertNotEqual(dark["succeeded"], light["succeeded"])  # the admin's dark theme applies
+        self.assertNotEqual(dark["--body-bg"], light["--body-bg"])
+        driver.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": []})
+
+        self.lock_row("sync_contests").find_element(By.LINK_TEXT, "sync_contests").click()
+        self.wait_for("#tick-ledger")
+        self.assertIn("Tick ledger: the last 24 slots", driver.find_element(By.ID, "tick-ledger").text)
+        self.assertTrue(driver.find_element(By.ID, "run-now").is_displayed())
+        self.assertTrue(driver.find_element(By.ID, "pause").is_displayed())
+        driver.execute_script("window.scrollTo(0, document.getElementById('tick-ledger').offsetTop - 420)")
+        self.screenshot("admin-ledger.png")
+
+    def cell_colours(self) -> dict[str, str]:
+        """The computed background of one cell of each outcome, and of the admin's variables as colours."""
+        return self.driver.execute_script(
+            """
+            const probe = document.createElement('span');
+            document.body.appendChild(probe);
+            const out = {};
+            for (const name of ['--error-fg', '--message-success-bg', '--accent', '--primary',
+                                '--body-quiet-color', '--body-bg']) {
+                probe.style.background = `var(${name})`;
+                out[name] = getComputedStyle(probe).backgroundColor;
+            }
+            probe.remove();
+            for (const cell of document.querySelectorAll('.tick-cell')) {
+                out[cell.dataset.outcome] ??= getComputedStyle(cell).backgroundColor;
+            }
+            return out;
+            """
+        )

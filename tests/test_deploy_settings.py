@@ -364,6 +364,11 @@ def test_gunicorn_serves_admin_static_files_and_the_endpoints_in_production(db_u
             headers={**https, "Authorization": f"Bearer {TOKEN}"},
             timeout=120,
         )
+        watcher = requests.post(  # the locks app's own check_jobs is a registered job too
+            base + "/api/jobs/check_jobs/run",
+            headers={**https, "Authorization": f"Bearer {TOKEN}"},
+            timeout=120,
+        )
         healthy = requests.get(base + "/healthz", timeout=30, allow_redirects=False)
     output = log.read_text()
 
@@ -388,6 +393,8 @@ def test_gunicorn_serves_admin_static_files_and_the_endpoints_in_production(db_u
     assert half.json()["jobs"]["sync_contests"]["status"] == "ok"
     assert half.json()["jobs"]["send_reminders"]["status"] == "stale"
     assert reminders.status_code == 200, reminders.text
+    assert half.json()["jobs"]["check_jobs"]["status"] == "stale"
+    assert watcher.status_code == 200, watcher.text
     assert healthy.status_code == 200, healthy.text
     assert healthy.json()["status"] == "ok"
     assert "Traceback" not in output
@@ -401,6 +408,7 @@ WEB_ONLY = {
     *("DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS", "DJANGO_SECURE_HSTS_PRELOAD", "DJANGO_SECURE_COOKIES"),
     *("AXES_FAILURE_LIMIT", "AXES_COOLOFF_TIME", "LOCKS_SCHEDULER_GRACE"),
     *("LOCKS_TRIGGER_TOKEN", "LOCKS_TRIGGER_RATE_WINDOW", "LOCKS_HEALTHZ_TOKEN", "LOCKS_TRUSTED_PROXY_COUNT"),
+    "LOCKS_METRICS_TOKEN",
     *("SYNC_TRIGGER_TOKEN", "SYNC_TRIGGER_RATE_WINDOW", "HEALTHZ_TOKEN", "DJANGO_TRUSTED_PROXY_COUNT"),
 }
 

@@ -63,7 +63,7 @@ def test_add_show_remove(saved_crontab, tmp_path):
     assert written.returncode == 0, written.stderr
     assert added.returncode == 0, added.stderr
     lines = [line for line in installed.splitlines() if "django-cronjobs" in line]
-    assert len(lines) == 2  # one per registered job
+    assert len(lines) == 3  # one per registered job: the sync, the reminders, check_jobs
     [line] = [line for line in lines if "/sync_contests.log " in line]
     [reminders] = [line for line in lines if "/send_reminders.log " in line]
     assert reminders.startswith(f"* * * * * umask 027; set -a; . {env_file}; set +a; ")

@@ -20,6 +20,7 @@ def trigger(settings, standin, transactional_db):
     """The trigger enabled, the sync alone registered, the stand-in serving the real list."""
     settings.LOCKS_TRIGGER_TOKEN = TOKEN
     settings.LOCKS_JOBS = {"sync_contests": settings.LOCKS_JOBS["sync_contests"]}
+    settings.LOCKS_CHECK_JOBS = False  # the locks app's own check_jobs: tests/locks/test_alerts.py
     settings.CODEFORCES_MAX_ATTEMPTS = 1
     return standin
 

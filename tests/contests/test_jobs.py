@@ -73,6 +73,7 @@ def test_the_settings_build_cronjobs_from_the_registry():
     assert [line[1:3] for line in project.CRONJOBS] == [
         ("locks.crontab.run", ["sync_contests"]),
         ("locks.crontab.run", ["send_reminders"]),
+        ("locks.crontab.run", ["check_jobs"]),  # the locks app's own (LOCKS_CHECK_JOBS)
     ]
 
 

@@ -352,7 +352,8 @@ def test_locks_status_json_after_a_run(env, standin):
     proc = manage("locks", "status", "--json", env=env)
 
     by_job = {row["job"]: row for row in json.loads(proc.stdout)}
-    assert sorted(by_job) == ["send_reminders", "sync_contests"]  # every registered job, run or not
+    # Every registered job, run or not: the locks app's own check_jobs too.
+    assert sorted(by_job) == ["check_jobs", "send_reminders", "sync_contests"]
     lock, reminders = by_job["sync_contests"], by_job["send_reminders"]
     assert (lock["job"], lock["state"], lock["last_status"], lock["tick"]) == (
         "sync_contests",

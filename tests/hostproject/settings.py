@@ -12,6 +12,7 @@ from pathlib import Path
 
 import environ
 
+from locks.builtin import BUILTIN_JOBS
 from locks.crontab import command_prefix, cronjobs
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -95,7 +96,7 @@ RECORD = {
     "retry": {"delays": [30, 60]},
     "dry_run": "tests.jobsapp.jobs.preview",
 }
-LOCKS_JOBS = {
+_JOBS = {
     # Writes one SlotWrite row per run, under the fencing token.
     "write_slot": {"schedule": "*/5 * * * *", "callable": "tests.jobsapp.jobs.write_slot", "ttl": 60},
     "record": RECORD,
@@ -112,6 +113,25 @@ LOCKS_JOBS = {
         "ttl": int(os.environ.get("SLOW_WRITE_TTL", "60")),
     },
 }
+# Jobs only the processes of tests/locks/test_run_now.py and test_alerts.py register (by their variables).
+if os.environ.get("RELEASE_FILE"):
+    _JOBS["wait_for_release"] = {
+        "schedule": "0 0 1 1 *",
+        "callable": "tests.jobsapp.jobs.wait_for_release",
+    }
+if os.environ.get("FLAKY_FILE"):
+    _JOBS["flaky"] = {
+        "schedule": os.environ.get("FLAKY_SCHEDULE", "*/5 * * * *"),
+        "callable": "tests.jobsapp.jobs.flaky",
+        "ttl": 10,
+        "expected_errors": ["tests.jobsapp.jobs.Refused"],
+        "alert_after_failures": 2,
+    }
+if os.environ.get("CHECK_JOBS_SCHEDULE"):  # the app's own check_jobs, more often than every minute
+    _JOBS["check_jobs"] = {**BUILTIN_JOBS["check_jobs"], "schedule": os.environ["CHECK_JOBS_SCHEDULE"]}
+# HOSTPROJECT_JOBS="a b": only those (a test's processes that must not watch the others).
+_ONLY = os.environ.get("HOSTPROJECT_JOBS", "").split()
+LOCKS_JOBS = {name: entry for name, entry in _JOBS.items() if not _ONLY or name in _ONLY}
 LOCKS_HEALTHZ_JOB = "write_slot"  # /healthz repeats its fields at the top level
 # The processes a test starts may set these; left out, each keeps its default.
 if os.environ.get("LOCKS_SCHEDULER_GRACE"):
@@ -120,6 +140,10 @@ if os.environ.get("LOCKS_TRIGGER_TOKEN"):
     LOCKS_TRIGGER_TOKEN = os.environ["LOCKS_TRIGGER_TOKEN"]
 if os.environ.get("LOCKS_HEALTHZ_TOKEN"):
     LOCKS_HEALTHZ_TOKEN = os.environ["LOCKS_HEALTHZ_TOKEN"]
+# check_jobs' emails (mail_admins), to files a test reads (Django's file-based backend).
+ADMINS = [("On call", "oncall@example.com")]
+EMAIL_BACKEND = f"django.core.mail.backends.{'filebased' if os.environ.get('HOSTPROJECT_MAIL_DIR') else 'locmem'}.EmailBackend"
+EMAIL_FILE_PATH = os.environ.get("HOSTPROJECT_MAIL_DIR", str(VAR / "mail"))
 
 # --- cron: one line per job, which sources the file `crontab_env` writes ----------------
 CRONJOBS = cronjobs(LOCKS_JOBS, log_dir=VAR / "log")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 
 from locks.leases import fenced
 from tests.jobsapp.models import SlotWrite
@@ -43,3 +44,23 @@ def preview() -> dict:
 
 def linger(lease) -> None:
     time.sleep(60)  # stopped by SIGTERM in the test
+
+
+def wait_for_release(lease) -> dict:
+    """Blocks until the file RELEASE_FILE exists (at most 60 s), then succeeds: a run a test
+    holds open for as long as it likes, and then lets finish, with no sleep race."""
+    release = Path(os.environ["RELEASE_FILE"])
+    deadline = time.monotonic() + 60
+    while not release.exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{release} never appeared")
+        time.sleep(0.05)
+    lease.check()
+    return {"released": 1}
+
+
+def flaky(lease) -> dict:
+    """Fails (an expected error) while the file FLAKY_FILE exists, succeeds otherwise."""
+    if Path(os.environ["FLAKY_FILE"]).exists():
+        raise Refused(f"{os.environ['FLAKY_FILE']} says fail")
+    return {"ok": 1}

@@ -2,12 +2,18 @@
 whose jobs (tests/jobsapp/jobs.py) are registered in every test."""
 
 import json
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import project_env, spawn
+from tests.conftest import ROOT, project_env, spawn
 
 TICK = datetime(2026, 11, 30, 14, 0, tzinfo=UTC)
 
@@ -53,3 +59,34 @@ def register(settings, **jobs: dict) -> None:
 def reschedule(settings, job: str, expression: str) -> None:
     """Give one registered job another schedule for one test."""
     register(settings, **{job: {**settings.LOCKS_JOBS[job], "schedule": expression}})
+
+
+def wait_for(condition, *, timeout: float, what: str) -> None:
+    """Poll ``condition`` every 0.1 s; fail naming ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.1)
+
+
+@contextmanager
+def schedulers(env: dict[str, str], logs: list[Path], *jobs: str) -> Iterator[list[subprocess.Popen]]:
+    """One ``run_scheduler JOB…`` process per log file (its stdout and stderr), stopped with
+    SIGTERM on the way out (killed if it has not stopped within 30 s)."""
+    procs = []
+    for log in logs:
+        with log.open("w") as out:  # the child keeps its own descriptor
+            command = [sys.executable, str(ROOT / "manage.py"), "run_scheduler", *jobs]
+            procs.append(subprocess.Popen(command, cwd=ROOT, env=env, stdout=out, stderr=out))
+    try:
+        yield procs
+    finally:
+        for proc in procs:
+            proc.send_signal(signal.SIGTERM)
+        for proc in procs:
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()

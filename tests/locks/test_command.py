@@ -27,7 +27,7 @@ def _call(*args) -> str:
 
 
 def test_status_without_locks_or_jobs_says_so(settings):
-    settings.LOCKS_JOBS = {}
+    settings.LOCKS_JOBS, settings.LOCKS_CHECK_JOBS = {}, False
     assert _call("status") == "No locks and no jobs in LOCKS_JOBS: a job creates its lock on its first run.\n"
 
 
@@ -38,6 +38,7 @@ def test_status_lists_registered_jobs_that_never_ran():
 
     rows = {line.split()[0]: line.split() for line in lines[1:]}
     assert list(rows) == [
+        "check_jobs",  # the app's own (locks/builtin.py)
         "held_job",
         "linger",
         "record",
@@ -45,7 +46,7 @@ def test_status_lists_registered_jobs_that_never_ran():
         "slow_write",
         "write_slot",
     ]  # by name, locks and jobs alike
-    assert rows["record"] == ["record", "never", "run", "-", "-", "-", "-", "-", "-"]
+    assert rows["record"] == ["record", "never", "run", "-", "-", "-", "-", "-", "-", "-"]
     assert rows["write_slot"][1:3] == ["never", "run"]
     assert rows["held_job"][1] == "held"
 
@@ -69,6 +70,10 @@ def test_status_json_lists_registered_jobs_that_never_ran():
         "last_finished_at": None,
         "last_error": "",
         "db_now": None,
+        "paused": False,
+        "paused_at": None,
+        "paused_by": "",
+        "paused_note": "",
     }
     assert set(entries["write_slot"]) == set(entries["record"])  # one shape for both
 
@@ -95,17 +100,18 @@ def test_status_lists_each_lock_with_its_state():
         "LAST",
         "RUN",
         "FINISHED",
+        "PAUSED",
     ]
     rows = {line.split()[0]: line.split() for line in lines[1:]}
     assert rows["held_job"][1:4] == ["held", "web-1:42:abc", "1"]
-    assert rows["held_job"][-2:] == ["running", "-"]
+    assert rows["held_job"][-3:] == ["running", "-", "-"]
     assert rows["free_job"][1:5] == ["free", "-", "1", "-"]
-    assert rows["free_job"][-3] == "succeeded"
+    assert rows["free_job"][-4] == "succeeded"
     assert rows["stuck_job"][1] == "expired"
 
 
 def test_status_json(settings):
-    settings.LOCKS_JOBS = {}
+    settings.LOCKS_JOBS, settings.LOCKS_CHECK_JOBS = {}, False
     acquire(job="held_job", tick=TICK, ttl=TTL, holder="web-1:42:abc")
 
     [entry] = json.loads(_call("status", "--json"))

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from locks.models import JobRun
 from tests.conftest import ROOT, manage, project_env, run_as_cron, shell_command
 from tests.jobsapp.models import SlotWrite
 
@@ -35,7 +36,7 @@ pytestmark = [
     ),
 ]
 TICK = "2026-11-30T14:00:00+00:00"
-JOBS = ["write_slot", "record", "refuse", "linger", "slow_write"]
+JOBS = ["write_slot", "record", "refuse", "linger", "slow_write", "check_jobs"]  # check_jobs: the app's own
 
 
 def crontab(*args: str, user: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
@@ -103,6 +104,7 @@ def test_crontab_add_installs_one_line_per_job_that_runs_in_crons_bare_environme
     assert "job=write_slot" in log.read_text() and "outcome=succeeded" in log.read_text(), log.read_text()
     assert stat.S_IMODE(log.stat().st_mode) == 0o640  # not world-readable
     assert SlotWrite.objects.filter(job="write_slot").count() == 1
+    assert JobRun.objects.get(job_name="write_slot").requested_by == "cron"
 
     removed = manage("crontab", "remove", env=env, timeout=120)
     assert removed.returncode == 0, removed.stderr

@@ -31,8 +31,10 @@ ONE_HOUR = timedelta(hours=1)
 
 @pytest.fixture(autouse=True)
 def hourly(settings):
-    """``write_slot`` alone, on an hourly schedule."""
+    """``write_slot`` alone, on an hourly schedule (without the app's own check_jobs, which
+    test_alerts.py runs)."""
     settings.LOCKS_JOBS = {JOB_NAME: {**settings.LOCKS_JOBS[JOB_NAME], "schedule": "0 * * * *"}}
+    settings.LOCKS_CHECK_JOBS = False
 
 
 @pytest.fixture

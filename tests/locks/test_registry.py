@@ -21,6 +21,7 @@ from tests.hostproject import settings as host  # the module: what the tests' ov
 from tests.locks.conftest import TICK, register
 
 HOST_JOBS = ["write_slot", "record", "refuse", "linger", "slow_write"]
+WITH_BUILTIN = [*HOST_JOBS, "check_jobs"]  # the locks app registers check_jobs itself (locks/builtin.py)
 
 
 def test_only_schedule_and_callable_are_required(settings):
@@ -33,16 +34,16 @@ def test_only_schedule_and_callable_are_required(settings):
 
 def test_jobs_keep_the_order_of_the_setting(settings):
     register(settings, early={"schedule": "0 3 * * *", "callable": "tests.jobsapp.jobs.record"})
-    assert list(jobs()) == [*HOST_JOBS, "early"]
+    assert list(jobs()) == [*HOST_JOBS, "early", "check_jobs"]
 
 
 def test_an_unknown_job_lists_the_registered_ones(settings):
     with pytest.raises(UnknownJob) as unknown:
         get_job("recrod")
     assert str(unknown.value) == (
-        "no job named 'recrod' in LOCKS_JOBS (registered: write_slot, record, refuse, linger, slow_write)"
+        "no job named 'recrod' in LOCKS_JOBS (registered: write_slot, record, refuse, linger, slow_write, check_jobs)"
     )
-    settings.LOCKS_JOBS = {}
+    settings.LOCKS_JOBS, settings.LOCKS_CHECK_JOBS = {}, False
     with pytest.raises(UnknownJob, match=r"\(registered: none\)"):
         get_job("record")
 
@@ -169,16 +170,19 @@ def test_the_dry_run_callable_is_the_preview(registered):
 
 def test_the_host_project_builds_cronjobs_from_its_registry():
     assert cronjobs(host.LOCKS_JOBS, log_dir=host.VAR / "log") == host.CRONJOBS
-    assert [line[2] for line in host.CRONJOBS] == [[name] for name in HOST_JOBS]
+    assert [line[2] for line in host.CRONJOBS] == [[name] for name in WITH_BUILTIN]
 
 
 def test_one_cron_line_per_registered_job(tmp_path):
     log_dir = tmp_path / "a 100% odd dir"
     lines = cronjobs({**host.LOCKS_JOBS, "broken": "not a dict"}, log_dir=log_dir)
-    assert [line[2] for line in lines] == [[name] for name in HOST_JOBS]
+    assert [line[2] for line in lines] == [[name] for name in WITH_BUILTIN]
     schedule, function, _args, kwargs, suffix = lines[1]
-    # run_job NAME, ending the process with its exit status (docs/deployment-cron.md).
+    # run_job NAME --requested-by cron, ending the process with its exit status (docs/deployment-cron.md).
     assert (schedule, function, kwargs) == ("*/5 * * * *", "locks.crontab.run", {})
+    assert lines[-1][:3] == ("* * * * *", "locks.crontab.run", ["check_jobs"])
+    without = cronjobs(host.LOCKS_JOBS, log_dir=log_dir, check_jobs=False)  # LOCKS_CHECK_JOBS = False
+    assert [line[2] for line in without] == [[name] for name in HOST_JOBS]
     # Shell-quoted, with cron's % escaped.
     assert suffix == f">> '{log_dir}/record.log' 2>&1".replace("%", "\\%")
 
@@ -191,5 +195,29 @@ def test_a_new_process_reads_the_same_cron_lines(transactional_db):
     )
     assert proc.returncode == 0, proc.stderr
     lines = json.loads(proc.stdout)
-    assert [(line[0], line[2]) for line in lines] == [("*/5 * * * *", [name]) for name in HOST_JOBS]
+    assert [(line[0], line[2]) for line in lines] == [("*/5 * * * *", [name]) for name in HOST_JOBS] + [
+        ("* * * * *", ["check_jobs"])
+    ]
     assert lines[1][4] == f">> {host.VAR / 'log' / 'record.log'} 2>&1"
+
+
+# --- the app's own job ---------------------------------------------------------------------
+
+
+def test_the_app_registers_check_jobs_unless_told_not_to_or_given_its_own(settings):
+    job = get_job("check_jobs")
+    assert (job.schedule, job.callable_path, job.ttl) == (
+        "* * * * *",
+        "locks.alerts.check_jobs",
+        timedelta(minutes=2),
+    )
+    settings.LOCKS_JOBS = {
+        **settings.LOCKS_JOBS,
+        "check_jobs": {"schedule": "*/5 * * * *", "callable": "locks.alerts.check_jobs"},
+    }
+    assert get_job("check_jobs").schedule == "*/5 * * * *"  # the project's own entry wins
+    settings.LOCKS_CHECK_JOBS = False
+    settings.LOCKS_JOBS = {name: entry for name, entry in settings.LOCKS_JOBS.items() if name != "check_jobs"}
+    assert list(jobs()) == HOST_JOBS
+    with pytest.raises(UnknownJob):
+        get_job("check_jobs")

@@ -10,7 +10,7 @@ from tests.conftest import manage, project_env, spawn
 from tests.jobsapp.models import SlotWrite
 
 TICK = "2026-11-30T14:00:00+00:00"
-REGISTERED = "write_slot, record, refuse, linger, slow_write"
+REGISTERED = "write_slot, record, refuse, linger, slow_write, check_jobs"
 pytestmark = pytest.mark.slow
 
 
@@ -66,6 +66,10 @@ def test_a_failed_run_exits_1_with_one_error_line_and_no_traceback(env):
         (["nope"], f"CommandError: no job named 'nope' in LOCKS_JOBS (registered: {REGISTERED})"),
         (["record", "--force", "--tick", TICK], "CommandError: --force and --tick exclude each other"),
         (["record", "--tick", "noon"], "argument --tick: 'noon' is not an ISO 8601 date-time"),
+        (
+            ["record", "--requested-by", "admin: x"],
+            "argument --requested-by: 'admin: x' is none of cli, cron, scheduler, trigger or admin:<user>",
+        ),
         ([], "the following arguments are required: job"),
         (
             ["record", "--tick", "2026-11-30T14:02:00+00:00"],
@@ -143,3 +147,12 @@ def test_sigterm_mid_run_records_the_run_and_releases_the_lease(env):
     lock = SyncLock.objects.get(job_name="linger")
     assert (lock.locked_until, lock.last_status) == (None, "failed")
     assert JobRun.objects.get().status == "failed"
+
+
+def test_each_run_records_who_asked_for_it(env):
+    assert manage("run_job", "record", "--force", env=env).returncode == 0
+    assert manage("run_job", "record", "--force", "--requested-by", "admin:alice", env=env).returncode == 0
+    assert list(JobRun.objects.order_by("started_at").values_list("requested_by", flat=True)) == [
+        "cli",
+        "admin:alice",
+    ]

@@ -20,6 +20,7 @@ import pytest
 from locks.models import JobRun, SyncLock, database_now
 from locks.schedule import next_tick, slot_at_or_before
 from tests.conftest import ROOT, project_env, spawn
+from tests.locks.conftest import wait_for
 
 SCHEDULE = "* * * * * */10"  # croniter's sixth field: seconds
 SLOTS = 7
@@ -28,14 +29,6 @@ GRACE = 5
 
 def start(env: dict[str, str], job: str = "slow_write") -> subprocess.Popen:
     return spawn([str(ROOT / "manage.py"), "run_scheduler", job], env=env)
-
-
-def wait_for(condition, *, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.1)
 
 
 @pytest.mark.slow

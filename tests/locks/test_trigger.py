@@ -210,7 +210,7 @@ def test_an_unknown_job_is_404_with_the_registered_names(client, trigger):
     assert response.status_code == 404
     assert response["Content-Type"] == "application/json"
     assert response.json() == {
-        "error": "no job named 'nope' in LOCKS_JOBS (registered: write_slot, record, refuse, linger, slow_write)"
+        "error": "no job named 'nope' in LOCKS_JOBS (registered: write_slot, record, refuse, linger, slow_write, check_jobs)"
     }
     assert not Throttle.objects.exists()
     assert not SyncLock.objects.exists()

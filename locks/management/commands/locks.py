@@ -1,3 +1,5 @@
+import argparse
+import getpass
 import json
 
 from django.core.management.base import BaseCommand, CommandError
@@ -5,16 +7,20 @@ from django.db import Error as DBError  # DatabaseError and InterfaceError
 from django.utils.formats import date_format
 
 from locks.leases import LockError, iso
+from locks.ledger import job_ledgers
 from locks.operations import force_release, reset_tick
-from locks.registry import UnknownJob
+from locks.pausing import pause_job, resume_job
+from locks.registry import UnknownJob, get_job
 from locks.selectors import job_states
 
 
 class Command(BaseCommand):
-    help = "Show job locks, or force-release one."
+    help = "Show job locks and their tick ledgers; force-release, pause or resume one."
 
     def add_arguments(self, parser) -> None:
-        actions = parser.add_subparsers(dest="action", required=True, metavar="{status,release}")
+        actions = parser.add_subparsers(
+            dest="action", required=True, metavar="{status,release,pause,resume,ticks}"
+        )
         status = actions.add_parser(
             "status", help="List every lock and its state, and the registered jobs that never ran."
         )
@@ -31,13 +37,34 @@ class Command(BaseCommand):
             action="store_true",
             help="Also clear the claimed tick, so the next scheduled run may claim any tick.",
         )
+        pause = actions.add_parser(
+            "pause", help="Pause a job cluster-wide: no copy runs it until it is resumed."
+        )
+        pause.add_argument("job", help="A registered job, e.g. send_digest.")
+        pause.add_argument("--note", default="", help="Why; shown on every skip, in the admin and in status.")
+        resume = actions.add_parser("resume", help="Resume a paused job: its next slot runs as usual.")
+        resume.add_argument("job", help="A registered job.")
+        ticks = actions.add_parser("ticks", help="A job's tick ledger: each recent slot and its one outcome.")
+        ticks.add_argument("job", help="A registered job.")
+        ticks.add_argument(
+            "--last", type=_positive, help="Only the newest N slots (default LOCKS_LEDGER_SLOTS)."
+        )
+        ticks.add_argument(
+            "--json", action="store_true", help="Print JSON (newest first) instead of a table."
+        )
 
     def handle(self, *args, action: str, **options) -> None:
         try:
             if action == "release":
                 self.release(options["job"], token=options["token"], reset=options["reset_tick"])
+            elif action in {"pause", "resume"}:
+                self.pause(options["job"], resume=action == "resume", note=options.get("note", ""))
+            elif action == "ticks":
+                self.ticks(options["job"], last=options["last"], as_json=options["json"])
             else:
                 self.status(as_json=options["json"])
+        except UnknownJob as exc:
+            raise CommandError(exc.args[0], returncode=2) from exc
         except DBError as exc:
             raise CommandError(f"cannot read the locks: {' '.join(str(exc).split())}") from exc
 
@@ -49,7 +76,7 @@ class Command(BaseCommand):
         if not states:
             self.stdout.write("No locks and no jobs in LOCKS_JOBS: a job creates its lock on its first run.")
             return
-        header = ("JOB", "STATE", "HOLDER", "TOKEN", "LOCKED UNTIL", "TICK", "LAST RUN", "FINISHED")
+        header = ("JOB", "STATE", "HOLDER", "TOKEN", "LOCKED UNTIL", "TICK", "LAST RUN", "FINISHED", "PAUSED")
         rows = [
             (
                 s.job,
@@ -60,6 +87,10 @@ class Command(BaseCommand):
                 _fmt(s.tick),
                 s.last_status or "-",
                 _fmt(s.last_finished_at),
+                f"by {s.paused_by} since {_fmt(s.paused_at)}"
+                + (f": {s.paused_note}" if s.paused_note else "")
+                if s.paused
+                else "-",
             )
             for s in states
         ]
@@ -68,6 +99,29 @@ class Command(BaseCommand):
             self.stdout.write(
                 "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
             )
+
+    def pause(self, job: str, *, resume: bool, note: str) -> None:
+        by = _cli_user()
+        if resume:
+            state = resume_job(job=job, by=by)
+            self.stdout.write(
+                f"Resumed {job}: its next slot runs as usual." if state.changed else f"{job} was not paused."
+            )
+            return
+        state = pause_job(job=job, by=by, note=note)
+        self.stdout.write(
+            f"Paused: {state.describe()}." if state.changed else f"Already paused: {state.describe()}."
+        )
+
+    def ticks(self, job: str, *, last: int | None, as_json: bool) -> None:
+        ledger = job_ledgers(jobs=[get_job(job)], slots=last)[job]
+        if as_json:
+            self.stdout.write(json.dumps([slot.as_json() for slot in ledger.slots], indent=2))
+            return
+        self.stdout.write(f"{'TICK (UTC)':<25}  {'OUTCOME':<9}  ATTEMPTS  RUNS")
+        for slot in ledger.slots:
+            runs = ", ".join(f"{run['status']} #{run['token']}" for run in slot.runs) or "-"
+            self.stdout.write(f"{slot.tick.isoformat():<25}  {slot.outcome:<9}  {slot.attempts:<8}  {runs}")
 
     def release(self, job: str, *, token: int | None, reset: bool) -> None:
         by = "manage.py locks release"
@@ -95,6 +149,24 @@ class Command(BaseCommand):
                     self.stdout.write(f"{job} has no claimed tick; nothing to reset.")
         except (UnknownJob, LockError) as exc:
             raise CommandError(exc.args[0]) from exc
+
+
+def _positive(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number of slots, 1 or more")
+    return number
+
+
+def _cli_user() -> str:
+    """``cli:<OS user>``: who paused or resumed a job from the command line."""
+    try:
+        return f"cli:{getpass.getuser()}"
+    except (KeyError, OSError):  # no user name in this container's environment or passwd
+        return "cli"
 
 
 def _fmt(value) -> str:

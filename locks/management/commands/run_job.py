@@ -38,6 +38,15 @@ class Command(BaseCommand):
         parser.add_argument("--force", action="store_true", help="Ignore the tick (still needs the lock).")
         parser.add_argument("--dry-run", action="store_true", help=self.dry_run_help)
         parser.add_argument(
+            "--requested-by",
+            default="cli",
+            type=_requester,
+            help=(
+                "Who asks for this run, kept on its JobRun: cli (the default), cron, scheduler, trigger or "
+                "admin:<user> (the admin's Run now passes it)."
+            ),
+        )
+        parser.add_argument(
             "--tick",
             type=_tick,
             help=(
@@ -46,7 +55,9 @@ class Command(BaseCommand):
             ),
         )
 
-    def handle(self, *args, force: bool, dry_run: bool, tick: datetime | None, **options) -> None:
+    def handle(
+        self, *args, force: bool, dry_run: bool, tick: datetime | None, requested_by: str = "cli", **options
+    ) -> None:
         name = self.job_name or options["job"]
         try:
             check_env_file(os.environ)  # started from a crontab line: its file holds the secrets
@@ -66,7 +77,7 @@ class Command(BaseCommand):
             # A stopped pod or `kill` ends the run through Python, so the lease is released
             # and the run recorded instead of left to expire.
             signal.signal(signal.SIGTERM, _terminate)
-            result = run_job(name=name, tick=tick, force=force)
+            result = run_job(name=name, tick=tick, force=force, requested_by=requested_by)
         except UnknownJob as exc:
             raise CommandError(exc.args[0], returncode=2) from exc
         except InvalidTick as exc:
@@ -90,6 +101,18 @@ class Command(BaseCommand):
 
 def _terminate(signum, frame) -> None:
     raise SystemExit(128 + signum)
+
+
+REQUESTERS = ("cli", "cron", "scheduler", "trigger")
+
+
+def _requester(value: str) -> str:
+    """One of REQUESTERS or ``admin:<user>`` (at most 200 characters, printable, no spaces)."""
+    if value in REQUESTERS or (
+        value.startswith("admin:") and 6 < len(value) <= 200 and value.isprintable() and " " not in value
+    ):
+        return value
+    raise argparse.ArgumentTypeError(f"{value!r} is none of {', '.join(REQUESTERS)} or admin:<user>")
 
 
 def _tick(value: str) -> datetime:

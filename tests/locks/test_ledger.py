@@ -1,0 +1,211 @@
+"""The tick ledger (issue 19, item 3): each recent slot with exactly one outcome, from the schedule,
+the run history and the pause history. ``build_ledger`` is judged with an injected clock;
+``job_ledgers`` and ``locks ticks`` with rows written into the past, on the database clock."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from io import StringIO
+
+import pytest
+from django.core.checks import run_checks
+from django.core.management import call_command
+from django.core.management.base import CommandError
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from locks.ledger import build_ledger, chance_end, job_ledgers
+from locks.models import JobPause, JobRun, RunStatus, SyncLock, database_now
+from locks.registry import get_job
+from locks.schedule import previous_slots
+from tests.locks.conftest import reschedule
+
+NOW = datetime(2026, 12, 2, 10, 31, 0, tzinfo=UTC)  # the injected database clock
+
+
+def job(schedule: str = "*/5 * * * *", **changes):
+    return replace(get_job("record"), schedule=schedule, **changes)
+
+
+def run(tick, status, token=1, **fields) -> dict:
+    return {"tick": tick, "token": token, "status": status, "holder": "h:1:a", "started_at": tick, **fields}
+
+
+def outcomes(ledger) -> list[str]:
+    return [slot.outcome for slot in ledger.slots]
+
+
+@pytest.mark.django_db
+def test_every_outcome_from_runs_written_into_the_past():
+    """``*/5``, judged at 10:31: one slot of each outcome, newest first."""
+    record = job()  # retry delays 30 and 60 s: three attempts per slot
+    ticks = previous_slots(record.schedule, now=NOW, count=7)  # 10:30, 10:25, … 10:00
+    runs = {
+        ticks[1]: [run(ticks[1], RunStatus.FAILED), run(ticks[1], RunStatus.SUCCEEDED, token=2)],
+        ticks[2]: [run(ticks[2], RunStatus.FAILED, token=3), run(ticks[2], RunStatus.ABANDONED, token=4)],
+        ticks[5]: [run(ticks[5], RunStatus.RUNNING, token=7)],
+    }
+    lock = {"token": 7, "locked_until": NOW + timedelta(minutes=1), "tick": ticks[5], "paused_at": None}
+    pauses = [(ticks[4] - timedelta(minutes=1), ticks[3] + timedelta(seconds=1))]  # 10:09 to 10:15:01
+
+    ledger = build_ledger(record, ticks=ticks, runs=runs, lock=lock, pauses=pauses, db_now=NOW)
+
+    assert outcomes(ledger) == ["pending", "succeeded", "failed", "missed", "paused", "running", "missed"]
+    assert [slot.attempts for slot in ledger.slots] == [0, 2, 2, 0, 0, 1, 0]
+    assert ledger.slots[2].describe() == "2026-12-02 10:20 UTC failed (2 attempts)"
+    assert dict(ledger.counts) == {
+        "pending": 1,
+        "succeeded": 1,
+        "failed": 1,
+        "missed": 2,
+        "paused": 1,
+        "running": 1,
+    }
+    # The run of 10:05 holds the lease no more (another token has it): an attempt that failed.
+    lost = build_ledger(record, ticks=ticks, runs=runs, lock={**lock, "token": 8}, pauses=[], db_now=NOW)
+    assert lost.slots[5].outcome == "failed"
+
+
+def test_a_slot_that_used_every_attempt_is_failed_before_the_next_slot_comes():
+    hourly = job("0 * * * *", retry_delays=(timedelta(minutes=1),))  # two attempts
+    [tick] = previous_slots(hourly.schedule, now=NOW, count=1)
+    once = {tick: [run(tick, RunStatus.FAILED)]}
+    twice = {tick: [run(tick, RunStatus.FAILED), run(tick, RunStatus.LOST_LOCK, token=2)]}
+    assert outcomes(build_ledger(hourly, ticks=[tick], runs=once, lock={}, pauses=[], db_now=NOW)) == [
+        "pending"
+    ]
+    assert outcomes(build_ledger(hourly, ticks=[tick], runs=twice, lock={}, pauses=[], db_now=NOW)) == [
+        "failed"
+    ]
+
+
+def test_a_slot_superseded_by_a_later_claim_is_missed_at_once():
+    """Latest policy: a copy claimed 10:35 early (the tick window), so 10:30 can no longer run."""
+    record = job()
+    ticks = previous_slots(record.schedule, now=NOW, count=1)
+    lock = {"token": 1, "locked_until": None, "tick": ticks[0] + timedelta(minutes=5), "paused_at": None}
+    assert outcomes(build_ledger(record, ticks=ticks, runs={}, lock=lock, pauses=[], db_now=NOW)) == [
+        "missed"
+    ]
+
+
+def test_under_the_all_policy_a_slot_keeps_its_chance_for_the_window():
+    hourly = job("0 * * * *", catch_up="all", catch_up_window=timedelta(hours=3))
+    ticks = previous_slots(hourly.schedule, now=NOW, count=5)  # 10:00 … 06:00
+    lock = {"token": 1, "locked_until": None, "tick": ticks[0], "paused_at": None}
+    ledger = build_ledger(hourly, ticks=ticks, runs={}, lock=lock, pauses=[], db_now=NOW)
+    assert outcomes(ledger) == ["pending", "pending", "pending", "missed", "missed"]  # 07:00 + 3 h < 10:31
+
+
+def test_paused_only_when_the_whole_chance_passed_inside_pauses():
+    record = job()
+    ticks = previous_slots(record.schedule, now=NOW, count=4)  # 10:30, 10:25, 10:20, 10:15
+    pauses = [
+        (ticks[3] + timedelta(seconds=1), ticks[2]),  # 10:15 was not paused at its very start
+        (
+            ticks[2] - timedelta(seconds=5),
+            ticks[1] - timedelta(seconds=1),
+        ),  # two pauses cover 10:20's chance?
+        (ticks[1] - timedelta(seconds=1), None),  # … yes, with this one, still open
+    ]
+    ledger = build_ledger(
+        record, ticks=ticks, runs={}, lock={"paused_at": ticks[1]}, pauses=pauses, db_now=NOW
+    )
+    assert outcomes(ledger) == ["pending", "paused", "paused", "missed"]
+    assert ledger.paused
+
+
+def test_an_uneven_schedule_gives_each_slot_its_own_chance():
+    """``0 8,9 * * *``: 08:00's chance ends at 09:00, 09:00's at the next day's 08:00 (all UTC)."""
+    twice = job("0 8,9 * * *")
+    ticks = previous_slots(twice.schedule, now=NOW, count=4)
+    assert ticks == [
+        NOW.replace(hour=h, minute=0) - timedelta(days=d) for d, h in ((0, 9), (0, 8), (1, 9), (1, 8))
+    ]
+    assert chance_end(twice, ticks[1]) == ticks[0]
+    assert chance_end(twice, ticks[0]) == NOW.replace(hour=8, minute=0) + timedelta(days=1)
+    runs = {ticks[1]: [run(ticks[1], RunStatus.FAILED)], ticks[2]: [run(ticks[2], RunStatus.SUCCEEDED)]}
+    ledger = build_ledger(twice, ticks=ticks, runs=runs, lock={}, pauses=[], db_now=NOW)
+    assert outcomes(ledger) == ["pending", "failed", "succeeded", "missed"]
+    assert all(slot.tick.tzinfo == UTC for slot in ledger.slots)
+
+
+def test_a_seconds_level_schedule():
+    every_ten = job("* * * * * */10", retry_delays=())
+    now = NOW + timedelta(seconds=25)
+    ticks = previous_slots(every_ten.schedule, now=now, count=4)  # :20, :10, :00, :50
+    assert [tick.second for tick in ticks] == [20, 10, 0, 50]
+    runs = {ticks[1]: [run(ticks[1], RunStatus.SUCCEEDED)], ticks[2]: [run(ticks[2], RunStatus.FAILED)]}
+    ledger = build_ledger(every_ten, ticks=ticks, runs=runs, lock={}, pauses=[], db_now=now)
+    assert outcomes(ledger) == ["pending", "succeeded", "failed", "missed"]
+
+
+# --- from the database -------------------------------------------------------------------
+
+
+def _history(job_name: str, *, runs: int) -> list:
+    """``runs`` runs of ``job_name`` on its recent slots, written into the past."""
+    schedule = get_job(job_name).schedule
+    ticks = previous_slots(schedule, now=database_now(), count=10)
+    JobRun.objects.bulk_create(
+        JobRun(
+            job_name=job_name,
+            tick=ticks[1 + n % 9],
+            holder="h:1:a",
+            token=n + 1,
+            started_at=ticks[1 + n % 9],
+            finished_at=ticks[1 + n % 9] + timedelta(seconds=2),
+            status=RunStatus.FAILED if n % 9 == 3 else RunStatus.SUCCEEDED,
+            requested_by="cron",
+        )
+        for n in range(runs)
+    )
+    return ticks
+
+
+@pytest.mark.django_db
+def test_locks_ticks_prints_the_ledger_newest_first():
+    ticks = _history("record", runs=9)
+    out = StringIO()
+    call_command("locks", "ticks", "record", "--last", "5", "--json", stdout=out)
+    slots = json.loads(out.getvalue())
+    assert [slot["tick"] for slot in slots] == [tick.isoformat() for tick in ticks[:5]]
+    assert [slot["outcome"] for slot in slots] == ["pending", "succeeded", "succeeded", "succeeded", "failed"]
+    assert slots[4]["runs"][0]["requested_by"] == "cron" and slots[4]["runs"][0]["status"] == "failed"
+    table = StringIO()
+    call_command("locks", "ticks", "record", "--last", "2", stdout=table)
+    assert table.getvalue().splitlines()[2].split()[:3] == [ticks[1].isoformat(), "succeeded", "1"]
+
+
+@pytest.mark.django_db
+def test_locks_ticks_refuses_an_unknown_job_with_exit_2_and_a_bad_count():
+    with pytest.raises(CommandError) as unknown:
+        call_command("locks", "ticks", "nope", stdout=StringIO())
+    assert unknown.value.returncode == 2 and str(unknown.value).startswith("no job named 'nope'")
+    with pytest.raises(CommandError, match="argument --last: '0' is not a whole number of slots, 1 or more"):
+        call_command("locks", "ticks", "record", "--last", "0", stdout=StringIO())
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("runs", [10, 1000])
+@pytest.mark.parametrize("slots", [10, 500])
+def test_the_ledger_costs_four_queries_whatever_the_slots_runs_or_jobs(settings, runs, slots):
+    reschedule(settings, "record", "* * * * *")
+    settings.LOCKS_LEDGER_SLOTS = slots
+    _history("record", runs=runs)
+    _history("write_slot", runs=runs)
+    JobPause.objects.create(job_name="record", paused_at=database_now() - timedelta(hours=3), paused_by="cli")
+    SyncLock.objects.create(job_name="record")
+    with CaptureQueriesContext(connection) as queries:
+        ledgers = job_ledgers(jobs=[get_job(name) for name in ("record", "write_slot", "refuse")])
+    assert len(queries) == 4
+    assert [len(ledger.slots) for ledger in ledgers.values()] == [slots] * 3
+    assert ledgers["record"].counts["succeeded"] == 8 and ledgers["refuse"].counts["missed"] == slots - 1
+
+
+def test_a_bad_ledger_length_fails_its_check(settings):
+    settings.LOCKS_LEDGER_SLOTS = 0
+    [error] = [m for m in run_checks() if m.id == "locks.E008"]
+    assert error.msg == "LOCKS_LEDGER_SLOTS must be a whole number of slots, 1 or more, got 0."
