@@ -18,7 +18,8 @@ from django.db.models.functions import Now
 from django.utils.timesince import timeuntil
 
 from contests.models import Reminder
-from locks.leases import Lease, make_holder
+from locks.claims import Lease
+from locks.leases import make_holder
 from locks.text import error_text
 
 logger = logging.getLogger(__name__)

@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from contests.models import Reminder
 from contests.reminders import ReminderDeliveryError, claim_reminder, deliver_due_reminders, retry_reminders
-from locks.leases import Lease, LockLost
+from locks.claims import Lease, LockLost
 from tests.conftest import manage, project_env
 from tests.contests.reminder_data import due_reminders, make_contest, make_reminder, make_user
 from tests.smtp_standin import smtp_standin
