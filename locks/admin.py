@@ -22,6 +22,7 @@ from django.utils.timesince import timesince, timeuntil
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
+from locks.actions import LeaseActionsMixin
 from locks.display import (
     STATE_LABELS,
     absolute,
@@ -36,7 +37,6 @@ from locks.display import (
     tick_progress,
 )
 from locks.models import EXPIRED, HELD, OVERDUE, JobRun, RunStatus, SyncLock
-from locks.operations import LeaseActionsMixin
 from locks.selectors import lock_summary
 
 RECENT_RUNS = 20
