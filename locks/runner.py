@@ -119,17 +119,14 @@ def run_locked(
 ) -> RunResult:
     """Run ``fn(lease)`` if this process wins the lease for ``tick``.
 
-    Never raises for the lock's sake: an unreachable database, a lease held
-    elsewhere or a tick more than ``horizon`` ahead of the database clock is a
-    skip; a failure inside ``fn`` is recorded on a ``JobRun`` and returned. A
-    heartbeat thread renews the lease every TTL/3, for at most ``max_run_time``;
-    ``fn`` calls ``lease.check()`` before writing, or writes inside
-    ``fenced(lease)``. A run whose fenced block committed is a success. Errors in
-    ``expected_errors`` and database errors are logged without a traceback;
-    anything else is a bug and keeps its traceback. ``retry_delays``: a tick gets
-    ``1 + len(retry_delays)`` attempts across every host, each one not before its delay
-    after the previous one failed (None: as many as are asked, at once).
-    """
+    Never raises for the lock's sake: an unreachable database, a lease held elsewhere or a
+    tick more than ``horizon`` ahead of the database clock is a skip; a failure inside ``fn``
+    is recorded on a ``JobRun`` and returned. A heartbeat thread renews the lease every TTL/3,
+    for at most ``max_run_time``; ``fn`` calls ``lease.check()`` before writing, or writes
+    inside ``fenced(lease)``. A run whose fenced block committed is a success. Errors in
+    ``expected_errors`` and database errors are logged without a traceback; anything else
+    keeps its traceback. ``retry_delays``: a tick gets ``1 + len`` attempts across every
+    host, each not before its delay after the previous one failed (None: no limit)."""
     validate_ttl(ttl)
     if max_run_time is not None and max_run_time <= timedelta(0):
         raise ValueError(f"max_run_time must be positive, got {max_run_time}")
@@ -308,57 +305,43 @@ def _missing_table(exc: Exception) -> bool:
 def run_job(
     *, name: str, tick: datetime | None = None, force: bool = False, due: datetime | None = None
 ) -> RunResult:
-    """One run of the job ``name`` under its lease: at most one success per tick across
-    every host. The one way a registered job is run (run_job and its aliases, the
-    trigger, the scheduler).
+    """One run of the job ``name`` under its lease, at most one success per tick across every
+    host: the one way a registered job is run (run_job and its aliases, the trigger, the scheduler).
 
-    ``tick``: the slot to claim (an operator's ``--tick``); else the slot of now (``due``:
-    the latest a run may claim, the scheduler's; by default the current tick), or under
-    ``catch_up: "all"`` the oldest slot up to it that is not done and still has its chance
-    (docs/architecture.md, "Catch-up"). ``force`` ignores slots (a manual run) but still
-    needs the lease. Raises ``UnknownJob``; ``InvalidTick`` for a ``tick`` that is no slot,
-    that the lease refused as too far ahead of the database clock (beyond the tick window,
-    unless it is the slot a run claims now; a current tick so refused is a skip: this
-    host's clock is fast), or that would skip slots under ``"all"``; ``LockError`` when the
-    lock table is missing.
-    """
+    ``tick``: the slot to claim (``--tick``); else the slot of now (``due``, the scheduler's:
+    the latest a run may claim), or under catch_up "all" the oldest one up to it still to run
+    (docs/architecture.md, "Catch-up"). ``force`` ignores slots but still needs the lease.
+    Raises ``UnknownJob``; ``InvalidTick`` for a ``tick`` that is no slot, lies beyond the tick
+    window (unless it is the slot of now) or would skip slots under "all"; ``LockError`` when
+    the lock table is missing."""
     job = get_job(name)
     if force and tick is not None:
         raise InvalidTick("force and tick exclude each other: a forced run claims no tick")
-    explicit = tick is not None
     now = timezone.now()
     # The period around now, not around the tick: on an uneven schedule the upcoming slot
     # can lie further ahead than the gap that follows it.
     horizon, bound = schedule.period(job.schedule, now=now), "one schedule period"
     if tick is not None:
         tick = schedule.check_tick(job.schedule, tick)
-        if tick != job.current_tick(now=now):
-            horizon, bound = (
-                schedule.early_window(job.schedule, now=now, window=tick_window()),
-                "the tick window",
+        if tick != job.current_tick(now=now):  # a later slot than now's only within the tick window
+            horizon = schedule.early_window(job.schedule, now=now, window=tick_window())
+            bound = "the tick window"
+    claim, behind = None if force else (tick or due or job.current_tick(now=now)), False
+    if claim is not None and job.catch_up == ALL:
+        try:
+            pending = _pending_tick(job, due=claim)
+        except Error as exc:
+            skipped = RunResult(job=name, tick=claim, holder=make_holder(), outcome="skipped")
+            return _unreachable(skipped, exc, time.monotonic())
+        if tick is not None and tick > pending:
+            raise InvalidTick(
+                f"tick {iso(tick)} would skip slots: under catch_up 'all' the slots of {name} run oldest "
+                f"first, and the next one is {iso(pending)}"
             )
-    behind = False
-    if not force:
-        due = tick or due or job.current_tick(now=now)
-        if job.catch_up == ALL:
-            try:
-                pending = _pending_tick(job, due=due)
-            except Error as exc:
-                return _unreachable(
-                    RunResult(job=name, tick=due, holder=make_holder(), outcome="skipped"),
-                    exc,
-                    time.monotonic(),
-                )
-            if tick is not None and tick > pending:
-                raise InvalidTick(
-                    f"tick {iso(tick)} would skip slots: under catch_up 'all' the slots of {name} run oldest "
-                    f"first, and the next one is {iso(pending)}"
-                )
-            due, behind = pending, pending < due
-        tick = due
+        claim, behind = pending, pending < claim
     result = run_locked(
         job=job.name,
-        tick=tick,
+        tick=claim,
         ttl=job.ttl,
         fn=job.function(),
         expected_errors=job.error_classes(),
@@ -366,19 +349,13 @@ def run_job(
         max_run_time=job.max_run_time,
         retry_delays=job.retry_delays,
     )
-    result.behind = behind
-    skip = result.skip
-    if explicit and skip is not None and skip.reason == "tick_ahead":
-        raise InvalidTick(
-            schedule.tick_ahead_message(
-                job.schedule,
-                tick,
-                db_now=skip.db_now,
-                horizon=skip.horizon,
-                window=tick_window(),
-                bound=bound,
-            )
+    result.behind, skip = behind, result.skip
+    if tick is not None and skip is not None and skip.reason == "tick_ahead":
+        window = tick_window()
+        message = schedule.tick_ahead_message(
+            job.schedule, tick, db_now=skip.db_now, horizon=skip.horizon, window=window, bound=bound
         )
+        raise InvalidTick(message)
     return result
 
 

@@ -6,8 +6,8 @@ attempts, across every replica); after a lease held elsewhere would have expired
 skip for an unreachable database or a lock row locked by a write in progress, with a backoff
 (1 s doubling to 30 s) until the slot's chance is over; and under ``catch_up: "all"`` at once
 again while slots are behind. Each ask runs in a child process of its own, so a long or stuck
-run of one job never keeps another job's slot from being asked (docs/architecture.md, "The
-scheduler"). It never raises for a job's sake.
+run of one job never keeps another job's slot from being asked
+(docs/architecture.md, "The scheduler"). It never raises for a job's sake.
 """
 
 from __future__ import annotations

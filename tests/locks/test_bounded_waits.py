@@ -15,14 +15,13 @@ import json
 import signal
 import subprocess
 import sys
-import threading
 import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
-from django.db import connection, connections, transaction
+from django.db import connection
 
 from locks import leases, operations
 from locks.bounds import RowLocked
@@ -35,42 +34,6 @@ from tests.jobsapp.models import SlotWrite
 
 TICK = datetime(2026, 11, 30, 14, 0, tzinfo=UTC)
 TTL = timedelta(seconds=30)
-POSTGRES_ONLY = "PostgreSQL only: SQLite locks the whole file, not a row (tested below)"
-
-
-@pytest.fixture
-def postgres(transactional_db):
-    if connection.vendor != "postgresql":
-        pytest.skip(POSTGRES_ONLY)
-
-
-@pytest.fixture
-def locked_row(postgres):
-    """``lock(job)``: that job's lock row locked by another connection's open transaction (a
-    write in progress) until the test ends."""
-    done = threading.Event()
-    threads = []
-
-    def hold(job: str, locked: threading.Event) -> None:
-        try:
-            with transaction.atomic():
-                list(SyncLock.objects.select_for_update().filter(job_name=job))
-                locked.set()
-                done.wait(60)
-        finally:
-            connections.close_all()
-
-    def lock(job: str) -> None:
-        locked = threading.Event()
-        thread = threading.Thread(target=hold, args=(job, locked), daemon=True)
-        thread.start()
-        threads.append(thread)
-        assert locked.wait(10), "the row was not locked"
-
-    yield lock
-    done.set()
-    for thread in threads:
-        thread.join(10)
 
 
 def test_a_contender_that_meets_a_locked_row_skips_as_held_at_once_and_says_so(locked_row):

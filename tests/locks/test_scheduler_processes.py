@@ -16,7 +16,6 @@ import os
 import signal
 import socket
 import subprocess
-import threading
 import time
 from collections import Counter
 from datetime import timedelta
@@ -24,7 +23,6 @@ from itertools import pairwise
 from pathlib import Path
 
 import pytest
-from django.db import connection, connections, transaction
 
 from locks.models import JobRun, SyncLock, database_now
 from locks.schedule import next_tick, slot_at_or_before
@@ -182,27 +180,12 @@ def test_a_long_run_of_one_job_never_makes_another_jobs_slot_pass_unasked(db_url
 
 
 @pytest.mark.slow
-def test_one_jobs_locked_lock_row_never_stops_another_job(db_url):
+def test_one_jobs_locked_lock_row_never_stops_another_job(db_url, locked_row):
     """A write in progress holds slow_write's lock row (here: a transaction of this test that
     stays open, as a frozen holder's would): every ask of slow_write skips at once and says so,
     and write_slot's slots run meanwhile. Before, the ask waited on the row with no bound."""
-    if connection.vendor != "postgresql":
-        pytest.skip("PostgreSQL only: SQLite has no row locks (its busy timeout bounds the wait)")
     SyncLock.objects.create(job_name="slow_write")  # free: a contender's compare-and-set matches it
-    done, locked = threading.Event(), threading.Event()
-
-    def hold() -> None:
-        try:
-            with transaction.atomic():
-                list(SyncLock.objects.select_for_update().filter(job_name="slow_write"))
-                locked.set()
-                done.wait(60)
-        finally:
-            connections.close_all()
-
-    holder = threading.Thread(target=hold, daemon=True)
-    holder.start()
-    assert locked.wait(10)
+    locked_row("slow_write")
     env = project_env(
         DATABASE_URL=db_url, SLOW_WRITE_SCHEDULE="* * * * * */2", WRITE_SLOT_SCHEDULE="* * * * * */2"
     )
@@ -214,8 +197,6 @@ def test_one_jobs_locked_lock_row_never_stops_another_job(db_url):
         scheduler.send_signal(signal.SIGTERM)
         _out, err = scheduler.communicate(timeout=30)
     finally:
-        done.set()
-        holder.join(10)
         if scheduler.poll() is None:
             scheduler.kill()
             scheduler.communicate()

@@ -85,7 +85,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--replicas", type=int, default=3, help=f"run_scheduler replicas, 1-{MAX_REPLICAS}.")
     parser.add_argument("--nemesis", default="all", help=f"Kinds: {','.join(KINDS)}; or all, or none.")
     parser.add_argument(
-        "--catch-up", choices=("latest", "all"), help="The soak job's catch_up key (not set: the default, latest)."
+        "--catch-up",
+        choices=("latest", "all"),
+        help="The soak job's catch_up key (not set: the default, latest).",
     )
     parser.add_argument(
         "--healthy-slots", type=int, default=3, help="Healthy slots after the nemesis (default 3)."
