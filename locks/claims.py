@@ -44,10 +44,8 @@ class Skip:
 
     def __str__(self) -> str:
         if self.reason == "held" and self.locked:
-            return (
-                f"the lock row is locked by a write in progress (last holder {self.holder or 'none'}, "
-                f"lease until {iso(self.locked_until)}): asking again later"
-            )
+            lease = f"lease until {iso(self.locked_until)}" if self.locked_until else "lease released"
+            return f"the lock row is locked by a write in progress (last holder {self.holder or 'none'}, {lease})"
         if self.reason == "held":
             return f"held by {self.holder} until {iso(self.locked_until)}"
         if self.reason == "tick_ahead":

@@ -41,13 +41,15 @@ class RunResult:
 
     @property
     def next_due_now(self) -> bool:
-        """Under catch_up "all", whether the run settled a slot behind the current one (it
-        succeeded, or that slot had its last attempt): then the next slot is due at once."""
+        """Under catch_up "all", whether a slot behind the current one is settled (this run
+        succeeded, or had the slot's last attempt; or another host settled it meanwhile): then
+        the next slot is due at once."""
         if not self.behind:
             return False
         if self.outcome in {"failed", "lost_lock"}:
             return self.retry_after is None
-        return self.outcome == "succeeded" or (self.skip is not None and self.skip.reason == "attempts_used")
+        settled_elsewhere = self.skip is not None and self.skip.reason in {"attempts_used", "tick_claimed"}
+        return self.outcome == "succeeded" or settled_elsewhere
 
     def describe(self) -> str:
         parts = [f"job={self.job}", f"tick={iso(self.tick) or 'forced'}", f"holder={self.holder}"]
