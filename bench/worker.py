@@ -340,7 +340,8 @@ def lock_latency(*, cycles: int, warmup: int) -> dict:
     setup_django()
     from django.db import connection
 
-    from locks.leases import Lease, acquire, release
+    from locks.claims import Lease
+    from locks.leases import acquire, release
 
     job, ttl = "bench-latency", timedelta(minutes=5)
     base = datetime(2030, 1, 1, tzinfo=UTC)
@@ -410,7 +411,8 @@ def contend(*, job: str, tick: str, ttl: float) -> None:
     setup_django()
     from django.db import connection
 
-    from locks.leases import Lease, acquire
+    from locks.claims import Lease
+    from locks.leases import acquire
 
     connection.ensure_connection()
     print("ready", flush=True)

@@ -10,11 +10,13 @@ from hashlib import blake2b as _blake2b
 
 from django.db import connections, router, transaction
 from django.db.models import Exists, OuterRef, QuerySet
+from django.db.models.functions import Now
 from django.utils import timezone
 
 from contests.codeforces import CodeforcesClient, CodeforcesError, ContestRecord
 from contests.models import Contest, Platform, Reminder
-from locks.leases import Lease, fenced
+from locks.claims import Lease
+from locks.leases import fenced
 
 logger = logging.getLogger(__name__)
 
@@ -64,9 +66,12 @@ def sync_codeforces_contests(
     Contest writes happen in one ``fenced(lease)`` transaction that starts by
     renewing ``lease`` (fencing: docs/architecture.md, The lock), so a process
     that lost its lease writes nothing. A resync of an unchanged list is one read and the prune: no
-    contest row is written.
+    contest row is written. Whether a contest has started (so its reminders are pruned, and a
+    vanished one is marked removed) is judged by the database clock, not this host's; ``now``
+    replaces both clocks (tests).
     """
-    now = now or timezone.now()
+    started = now or Now()  # a host whose clock is fast must not prune reminders still due
+    now = now or timezone.now()  # what the rows record (updated_at, removed_at)
     fetched = client.contest_list()
     if lease is not None:
         # The fetch can outlast a heartbeat that failed (network cut, database
@@ -111,8 +116,8 @@ def sync_codeforces_contests(
     stats.unchanged, stats.created, stats.updated = unchanged, len(to_create), len(to_update)
 
     if dry_run:
-        stats.removed = sum(_vanished(batch, now=now).count() for batch in _batches(missing))
-        stats.pruned = Reminder.objects.stale(now=now).count()
+        stats.removed = sum(_vanished(batch, now=started).count() for batch in _batches(missing))
+        stats.pruned = Reminder.objects.stale(now=started).count()
         return stats
 
     if lease is not None:
@@ -121,7 +126,7 @@ def sync_codeforces_contests(
         # No contest to write, so nothing to fence: pruning is one idempotent
         # DELETE that is right whoever runs it. This keeps an unchanged resync
         # at one read and one delete (docs/architecture.md, The sync).
-        stats.pruned = prune_stale_reminders(now=now)
+        stats.pruned = prune_stale_reminders(now=started)
         return stats
     # fenced(): the transaction starts by renewing the lease (LockLost: nothing
     # below runs) and, for a scheduled run, marks its tick done as it commits.
@@ -134,25 +139,27 @@ def sync_codeforces_contests(
             to_update, [*SYNCED_FIELDS, "fingerprint", "updated_at", "removed_at"], batch_size=BATCH_SIZE
         )
         stats.removed = sum(
-            _vanished(batch, now=now).update(removed_at=now, updated_at=now) for batch in _batches(missing)
+            _vanished(batch, now=started).update(removed_at=now, updated_at=now)
+            for batch in _batches(missing)
         )
-        stats.pruned = prune_stale_reminders(now=now)
+        stats.pruned = prune_stale_reminders(now=started)
     return stats
 
 
-def _vanished(pks: list[int], *, now: datetime):
+def _vanished(pks: list[int], *, now: datetime | Now):
     """Those of ``pks`` that were still upcoming and announced."""
     return Contest.objects.filter(pk__in=pks, removed_at__isnull=True, start_time__gt=now)
 
 
-def prune_stale_reminders(*, now: datetime | None = None) -> int:
-    """One set-based DELETE of reminders that can no longer fire.
+def prune_stale_reminders(*, now: datetime | Now | None = None) -> int:
+    """One set-based DELETE of reminders that can no longer fire, judged by the database
+    clock (``now``: another one).
 
     SQL backends delete through the join to the contest in one statement.
     MongoDB cannot delete across collections, so there the stale reminders'
     keys are read first and the delete matches them (``delete_by_pk``).
     """
-    stale = Reminder.objects.stale(now=now or timezone.now())
+    stale = Reminder.objects.stale(now=now)
     vendor = connections[router.db_for_write(Reminder)].vendor
     if vendor in EXISTS_DELETE_VENDORS:
         # The same filter as a correlated EXISTS: SQLite deletes in one pass over

@@ -24,6 +24,7 @@ from django.utils.timesince import timesince, timeuntil
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
+from locks.actions import LeaseActionsMixin
 from locks.controls import JobControlsMixin
 from locks.display import (
     STATE_LABELS,
@@ -42,7 +43,6 @@ from locks.display import (
 )
 from locks.ledger import Ledger, job_ledgers
 from locks.models import EXPIRED, HELD, OVERDUE, Incident, JobPause, JobRun, RunStatus, SyncLock
-from locks.operations import LeaseActionsMixin
 from locks.registry import jobs as registered_jobs
 from locks.selectors import lock_summary
 

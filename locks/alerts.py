@@ -18,7 +18,8 @@ from django.core.mail import mail_admins
 from django.db.models import Max
 from django.db.models.functions import Now
 
-from locks.leases import Lease, fenced, iso
+from locks.claims import Lease, iso
+from locks.leases import fenced
 from locks.ledger import MISSED, Ledger, job_ledgers
 from locks.models import Incident, JobPause, SyncLock
 from locks.pausing import ensure_lock_row

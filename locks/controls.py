@@ -15,7 +15,7 @@ from django.urls import path, reverse
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
-from locks.leases import iso
+from locks.claims import iso
 from locks.models import SyncLock
 from locks.pausing import pause_job, resume_job
 from locks.registry import UnknownJob, get_job

@@ -1,4 +1,5 @@
-"""Leases: acquire, renew, the fenced write phase, release. With the operator's force
+"""Leases: acquire, renew, the fenced write phase, release (what they answer: ``locks.claims``;
+how they never wait on a locked row without a bound: ``locks.bounds``). With the operator's force
 release and tick reset (``locks.operations``), the only code that writes ``SyncLock`` rows.
 
 Every state change is one conditional UPDATE (compare-and-set) evaluated by the
@@ -12,22 +13,20 @@ import logging
 import os
 import secrets
 import socket
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from functools import partial
-from typing import Literal
 
 from django.conf import settings
 from django.db import Error, IntegrityError, connections, router, transaction
-from django.db.models import F, Q, Value
+from django.db.models import Case, F, Q, Value, When
 from django.db.models.functions import Now
 from django.db.models.lookups import GreaterThanOrEqual
 from django.utils import timezone
 
+from locks.bounds import bound_transaction, unlocked, without_waiting
+from locks.claims import Lease, LockLost, Skip
 from locks.models import PAUSE_FIELDS, JobRun, RunStatus, SyncLock, database_now, now_plus
 from locks.text import error_text
 
@@ -39,10 +38,6 @@ class LockError(Exception):
     """The lock cannot be used at all (for example, its table is missing)."""
 
 
-class LockLost(RuntimeError):
-    """The lease was taken over or could not be renewed; stop before writing."""
-
-
 class CommitUnknown(RuntimeError):
     """The COMMIT of a fenced write got no answer and the lock row could not be read back
     to tell whether it committed (docs/architecture.md, "The rules": 10, unknown is not failed)."""
@@ -51,6 +46,13 @@ class CommitUnknown(RuntimeError):
 # How long a run whose COMMIT answer was lost keeps trying to read the lock row back
 # (at most its TTL): the row stays locked until the server has ended that transaction.
 READ_BACK_SECONDS = 30
+# How long release waits for a lock row locked by another transaction (then the lease
+# expires by itself), and the pauses of a contender that found the row free but could not
+# take it: locked by a write in progress, or released between its UPDATE and its read.
+RELEASE_WAIT = 5.0
+CONTENDER_PAUSES = (0.05, 0.1, 0.0)
+# The outcomes after which a tick may be tried again, once its retry delay has passed.
+RETRIED = frozenset({RunStatus.FAILED, RunStatus.LOST_LOCK})
 
 
 def make_holder() -> str:
@@ -66,80 +68,6 @@ def validate_ttl(ttl: timedelta) -> timedelta:
     return ttl
 
 
-def iso(value: datetime | None) -> str | None:
-    """The one ISO 8601 form of a time in messages, logs and JSON; None stays None."""
-    return value.isoformat() if value is not None else None
-
-
-@dataclass(frozen=True)
-class Skip:
-    """Why a contender did not get the lease: ``held`` (another holder's lease is in force), ``tick_claimed``
-    (this tick already succeeded, or a later one was claimed), ``tick_ahead`` (more than ``horizon`` ahead
-    of ``db_now``, the database clock: nothing stored), ``paused`` (by an operator: stronger than force)."""
-
-    job: str
-    tick: datetime | None
-    reason: Literal["held", "tick_claimed", "tick_ahead", "paused"]
-    holder: str
-    locked_until: datetime | None
-    claimed_tick: datetime | None
-    db_now: datetime | None = None
-    horizon: timedelta | None = None
-    paused_by: str = ""
-    paused_at: datetime | None = None
-    paused_note: str = ""
-
-    def __str__(self) -> str:
-        if self.reason == "paused":
-            return f"paused by {self.paused_by} since {iso(self.paused_at)}{': ' if self.paused_note else ''}{self.paused_note}"
-        if self.reason == "held":
-            return f"held by {self.holder} until {iso(self.locked_until)}"
-        if self.reason == "tick_ahead":
-            return (
-                f"tick {iso(self.tick)} is more than {self.horizon} ahead of the database clock "
-                f"({iso(self.db_now)})"
-            )
-        if self.claimed_tick == self.tick:
-            return f"tick {iso(self.tick)} already done by {self.holder}"
-        return f"a later tick {iso(self.claimed_tick)} was already claimed by {self.holder}"
-
-
-@dataclass
-class Lease:
-    """A lease this process holds. ``token`` is the fencing number.
-
-    ``writing`` is set while this process is inside ``fenced(lease)``;
-    ``committed`` becomes true when such a block committed (docs/architecture.md,
-    "The rules": 6, fencing). ``prior_commit`` is the token whose fenced write had committed
-    last when this lease was won: a holder that died after its commit is known by it.
-    """
-
-    job: str
-    holder: str
-    token: int
-    tick: datetime | None
-    ttl: timedelta
-    acquired_at: datetime
-    lost_reason: str = ""
-    committed: bool = False
-    prior_commit: int | None = None
-    writing: threading.Event = field(default_factory=threading.Event, repr=False)
-    _lost: threading.Event = field(default_factory=threading.Event, repr=False)
-
-    @property
-    def lost(self) -> bool:
-        return self._lost.is_set()
-
-    def mark_lost(self, reason: str) -> None:
-        self.lost_reason = reason
-        self._lost.set()
-
-    def check(self) -> None:
-        """Raise ``LockLost`` if the heartbeat found the lease gone."""
-        if self.lost:
-            raise LockLost(self.lost_reason)
-
-
 def acquire(
     *,
     job: str,
@@ -147,19 +75,23 @@ def acquire(
     ttl: timedelta,
     holder: str | None = None,
     horizon: timedelta | None = None,
+    retry_delays: tuple[timedelta, ...] | None = None,
 ) -> Lease | Skip:
     """Take the lease on ``job`` for ``tick`` (None: any tick, a forced run), or learn why not.
 
-    One compare-and-set on the database clock: the job not paused, the lease free and, for a
-    scheduled run, the stored tick empty, earlier, or this one not done (a retry), and the tick
-    at most ``horizon`` ahead (None: no bound). The winner reads its token back in the same
-    transaction (docs/architecture.md, "The rules": 1 and 3).
+    One compare-and-set on the database clock: the job not paused, the lease free and, for a scheduled run,
+    the stored tick empty, earlier, or this one not done with an attempt left whose retry
+    delay has passed (``retry_delays``: 1 + len attempts a tick; None: no limit), and the tick
+    at most ``horizon`` ahead (None: no bound). A lock row locked by a write in progress is
+    never waited for: that is a ``held`` skip. The winner reads its token back in the same
+    transaction (docs/architecture.md, "The rules": 1, 3, 11 and 12).
     """
     validate_ttl(ttl)
     holder = holder or make_holder()
     db = router.db_for_write(SyncLock)
     rows = SyncLock.objects.using(db).for_job(job)
     claim = rows.free().filter(paused_at__isnull=True)  # a pause binds every path at once
+    most = None if retry_delays is None else 1 + len(retry_delays)
     values = {
         "holder": holder,
         "token": F("token") + 1,
@@ -171,27 +103,53 @@ def acquire(
         "last_error": "",
     }
     if tick is not None:
-        values.update(tick=tick, tick_done=False)
-        claim = claim.filter(Q(tick__isnull=True) | Q(tick__lt=tick) | Q(tick=tick, tick_done=False))
+        again = Q(tick=tick, tick_done=False) & (Q(retry_at__isnull=True) | Q(retry_at__lte=Now()))
+        if most is not None:
+            again &= Q(tick_attempts__lt=most)
+        claim = claim.filter(Q(tick__isnull=True) | Q(tick__lt=tick) | again)
+        attempts = Case(When(tick=tick, then=F("tick_attempts") + 1), default=Value(1))
+        values.update(tick=tick, tick_done=False, tick_attempts=attempts, retry_at=None)
         if horizon is not None:
             # tick <= now + horizon, with the database's now.
             claim = claim.filter(GreaterThanOrEqual(Now(), Value(tick - horizon)))
-    for _attempt in range(3):
+    claim = unlocked(claim, using=db, skip=True)  # a row locked by a write in progress: no match
+    for pause in CONTENDER_PAUSES:
         # No savepoint: nothing here catches an error, so a caller's transaction
         # (if any) is simply joined.
         with transaction.atomic(using=db, savepoint=False):
             won = None
             if claim.update(**values):
                 won = (
-                    rows.filter(holder=holder).values_list("token", "acquired_at", "committed_token").first()
+                    rows.filter(holder=holder)
+                    .values_list("token", "acquired_at", "committed_token", "tick_attempts")
+                    .first()
                 )
         if won is not None:
-            token, acquired_at, prior_commit = won
+            token, acquired_at, prior_commit, attempt = won
             _warn_on_skew(job=job, db_now=acquired_at)
-            return Lease(job, holder, token, tick, ttl, acquired_at, prior_commit=prior_commit)
+            return Lease(
+                job,
+                holder,
+                token,
+                tick,
+                ttl,
+                acquired_at,
+                prior_commit=prior_commit,
+                attempt=attempt if tick is not None else None,
+                retry_delays=retry_delays,
+            )
         state = (
             rows.annotate(db_now=Now())
-            .values("holder", "locked_until", "tick", "tick_done", "db_now", *PAUSE_FIELDS)
+            .values(
+                "holder",
+                "locked_until",
+                "tick",
+                "tick_done",
+                "tick_attempts",
+                "retry_at",
+                "db_now",
+                *PAUSE_FIELDS,
+            )
             .first()
         )
         if state is None:
@@ -202,24 +160,55 @@ def acquire(
                     return _ahead(job, tick, horizon, db_now)
             _create(job=job)
             continue  # the row exists now: compete on it
-        db_now = state["db_now"]
-        if tick is not None and horizon is not None and tick > db_now + horizon:
-            # No skew warning: the run's own WARNING names the host's offset.
-            return _ahead(job, tick, horizon, db_now)
-        _warn_on_skew(job=job, db_now=db_now)
-        skip = partial(Skip, job, tick, locked_until=state["locked_until"], claimed_tick=state["tick"])
-        if state["paused_at"] is not None:  # stronger than --force, and than a held lease
-            return skip(reason="paused", holder=state["holder"], **{f: state[f] for f in PAUSE_FIELDS})
-        if state["locked_until"] is not None and state["locked_until"] >= db_now:
-            return skip(reason="held", holder=state["holder"])
-        stored = state["tick"]
-        if None not in (tick, stored) and (stored > tick or (stored == tick and state["tick_done"])):
-            claimant = state["holder"] or _tick_claimant(job=job, tick=stored, done=stored == tick)
-            return skip(reason="tick_claimed", holder=claimant)
-        # The holder released between our UPDATE and our read: try again.
+        skip = _why_not(job, tick, state, horizon=horizon, most=most)
+        if skip is not None:
+            return skip
+        # It looked free: the row is locked by a write in progress (PostgreSQL skipped it),
+        # or its holder released it between our UPDATE and our read. Look again shortly.
+        time.sleep(pause)
     if state is None:
         raise LockError(f"the lock row for {job!r} keeps disappearing; is something deleting it?")
-    return Skip(job, tick, "held", state["holder"], state["locked_until"], state["tick"])
+    return _skip(job, tick, state, reason="held", holder=state["holder"], locked=True)
+
+
+def _why_not(job: str, tick: datetime | None, state: dict, *, horizon, most) -> Skip | None:
+    """Why the lock row ``state`` (read after a compare-and-set that did not match) refuses
+    ``tick``; None when nothing in it does."""
+    db_now = state["db_now"]
+    if tick is not None and horizon is not None and tick > db_now + horizon:
+        # No skew warning: the run's own WARNING names the host's offset.
+        return _ahead(job, tick, horizon, db_now)
+    _warn_on_skew(job=job, db_now=db_now)
+    if state["paused_at"] is not None:  # stronger than --force, and than a held lease
+        return _skip(
+            job, tick, state, reason="paused", holder=state["holder"], **{f: state[f] for f in PAUSE_FIELDS}
+        )
+    if state["locked_until"] is not None and state["locked_until"] >= db_now:
+        return _skip(job, tick, state, reason="held", holder=state["holder"])
+    stored = state["tick"]
+    if None in (tick, stored):
+        return None
+    if stored > tick or (stored == tick and state["tick_done"]):
+        claimant = state["holder"] or _tick_claimant(job=job, tick=stored, done=stored == tick)
+        return _skip(job, tick, state, reason="tick_claimed", holder=claimant)
+    if stored == tick and most is not None and state["tick_attempts"] >= most:
+        return _skip(job, tick, state, reason="attempts_used", holder=state["holder"])
+    if stored == tick and state["retry_at"] is not None and state["retry_at"] > db_now:
+        return _skip(job, tick, state, reason="retry_later", holder=state["holder"])
+    return None
+
+
+def _skip(job: str, tick: datetime | None, state: dict, **why) -> Skip:
+    return Skip(
+        job,
+        tick,
+        locked_until=state["locked_until"],
+        claimed_tick=state["tick"],
+        db_now=state["db_now"],
+        attempts=state["tick_attempts"],
+        retry_at=state["retry_at"],
+        **why,
+    )
 
 
 def _ahead(job: str, tick: datetime, horizon: timedelta, db_now: datetime) -> Skip:
@@ -273,14 +262,21 @@ def _warn_on_skew(*, job: str, db_now: datetime | None) -> None:
 def renew(*, lease: Lease) -> None:
     """Extend ``lease`` by its TTL from the database's now, or raise ``LockLost``. Matches on
     the fencing token and a lease still in force: one taken over or force-released (both bump
-    the token), released, or expired (even if nobody took it over yet) cannot be extended."""
-    _renew(lease, values={})
+    the token), released, or expired (even if nobody took it over yet) cannot be extended.
+    A lock row locked by a write in progress is not waited for: ``RowLocked``."""
+    using = router.db_for_write(SyncLock)
+    rows = SyncLock.objects.using(using).for_job(lease.job)
+    without_waiting(
+        lambda: _renew(lease, rows=unlocked(rows, using=using, skip=False), values={}),
+        using=using,
+        within=0,
+        what=f"renewing the lease on {lease.job}",
+    )
 
 
-def _renew(lease: Lease, *, values: dict) -> None:
+def _renew(lease: Lease, *, rows, values: dict) -> None:
     updated = (
-        SyncLock.objects.for_job(lease.job)
-        .filter(token=lease.token)
+        rows.filter(token=lease.token)
         .held()
         .update(locked_until=now_plus(lease.ttl), heartbeat_at=Now(), **values)
     )
@@ -307,9 +303,11 @@ def fenced(lease: Lease) -> Iterator[None]:
         values["tick_done"] = True
     lease.writing.set()
     body_done = False
+    using = router.db_for_write(SyncLock)
     try:
-        with transaction.atomic(using=router.db_for_write(SyncLock), durable=True):
-            _renew(lease, values=values)
+        with transaction.atomic(using=using, durable=True):
+            bound_transaction(using=using, seconds=lease.ttl.total_seconds())
+            _renew(lease, rows=SyncLock.objects.using(using).for_job(lease.job), values=values)
             yield
             body_done = True
     except Error as exc:
@@ -372,11 +370,16 @@ def release(*, lease: Lease, status: str, error: str = "") -> bool:
     """Give the lease back, recording the outcome. Only the holder's token matches.
 
     A released row keeps no holder (a holder always has an expiry); the run's holder
-    stays on its JobRun. A scheduled run's tick becomes done when it succeeded. A failure
-    never reopens the tick on SQL databases; on MongoDB, where the done mark of a failed
-    block stays, one without a committed fenced write does (docs/architecture.md, "The rules": 10).
+    stays on its JobRun. A scheduled run's tick becomes done when it succeeded; a failed
+    one's next attempt may start after its retry delay (``retry_at``). A failure never
+    reopens the tick on SQL databases; on MongoDB, where the done mark of a failed block
+    stays, one without a committed fenced write does (docs/architecture.md, "The rules": 10
+    and 12). A lock row locked by another transaction is waited for ``RELEASE_WAIT`` at most
+    (``RowLocked``; the lease then expires by itself).
     """
     values = {}
+    if status in RETRIED and lease.retry_delay is not None:
+        values["retry_at"] = now_plus(lease.retry_delay)
     if lease.tick is not None and status == RunStatus.SUCCEEDED:
         values["tick_done"] = True
     elif (
@@ -385,15 +388,21 @@ def release(*, lease: Lease, status: str, error: str = "") -> bool:
         values["committed_token"] = None
         if lease.tick is not None:
             values["tick_done"] = False
+    using = router.db_for_write(SyncLock)
+    rows = SyncLock.objects.using(using).for_job(lease.job).filter(token=lease.token)
+    update = dict(
+        holder="",
+        locked_until=None,
+        last_finished_at=Now(),
+        last_status=status,
+        last_error=error[:2000],
+        **values,
+    )
     return bool(
-        SyncLock.objects.for_job(lease.job)
-        .filter(token=lease.token)
-        .update(
-            holder="",
-            locked_until=None,
-            last_finished_at=Now(),
-            last_status=status,
-            last_error=error[:2000],
-            **values,
+        without_waiting(
+            lambda: unlocked(rows, using=using, skip=False).update(**update),
+            using=using,
+            within=RELEASE_WAIT,
+            what=f"releasing the lease on {lease.job} (token {lease.token})",
         )
     )

@@ -121,6 +121,19 @@ class SyncLock(models.Model):
         help_text="The fencing token of the last lease whose fenced write committed: how a run whose "
         "COMMIT answer was lost, or a holder that died after committing, is known to have succeeded.",
     )
+    tick_attempts = models.PositiveIntegerField(
+        "attempts of the tick",
+        default=0,
+        help_text="Runs that took the lease for the claimed tick, on every host; a tick gets at most "
+        "1 + its retry delays. Back to 1 when a new tick is claimed.",
+    )
+    retry_at = models.DateTimeField(
+        "next attempt not before",
+        null=True,
+        blank=True,
+        help_text="After a failed attempt of the claimed tick, the next one may start from here "
+        "(database clock). Empty: no wait.",
+    )
     last_started_at = models.DateTimeField(null=True, blank=True)
     last_finished_at = models.DateTimeField(null=True, blank=True)
     last_status = models.CharField(max_length=20, choices=RunStatus.choices, blank=True)
@@ -175,6 +188,9 @@ class JobRun(models.Model):
 
     job_name = models.CharField("job", max_length=100)
     tick = models.DateTimeField(null=True, blank=True, help_text="Empty for forced runs.")
+    attempt = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Its number among the attempts of its tick; empty for forced runs."
+    )
     holder = models.CharField(max_length=255)
     token = models.PositiveBigIntegerField("fencing token")
     started_at = models.DateTimeField()

@@ -1,10 +1,10 @@
-"""The operator's two writes on a job lock, force release and reset of the claimed tick,
-and the admin's actions that call them (``manage.py locks release`` calls them too).
+"""The operator's two writes on a job lock, force release and reset of the claimed tick
+(``manage.py locks release`` and the admin's actions, ``locks.actions``, call them).
 
 Like every lease change they are compare-and-sets on the row, judged by the database
-clock. In the admin they need ``locks.force_release_synclock``, ask for confirmation
-first and leave a ``LogEntry``; the confirmation page carries the fencing token it
-showed, so a release only ever releases that holder (docs/architecture.md, "The rules": 9).
+clock, and each acts only while the row still shows what the operator saw: the fencing
+token, and for a reset the claimed tick (docs/architecture.md, "The rules": 9). Neither
+waits on a lock row locked by a write in progress longer than ``OPERATOR_WAIT``.
 """
 
 from __future__ import annotations
@@ -13,23 +13,24 @@ import logging
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.contrib import admin, messages
-from django.contrib.admin.utils import unquote
-from django.core.exceptions import PermissionDenied
+from django.db import router
 from django.db.models import F
 from django.db.models.functions import Now
-from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
-from django.template.response import TemplateResponse
-from django.urls import path, reverse
-from django.utils.translation import gettext, ngettext
-from django.utils.translation import gettext_lazy as _
 
-from locks.leases import LockError, iso
+from locks.bounds import RowLocked, unlocked, without_waiting
+from locks.claims import iso
+from locks.leases import LockError
 from locks.models import EXPIRED, FREE, HELD, OVERDUE, JobRun, RunStatus, SyncLock
 from locks.registry import UnknownJob
 
 # The name the lock's log lines have always carried (operators filter on it).
 logger = logging.getLogger("locks.api")
+# How long an operator's write waits for a lock row locked by a write in progress.
+OPERATOR_WAIT = 5.0
+FROZEN_HINT = (
+    "nothing changed. A holder frozen inside its fenced write keeps the row locked until its transaction "
+    "ends (on PostgreSQL the server ends it within the job's lease TTL): try again then"
+)
 
 
 @dataclass(frozen=True)
@@ -47,13 +48,14 @@ class ForcedRelease:
 
 @dataclass(frozen=True)
 class TickReset:
+    """What ``reset_tick`` did. ``was_reset``: this call cleared ``previous_tick``; otherwise
+    ``detail`` says why not (empty when no tick was claimed)."""
+
     job: str
     previous_tick: datetime | None
     was_done: bool
-
-    @property
-    def was_set(self) -> bool:
-        return self.previous_tick is not None
+    was_reset: bool = False
+    detail: str = ""
 
 
 def force_release(*, job: str, expected_token: int | None = None, by: str = "") -> ForcedRelease:
@@ -65,9 +67,34 @@ def force_release(*, job: str, expected_token: int | None = None, by: str = "") 
     released, the result's ``detail`` says why; nothing is changed.
     """
     by = by or "unknown"
-    rows = SyncLock.objects.for_job(job)
+    using = router.db_for_write(SyncLock)
+    return _operator_write(
+        lambda: _force_release(job=job, using=using, expected_token=expected_token, by=by),
+        using=using,
+        what=f"force release of {job}",
+    )
+
+
+def _operator_write(operation, *, using: str, what: str):
+    """``operation`` in a transaction that takes the lock row without waiting for a write in
+    progress longer than ``OPERATOR_WAIT`` (``RowLocked``, saying so)."""
+    try:
+        return without_waiting(operation, using=using, within=OPERATOR_WAIT, what=what)
+    except RowLocked as exc:
+        raise RowLocked(f"{exc}; {FROZEN_HINT}") from exc
+
+
+def _force_release(*, job: str, using: str, expected_token: int | None, by: str) -> ForcedRelease:
+    rows = SyncLock.objects.using(using).for_job(job)
     for _attempt in range(5):
-        row = rows.with_state().values("holder", "token", "state", "last_status", "locked_until").first()
+        # Lock the row first (on PostgreSQL; never waiting for a write in progress), then
+        # the compare-and-set: the same on backends that lock no rows.
+        row = (
+            unlocked(rows, using=using, skip=False)
+            .with_state()
+            .values("holder", "token", "state", "last_status", "locked_until")
+            .first()
+        )
         if row is None:
             raise _no_lock(job)
         holder, token = row["holder"], row["token"]
@@ -130,181 +157,50 @@ def _not_held(row: dict) -> str:
     return f"(finished as {row['last_status'] or 'nothing yet'})"
 
 
-def reset_tick(*, job: str, by: str = "") -> TickReset:
-    """Forget the tick ``job`` claimed last, so the next scheduled run may claim
-    any tick again (for example after a far-future ``--tick`` was stored). Works
-    whether or not the lease is held; it does not release it."""
+def reset_tick(
+    *,
+    job: str,
+    expected_tick: datetime | None,
+    expected_token: int | None = None,
+    expected_done: bool | None = None,
+    by: str = "",
+) -> TickReset:
+    """Forget the tick ``job`` claimed last, its done mark and its attempts, so the next
+    scheduled run may claim any tick again (for example after a far-future ``--tick`` was
+    stored). Only while the row still shows what the operator saw: the claimed tick
+    ``expected_tick`` and, when given, the fencing token and whether the tick was done; else
+    nothing changes and the answer's ``detail`` says what is there now. Works whether or not
+    the lease is held; it does not release it."""
     by = by or "unknown"
-    rows = SyncLock.objects.for_job(job)
-    for _attempt in range(5):
-        row = rows.values("token", "tick", "tick_done").first()
-        if row is None:
-            raise _no_lock(job)
-        if row["tick"] is None:
-            return TickReset(job, None, False)
-        # Compare-and-set on what we read: a run that claimed a tick in between is
-        # not undone without the operator seeing it.
-        if rows.filter(**row).update(tick=None, tick_done=False):
-            logger.warning(
-                "job=%s claimed tick reset by %s; it was %s (%s)",
-                job,
-                by,
-                iso(row["tick"]),
-                "done" if row["tick_done"] else "not done",
-            )
-            return TickReset(job, row["tick"], row["tick_done"])
-    raise LockError(f"lock {job!r} kept changing while its tick was being reset; try again")
+    using = router.db_for_write(SyncLock)
+    shown = {"tick": expected_tick, "token": expected_token, "tick_done": expected_done}
+    return _operator_write(
+        lambda: _reset_tick(job=job, using=using, shown=shown, by=by),
+        using=using,
+        what=f"tick reset of {job}",
+    )
 
 
-# --- the admin's actions (SyncLockAdmin) ------------------------------------------------
-
-SHOWN_INPUT = "shown-%s"  # the fencing token shown, one hidden input per lock
-
-
-class LeaseActionsMixin:
-    """For ``SyncLockAdmin``: the actions, the detail page's button and its view."""
-
-    def has_force_release_permission(self, request: HttpRequest, obj: SyncLock | None = None) -> bool:
-        return request.user.has_perm(f"{self.opts.app_label}.force_release_synclock")
-
-    def get_urls(self):
-        view = self.admin_site.admin_view(self.force_release_view)
-        return [
-            path("<path:object_id>/force-release/", view, name="locks_synclock_force_release"),
-            *super().get_urls(),
-        ]
-
-    @admin.action(description=_("Force-release the selected locks"), permissions=["force_release"])
-    def force_release(self, request: HttpRequest, queryset) -> HttpResponse | None:
-        if request.POST.get("post") == "yes":
-            self._release(request, list(queryset))
-            return None  # back to the list, with the messages
-        return self._confirm(request, list(queryset), operation="force_release", action=True)
-
-    @admin.action(description=_("Reset the claimed tick"), permissions=["force_release"])
-    def reset_tick(self, request: HttpRequest, queryset) -> HttpResponse | None:
-        if request.POST.get("post") == "yes":
-            self._reset(request, list(queryset))
-            return None
-        return self._confirm(request, list(queryset), operation="reset_tick", action=True)
-
-    def force_release_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
-        lock = self.get_object(request, unquote(object_id))
-        if lock is None:
-            return self._get_obj_does_not_exist_redirect(request, self.opts, object_id)
-        if not self.has_force_release_permission(request, lock):
-            raise PermissionDenied
-        if request.method == "POST":
-            self._release(request, [lock])
-            return HttpResponseRedirect(reverse("admin:locks_synclock_changelist"))
-        return self._confirm(request, [lock], operation="force_release", action=False)
-
-    def _confirm(
-        self, request: HttpRequest, locks: list[SyncLock], *, operation: str, action: bool
-    ) -> TemplateResponse:
-        titles = {
-            "force_release": gettext("Force-release job locks?"),
-            "reset_tick": gettext("Reset the claimed tick of job locks?"),
-        }
-        context = {
-            **self.admin_site.each_context(request),
-            "title": titles[operation],
-            "operation": operation,
-            "opts": self.opts,
-            "locks": [
-                {
-                    "lock": lock,
-                    "state": self.state(lock),
-                    "lease": self.lease(lock),
-                    "tick": self.tick_at(lock),
-                    "token_field": SHOWN_INPUT % lock.pk,
-                }
-                for lock in locks
-            ],
-            "action": action,
-            "action_checkbox_name": admin.helpers.ACTION_CHECKBOX_NAME,
-            "media": self.media,
-        }
-        return TemplateResponse(request, "admin/locks/synclock/force_release_confirmation.html", context)
-
-    def _release(self, request: HttpRequest, locks: list[SyncLock]) -> None:
-        by = f"admin user {request.user.get_username()}"
-        for lock in locks:
-            try:
-                result = force_release(job=lock.job_name, expected_token=_shown_token(request, lock), by=by)
-            except (UnknownJob, LockError) as exc:
-                self.message_user(request, str(exc), messages.ERROR)
-                continue
-            values = {
-                "job": result.job,
-                "holder": result.previous_holder or "—",
-                "old": result.previous_token,
-                "new": result.token,
-                "detail": result.detail,
-            }
-            if not result.was_held:
-                if result.detail:
-                    message = gettext("Nothing released: %(detail)s.") % values
-                else:
-                    message = gettext("Nothing to release: %(job)s was not held.") % values
-                self.message_user(request, message, messages.WARNING)
-                continue
-            self.log_change(
-                request,
-                lock,
-                gettext("Force-released; previous holder %(holder)s (token %(old)s), new token %(new)s.")
-                % values,
-            )
-            self.message_user(
-                request,
-                gettext(
-                    "Released %(job)s: holder was %(holder)s (token %(old)s); new token %(new)s. "
-                    "The old holder can no longer renew or release it."
-                )
-                % values,
-                messages.SUCCESS,
-            )
-
-    def _reset(self, request: HttpRequest, locks: list[SyncLock]) -> None:
-        by = f"admin user {request.user.get_username()}"
-        reset = untouched = 0
-        for lock in locks:
-            try:
-                result = reset_tick(job=lock.job_name, by=by)
-            except (UnknownJob, LockError) as exc:
-                self.message_user(request, str(exc), messages.ERROR)
-                continue
-            if not result.was_set:
-                untouched += 1
-                continue
-            reset += 1
-            state = gettext("done") if result.was_done else gettext("not done")
-            self.log_change(
-                request,
-                lock,
-                gettext("Reset the claimed tick; it was %(tick)s (%(state)s).")
-                % {"tick": iso(result.previous_tick), "state": state},
-            )
-        if reset:
-            message = ngettext(
-                "Reset the claimed tick of %(count)d job lock: its next scheduled run may claim any tick.",
-                "Reset the claimed tick of %(count)d job locks: their next scheduled runs may claim any tick.",
-                reset,
-            )
-            self.message_user(request, message % {"count": reset}, messages.SUCCESS)
-        if untouched:
-            message = ngettext(
-                "%(count)d job lock had no claimed tick; nothing to reset.",
-                "%(count)d job locks had no claimed tick; nothing to reset.",
-                untouched,
-            )
-            self.message_user(request, message % {"count": untouched}, messages.WARNING)
-
-
-def _shown_token(request: HttpRequest, lock: SyncLock) -> int | None:
-    """The fencing token the confirmation page showed for ``lock``, if it sent one."""
-    value = request.POST.get(SHOWN_INPUT % lock.pk)
-    try:
-        return int(value) if value is not None else None
-    except ValueError:
-        return -1  # matches no lease: nothing is released, and the message says what is there now
+def _reset_tick(*, job: str, using: str, shown: dict, by: str) -> TickReset:
+    rows = SyncLock.objects.using(using).for_job(job)
+    row = unlocked(rows, using=using, skip=False).values("token", "tick", "tick_done").first()
+    if row is None:
+        raise _no_lock(job)
+    tick, done = row["tick"], row["tick_done"]
+    if tick is None:
+        return TickReset(job, None, False)
+    state = "done" if done else "not done"
+    detail = ""
+    if tick != shown["tick"]:
+        detail = f"the claimed tick of {job} is now {iso(tick)} ({state}), not the {iso(shown['tick'])} shown"
+    elif shown["tick_done"] is not None and done != shown["tick_done"]:
+        detail = f"the claimed tick {iso(tick)} of {job} is {state} now, unlike what was shown"
+    elif shown["token"] is not None and row["token"] != shown["token"]:
+        detail = f"lease on {job} is now token {row['token']}, not the {shown['token']} shown"
+    # Compare-and-set on what was read (the row is locked meanwhile where the database can).
+    if detail or not rows.filter(**row).update(tick=None, tick_done=False, tick_attempts=0, retry_at=None):
+        return TickReset(
+            job, tick, done, detail=f"{detail or 'the lock row changed meanwhile'}; nothing reset"
+        )
+    logger.warning("job=%s claimed tick reset by %s; it was %s (%s)", job, by, iso(tick), state)
+    return TickReset(job, tick, done, was_reset=True)

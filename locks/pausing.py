@@ -15,7 +15,7 @@ from datetime import datetime
 from django.db import IntegrityError, router, transaction
 from django.db.models.functions import Now
 
-from locks.leases import iso
+from locks.claims import iso
 from locks.models import PAUSE_FIELDS, JobPause, SyncLock
 from locks.registry import get_job
 from locks.text import safe_text

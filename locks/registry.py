@@ -27,6 +27,10 @@ class UnknownJob(LookupError):
     """No job (or no lock) of that name."""
 
 
+class NoDryRun(ValueError):
+    """The job names no ``dry_run`` callable."""
+
+
 @dataclass(frozen=True)
 class Job:
     name: str
@@ -38,8 +42,9 @@ class Job:
     retry_delays: tuple[timedelta, ...]  # after a failed tick (the scheduler's business)
     expected_errors: tuple[str, ...] = ()  # logged without a traceback
     dry_run_path: str | None = None  # no arguments, returns what a run would do
-    # The catch-up policy (the design notes of issues 17 and 19): "latest", a slot not done when
-    # the next one comes is superseded; "all", every slot within catch_up_window runs once.
+    # Which slots run (docs/architecture.md, "Catch-up"): "latest", a slot that has not
+    # succeeded when the next one comes is superseded (missed); "all", every slot within
+    # catch_up_window of now runs once, oldest first.
     catch_up: str = "latest"
     catch_up_window: timedelta = timedelta(seconds=86400)
     # check_jobs opens an incident after this many failed slots in a row, or this long
@@ -47,11 +52,22 @@ class Job:
     alert_after_failures: int = 2
     alert_after: timedelta | None = None
 
+    @property
+    def max_attempts(self) -> int:
+        """Attempts a tick gets across every host: the first, then one after each retry delay."""
+        return 1 + len(self.retry_delays)
+
     def function(self) -> Callable[..., Mapping | None]:
         return import_string(self.callable_path)
 
     def error_classes(self) -> tuple[type[BaseException], ...]:
         return tuple(import_string(path) for path in self.expected_errors)
+
+    def preview(self) -> dict:
+        """What a run would do now, from its ``dry_run`` callable: no lease, no writes."""
+        if self.dry_run_path is None:
+            raise NoDryRun(f"job {self.name!r} has no dry run (no 'dry_run' in its LOCKS_JOBS entry)")
+        return dict(import_string(self.dry_run_path)() or {})
 
     def current_tick(self, *, now: datetime | None = None) -> datetime:
         """The slot a run at ``now`` (this host's clock) claims (``locks.schedule.current_tick``)."""
@@ -99,6 +115,8 @@ def _job(name: str, entry: dict) -> Job:
         retry_delays=tuple(timedelta(seconds=s) for s in entry.get("retry", {}).get("delays", ())),
         expected_errors=tuple(entry.get("expected_errors", ())),
         dry_run_path=entry.get("dry_run"),
+        catch_up=entry.get("catch_up", LATEST),
+        catch_up_window=timedelta(seconds=entry.get("catch_up_window", DEFAULT_CATCH_UP_WINDOW)),
         alert_after_failures=entry.get("alert_after_failures", 2),
         alert_after=timedelta(seconds=entry["alert_after"]) if "alert_after" in entry else None,
     )
@@ -120,8 +138,11 @@ def get_job(name: str) -> Job:
 JOB_NAME = re.compile(r"[a-z0-9_-]{1,100}\Z")
 JOB_KEYS = (
     *("schedule", "callable", "ttl", "max_run_time", "retry", "expected_errors", "dry_run"),
-    *("alert_after_failures", "alert_after"),
+    *("catch_up", "catch_up_window", "alert_after_failures", "alert_after"),
 )
+LATEST, ALL = "latest", "all"  # the catch-up policies
+CATCH_UP_POLICIES = (LATEST, ALL)
+DEFAULT_CATCH_UP_WINDOW = 86400  # seconds: a day of slots
 PATH_KEYS = ("callable", "dry_run")  # dotted paths of functions; callable is required
 
 # One id per problem (docs/jobs.md, Checks).
@@ -136,6 +157,7 @@ TWO_SPELLINGS = "LOCKS_JOBS names {first!r} and {name!r}: two spellings of one j
 ENTRY_NOT_A_DICT = "{where} must be a dict, got {type}."
 UNKNOWN_KEYS = "{where} has unknown keys: {keys}."
 NOT_PATHS = "{where}: expected_errors must be a list of dotted paths of exception classes, got {value!r}."
+BAD_CATCH_UP = "{where}: catch_up must be 'latest' or 'all', got {value!r}."
 HINTS = {
     "locks.E010": 'e.g. {"sync": {"schedule": "0 * * * *", "callable": "myapp.tasks.sync"}}',
     "locks.E011": "Five fields, read in UTC: minute hour day-of-month month day-of-week, e.g. '0 * * * *'.",
@@ -146,6 +168,9 @@ HINTS = {
     "locks.E016": "1 to 100 characters, each a lowercase letter, a digit, '_' or '-'.",
     "locks.E017": "Keep one entry per job.",
     "locks.E019": f"Known keys: {', '.join(JOB_KEYS)}.",
+    "locks.E024": "'latest' (the default): a slot not done when the next one comes is missed; "
+    "'all': every slot within catch_up_window runs once, oldest first.",
+    "locks.E025": "How far back (seconds) catch_up 'all' runs slots that did not succeed; 86400 is the default.",
     "locks.E030": "check_jobs opens an incident after this many failed slots in a row; 2 is the default.",
     "locks.E031": "check_jobs opens an incident after this long without a success (default: two periods + 600).",
 }
@@ -196,9 +221,12 @@ def _entry_errors(where: str, entry) -> list[Error]:
     paths = entry.get("expected_errors", ())
     if not isinstance(paths, list | tuple) or not all(isinstance(path, str) and path for path in paths):
         errors.append(error("locks.E020", NOT_PATHS, where=where, value=paths))
+    if entry.get("catch_up", LATEST) not in CATCH_UP_POLICIES:
+        errors.append(error("locks.E024", BAD_CATCH_UP, where=where, value=entry["catch_up"]))
     for key, code, message in (
         ("ttl", "locks.E013", NOT_SECONDS),
         ("max_run_time", "locks.E014", NOT_SECONDS),
+        ("catch_up_window", "locks.E025", NOT_SECONDS),
         ("alert_after_failures", "locks.E030", NOT_A_COUNT),
         ("alert_after", "locks.E031", NOT_SECONDS),
     ):

@@ -8,27 +8,22 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Mapping
 from datetime import datetime, timedelta
-from typing import Literal
 
 from django.conf import settings
 from django.db import Error, OperationalError, ProgrammingError, connections, router
 from django.db.models import TextField, Value
 from django.db.models.functions import Concat, Now
 from django.utils import timezone
-from django.utils.module_loading import import_string
 
 from locks import schedule
+from locks.bounds import RowLocked
+from locks.claims import Lease, LockLost, Skip, iso
 from locks.leases import (
     CommitUnknown,
-    Lease,
     LockError,
-    LockLost,
-    Skip,
     acquire,
-    iso,
     make_holder,
     read_back_commit,
     release,
@@ -36,16 +31,18 @@ from locks.leases import (
     validate_ttl,
 )
 from locks.models import JobRun, RunStatus, SyncLock, now_plus
-from locks.registry import get_job, tick_window
+from locks.registry import ALL, Job, get_job, tick_window
+from locks.results import RunResult
 from locks.schedule import InvalidTick
 from locks.text import error_text, safe_text, traceback_text
 
 # The name the lock's log lines have always carried (operators filter on it).
 logger = logging.getLogger("locks.api")
 
-Outcome = Literal["succeeded", "failed", "lost_lock", "skipped"]
 # Characters of an expected error's message kept (SyncLock.last_error keeps as many).
 ERROR_LIMIT = 2000
+# The most runs one run_due makes to catch up slots behind (a day of minutes, and then some).
+MAX_CATCH_UP = 2000
 
 
 class _Heartbeat(threading.Thread):
@@ -60,6 +57,10 @@ class _Heartbeat(threading.Thread):
         self.max_run_time = max_run_time
         self.deadline = started + max_run_time.total_seconds() if max_run_time is not None else None
         self.stopping = threading.Event()
+        # While this process is inside fenced(lease), its transaction renewed the lease as it
+        # began and holds the lock row (PostgreSQL) or the one write lock (SQLite) until it
+        # ends: nobody can take the lease meanwhile, so the beat leaves it alone.
+        self.fenced_holds_row = connections[router.db_for_write(SyncLock)].features.supports_transactions
 
     def run(self) -> None:
         try:
@@ -69,11 +70,19 @@ class _Heartbeat(threading.Thread):
                     self.lease.mark_lost(f"ran longer than its maximum run time {self.max_run_time}")
                     logger.warning("job=%s heartbeat: %s", self.lease.job, self.lease.lost_reason)
                     return
+                if self.lease.writing.is_set() and self.fenced_holds_row:
+                    logger.debug(
+                        "job=%s heartbeat: its fenced write holds the lock row; not renewing", self.lease.job
+                    )
+                    continue
                 try:
                     renew(lease=self.lease)
                 except LockLost:
                     logger.warning("job=%s heartbeat: %s", self.lease.job, self.lease.lost_reason)
                     return
+                except RowLocked as exc:  # an operator's write, a contender's: for a moment
+                    logger.debug("job=%s heartbeat: %s; trying again at the next beat", self.lease.job, exc)
+                    continue
                 except Error as exc:
                     if isinstance(exc, OperationalError) and self.lease.writing.is_set():
                         # SQLite: this process's own write transaction (fenced, which
@@ -96,41 +105,6 @@ class _Heartbeat(threading.Thread):
         self.join(timeout=self.interval + 5)
 
 
-@dataclass
-class RunResult:
-    job: str
-    tick: datetime | None
-    holder: str
-    outcome: Outcome
-    token: int | None = None
-    skip: Skip | None = None
-    reason: str = ""
-    stats: dict = field(default_factory=dict)
-    error: str = ""
-    traceback: str = ""  # an unexpected exception's, bounded (locks.text.traceback_text)
-    duration: float = 0.0
-    # What made the run fail or be skipped for an unreachable database, so callers
-    # can tell causes apart (an HTTP trigger maps them to status codes).
-    exception: BaseException | None = field(default=None, repr=False, compare=False)
-
-    @property
-    def ok(self) -> bool:
-        return self.outcome in {"succeeded", "skipped"}
-
-    def describe(self) -> str:
-        parts = [f"job={self.job}", f"tick={iso(self.tick) or 'forced'}", f"holder={self.holder}"]
-        parts.append(f"outcome={self.outcome}")
-        if self.token is not None:
-            parts.append(f"token={self.token}")
-        parts.extend(f"{key}={value}" for key, value in self.stats.items())
-        if self.reason:
-            parts.append(f"reason={self.reason}")
-        if self.error:
-            parts.append(f"error={self.error}")
-        parts.append(f"duration={self.duration:.2f}s")
-        return " ".join(parts)
-
-
 def run_locked(
     *,
     job: str,
@@ -141,20 +115,20 @@ def run_locked(
     expected_errors: tuple[type[BaseException], ...] = (),
     horizon: timedelta | None = None,
     max_run_time: timedelta | None = None,
+    retry_delays: tuple[timedelta, ...] | None = None,
     requested_by: str = "",
 ) -> RunResult:
     """Run ``fn(lease)`` if this process wins the lease for ``tick``.
 
-    Never raises for the lock's sake: an unreachable database, a lease held
-    elsewhere or a tick more than ``horizon`` ahead of the database clock is a
-    skip; a failure inside ``fn`` is recorded on a ``JobRun`` and returned. A
-    heartbeat thread renews the lease every TTL/3, for at most ``max_run_time``;
-    ``fn`` calls ``lease.check()`` before writing, or writes inside
-    ``fenced(lease)``. A run whose fenced block committed is a success. Errors in
-    ``expected_errors`` and database errors are logged without a traceback;
-    anything else is a bug and keeps its traceback, on its ``JobRun`` too. ``requested_by``
-    (``cron``, ``admin:alice``, …) goes on the ``JobRun``.
-    """
+    Never raises for the lock's sake: an unreachable database, a lease held elsewhere, a pause
+    or a tick more than ``horizon`` ahead of the database clock is a skip; a failure inside
+    ``fn`` is recorded on a ``JobRun`` and returned. A heartbeat thread renews the lease every
+    TTL/3, for at most ``max_run_time``; ``fn`` calls ``lease.check()`` before writing, or writes
+    inside ``fenced(lease)``. A run whose fenced block committed is a success. Errors in
+    ``expected_errors`` and database errors are logged without a traceback; anything else
+    keeps its traceback, on its ``JobRun`` too. ``retry_delays``: a tick gets ``1 + len``
+    attempts across every host, each not before its delay after the previous one failed (None:
+    no limit). ``requested_by`` (``cron``, ``admin:alice``, …) goes on the ``JobRun``."""
     validate_ttl(ttl)
     if max_run_time is not None and max_run_time <= timedelta(0):
         raise ValueError(f"max_run_time must be positive, got {max_run_time}")
@@ -163,13 +137,7 @@ def run_locked(
     result = RunResult(job=job, tick=tick, holder=holder, outcome="skipped")
     try:
         connections[router.db_for_write(SyncLock)].ensure_connection()
-        got = acquire(job=job, tick=tick, ttl=ttl, holder=holder, horizon=horizon)
-    except (ProgrammingError, OperationalError) as exc:
-        if _missing_table(exc):
-            raise LockError(
-                f"the lock table is missing ({error_text(exc)}): run `python manage.py migrate`"
-            ) from exc
-        return _unreachable(result, exc, started)
+        got = acquire(job=job, tick=tick, ttl=ttl, holder=holder, horizon=horizon, retry_delays=retry_delays)
     except Error as exc:
         return _unreachable(result, exc, started)
 
@@ -186,7 +154,10 @@ def run_locked(
         return result
 
     lease = got
-    result.token = lease.token
+    result.token, result.attempt = lease.token, lease.attempt
+    result.attempts = (
+        1 + len(retry_delays) if lease.attempt is not None and retry_delays is not None else None
+    )
     run_id = _record_start(lease, requested_by=requested_by)
     heartbeat = _Heartbeat(lease, max_run_time=max_run_time, started=started)
     heartbeat.start()
@@ -219,6 +190,8 @@ def run_locked(
         # went wrong afterwards is kept on the run and logged as an ERROR.
         result.outcome = "succeeded"
         result.error = f"after its fenced write committed: {result.error}"
+    if result.outcome in {"failed", "lost_lock"}:
+        result.retry_after = lease.retry_delay
     result.duration = time.monotonic() - started
     _record_finish(lease, run_id, result)
     level = logging.INFO if result.outcome == "succeeded" and not after_commit else logging.ERROR
@@ -230,8 +203,13 @@ def run_locked(
 
 
 def _unreachable(result: RunResult, exc: Exception, started: float) -> RunResult:
+    """A skip for a database that cannot be reached; ``LockError`` for one without the lock's table."""
+    if isinstance(exc, ProgrammingError | OperationalError) and _missing_table(exc):
+        raise LockError(
+            f"the lock table is missing ({error_text(exc)}): run `python manage.py migrate`"
+        ) from exc
     result.reason = f"database unreachable: {error_text(exc)}"
-    result.exception = exc
+    result.exception, result.unreachable = exc, True
     result.duration = time.monotonic() - started
     logger.warning("%s", result.describe())
     return result
@@ -260,6 +238,7 @@ def _record_start(lease: Lease, *, requested_by: str) -> int | None:
         return JobRun.objects.create(
             job_name=lease.job,
             tick=lease.tick,
+            attempt=lease.attempt,
             holder=lease.holder,
             token=lease.token,
             started_at=lease.acquired_at,
@@ -299,7 +278,7 @@ def _record_finish(lease: Lease, run_id, result: RunResult) -> None:
                 )
             prune_runs(job=lease.job)
             return
-        except Error as exc:
+        except (Error, RowLocked) as exc:
             if attempt == 0:
                 # A fault (network cut, server restart) can leave this connection dead
                 # while the database is reachable again: try once more on a new one.
@@ -331,59 +310,96 @@ def _missing_table(exc: Exception) -> bool:
 # --- a registered job (LOCKS_JOBS) --------------------------------------------------------
 
 
-class NoDryRun(ValueError):
-    """The job names no ``dry_run`` callable."""
-
-
 def run_job(
-    *, name: str, tick: datetime | None = None, force: bool = False, requested_by: str = ""
+    *,
+    name: str,
+    tick: datetime | None = None,
+    force: bool = False,
+    due: datetime | None = None,
+    requested_by: str = "",
 ) -> RunResult:
-    """One run of the job ``name`` under its lease: at most one success per tick across
-    every host. The one way a registered job is run (run_job and its aliases, the
-    trigger, the scheduler).
+    """One run of the job ``name`` under its lease, at most one success per tick across every
+    host: the one way a registered job is run (run_job and its aliases, the trigger, the scheduler).
 
-    ``tick``: the slot to claim, else the current one. ``force`` ignores slots (a
-    manual run) but still needs the lease; a pause stops it like any run. ``requested_by``:
-    who asked (``cli``, ``cron``, ``scheduler``, ``trigger``, ``admin:<user>``), kept on the
-    run. Raises ``UnknownJob``; ``InvalidTick`` for a ``tick`` that is no slot, or that
-    the lease refused as more than one schedule period ahead of the database clock (a
-    current tick so refused is a skip: this host's clock is fast); ``LockError`` when the
-    lock table is missing.
-    """
+    ``tick``: the slot to claim (``--tick``); else the slot of now (``due``, the scheduler's:
+    the latest a run may claim), or under catch_up "all" the oldest one up to it still to run
+    (docs/architecture.md, "Catch-up"). ``force`` ignores slots but still needs the lease; a
+    pause stops it like any run. ``requested_by``: who asked (``cli``, ``cron``, ``scheduler``,
+    ``trigger``, ``admin:<user>``), kept on the run. Raises ``UnknownJob``; ``InvalidTick`` for
+    a ``tick`` that is no slot, lies beyond the tick window (unless it is the slot of now) or
+    would skip slots under "all"; ``LockError`` when the lock table is missing."""
     job = get_job(name)
     if force and tick is not None:
         raise InvalidTick("force and tick exclude each other: a forced run claims no tick")
-    explicit = tick is not None
     now = timezone.now()
-    if explicit:
+    # The period around now, not around the tick: on an uneven schedule the upcoming slot
+    # can lie further ahead than the gap that follows it.
+    horizon, bound = schedule.period(job.schedule, now=now), "one schedule period"
+    if tick is not None:
         tick = schedule.check_tick(job.schedule, tick)
-    elif not force:
-        tick = job.current_tick(now=now)
+        if tick != job.current_tick(now=now):  # a later slot than now's only within the tick window
+            horizon = schedule.early_window(job.schedule, now=now, window=tick_window())
+            bound = "the tick window"
+    claim, behind = None if force else (tick or due or job.current_tick(now=now)), False
+    if claim is not None and job.catch_up == ALL:
+        try:
+            pending = _pending_tick(job, due=claim)
+        except Error as exc:
+            skipped = RunResult(job=name, tick=claim, holder=make_holder(), outcome="skipped")
+            return _unreachable(skipped, exc, time.monotonic())
+        if tick is not None and tick > pending:
+            raise InvalidTick(
+                f"tick {iso(tick)} would skip slots: under catch_up 'all' the slots of {name} run oldest "
+                f"first, and the next one is {iso(pending)}"
+            )
+        claim, behind = pending, pending < claim
     result = run_locked(
         job=job.name,
-        tick=tick,
+        tick=claim,
         ttl=job.ttl,
         fn=job.function(),
         expected_errors=job.error_classes(),
-        # The period around now, not around the tick: on an uneven schedule the
-        # upcoming slot can lie further ahead than the gap that follows it.
-        horizon=schedule.period(job.schedule, now=now),
+        horizon=horizon,
         max_run_time=job.max_run_time,
+        retry_delays=job.retry_delays,
         requested_by=requested_by,
     )
-    skip = result.skip
-    if explicit and skip is not None and skip.reason == "tick_ahead":
-        raise InvalidTick(
-            schedule.tick_ahead_message(
-                job.schedule, tick, db_now=skip.db_now, horizon=skip.horizon, window=tick_window()
-            )
+    result.behind, skip = behind, result.skip
+    if tick is not None and skip is not None and skip.reason == "tick_ahead":
+        window = tick_window()
+        message = schedule.tick_ahead_message(
+            job.schedule, tick, db_now=skip.db_now, horizon=skip.horizon, window=window, bound=bound
         )
+        raise InvalidTick(message)
     return result
 
 
-def preview_job(*, name: str) -> dict:
-    """What a run of ``name`` would do now, from its ``dry_run`` callable: no lease, no writes."""
-    job = get_job(name)
-    if job.dry_run_path is None:
-        raise NoDryRun(f"job {name!r} has no dry run (no 'dry_run' in its LOCKS_JOBS entry)")
-    return dict(import_string(job.dry_run_path)() or {})
+def run_due(*, name: str, requested_by: str = "") -> Iterator[RunResult]:
+    """The job's run of now (``run_job``), then under catch_up "all" one more for each slot
+    still behind while each one settles its slot (succeeds, or has the last attempt): what
+    ``run_job NAME`` and cron do. Bounded: each run is for a later slot than the one before,
+    and at most ``MAX_CATCH_UP`` run."""
+    result = run_job(name=name, requested_by=requested_by)
+    yield result
+    for _more in range(MAX_CATCH_UP):
+        if not result.next_due_now:
+            return
+        result = run_job(name=name, requested_by=requested_by)
+        yield result
+
+
+def _pending_tick(job: Job, *, due: datetime) -> datetime:
+    """Under catch_up "all": the oldest slot up to ``due`` not done whose chance is not over
+    (within the catch-up window, an attempt left), from the lock row; ``due`` for a job
+    that never claimed a tick (a new job starts at its current slot)."""
+    row = SyncLock.objects.for_job(job.name).annotate(db_now=Now())
+    state = row.values("tick", "tick_done", "tick_attempts", "db_now").first()
+    if state is None or state["tick"] is None:
+        return due
+    return schedule.pending_slot(
+        job.schedule,
+        claimed=state["tick"],
+        settled=state["tick_done"] or state["tick_attempts"] >= job.max_attempts,
+        due=due,
+        oldest=state["db_now"] - job.catch_up_window,
+    )

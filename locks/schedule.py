@@ -69,6 +69,12 @@ def period(expression: str, *, now: datetime) -> timedelta:
     return next_tick(expression, now=now) - slot_at_or_before(expression, now=now)
 
 
+def early_window(expression: str, *, now: datetime, window: timedelta) -> timedelta:
+    """How early a run at ``now`` may claim the upcoming slot: ``window``, capped at a
+    quarter of the gap around ``now``."""
+    return min(window, period(expression, now=now) / 4)
+
+
 def current_tick(expression: str, *, now: datetime, window: timedelta) -> datetime:
     """The slot a run at ``now`` claims.
 
@@ -77,11 +83,25 @@ def current_tick(expression: str, *, now: datetime, window: timedelta) -> dateti
     its peers name); otherwise the latest slot at or before ``now`` (so a late or
     manual run claims the slot it follows, and catches it up if nobody ran it).
     """
-    latest = slot_at_or_before(expression, now=now)
     upcoming = next_tick(expression, now=now)
-    if upcoming - _utc(now) <= min(window, (upcoming - latest) / 4):
+    if upcoming - _utc(now) <= early_window(expression, now=now, window=window):
         return upcoming
-    return latest
+    return slot_at_or_before(expression, now=now)
+
+
+def pending_slot(
+    expression: str, *, claimed: datetime, settled: bool, due: datetime, oldest: datetime
+) -> datetime:
+    """Under catch_up "all", the slot a run up to ``due`` claims, given the tick ``claimed``
+    last: that one again while it is not ``settled`` (done, or out of attempts) and not older
+    than ``oldest`` (the catch-up window's start); else the slot after it, or the first at or
+    after ``oldest``. ``due`` itself when that lies beyond ``due`` (the lease then says why
+    there is nothing to run)."""
+    if not settled and claimed >= oldest:
+        return min(claimed, due)
+    following = next_tick(expression, now=claimed)
+    first = oldest if is_slot(expression, oldest) else next_tick(expression, now=oldest)
+    return min(max(following, first), due)
 
 
 class InvalidTick(ValueError):
@@ -111,14 +131,20 @@ def check_tick(expression: str, tick: datetime) -> datetime:
 
 
 def tick_ahead_message(
-    expression: str, tick: datetime, *, db_now: datetime, horizon: timedelta, window: timedelta
+    expression: str,
+    tick: datetime,
+    *,
+    db_now: datetime,
+    horizon: timedelta,
+    window: timedelta,
+    bound: str = "one schedule period",
 ) -> str:
-    """Why ``tick`` was refused as more than ``horizon`` ahead of the database clock
-    (``db_now``), with the slots a run may name instead."""
+    """Why ``tick`` was refused as more than ``horizon`` (``bound``) ahead of the database
+    clock (``db_now``), with the slots a run may name instead."""
     latest = slot_at_or_before(expression, now=db_now + horizon)
     claimed = current_tick(expression, now=db_now, window=window)
     return (
-        f"tick {_utc(tick).isoformat()} is more than one schedule period ({horizon}) ahead of the "
+        f"tick {_utc(tick).isoformat()} is more than {bound} ({horizon}) ahead of the "
         f"database clock ({db_now.isoformat(timespec='seconds')}); the latest slot it may name "
         f"is {latest.isoformat()}, the one a run claims now is {claimed.isoformat()}"
     )

@@ -1,49 +1,169 @@
 """``run_scheduler``: run every registered job at its slots, in every replica.
 
-The lease decides which copy runs a tick; this loop only decides *when* to ask: at
-each slot, after a failed run by the job's retry policy, and after a held lease would
-have expired (docs/architecture.md, "The scheduler"). It never raises for a job's sake.
+The lease decides which copy runs a tick; this loop only decides *when* to ask: at each
+slot; after a failed attempt, once its retry delay has passed (the database counts the
+attempts, across every replica); after a lease held elsewhere would have expired; after a
+skip for an unreachable database or a lock row locked by a write in progress, with a backoff
+(1 s doubling to 30 s) until the slot's chance is over; and under ``catch_up: "all"`` at once
+again while slots are behind. Each ask runs in a child process of its own, so a long or stuck
+run of one job never keeps another job's slot from being asked
+(docs/architecture.md, "The scheduler"). It never raises for a job's sake.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import multiprocessing
+import os
 import signal
 import threading
+import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from functools import partial
+from multiprocessing.connection import wait as wait_for_any
 
-from django.db import close_old_connections, reset_queries
+from django.db import close_old_connections, connections, reset_queries
 from django.utils import timezone
 
 from locks import schedule
-from locks.registry import Job
-from locks.runner import RunResult, run_job
+from locks.registry import ALL, Job
+from locks.results import RunResult
+from locks.runner import run_job
 from locks.schedule import InvalidTick
 
 logger = logging.getLogger(__name__)
 
-# The longest the loop sleeps without looking at the clock again, so a host clock
-# that jumps (NTP step, a suspended VM) is noticed within this long.
+# The longest the loop sleeps without looking at the clock again, so a host clock that
+# jumps (NTP step, a suspended VM) is noticed within this long.
 MAX_SLEEP = timedelta(seconds=60)
 # Each run it asks for is recorded as the scheduler's (JobRun.requested_by).
 RUN_SCHEDULED = partial(run_job, requested_by="scheduler")
+# Asked again after an unreachable database or a locked lock row: 1 s, doubling, at most 30 s.
+BACKOFF_FIRST, BACKOFF_MOST = timedelta(seconds=1), timedelta(seconds=30)
+# After the grace, how long an interrupted run has to record itself before it is killed.
+INTERRUPTED_WAIT = 10.0
+# What an ask came to besides a RunResult: the tick was refused as too far ahead (this
+# host's clock is fast), or the run raised or its process died (logged where it happened).
+REFUSED, BROKE = "refused", "broke"
 
 
 @dataclass
 class _Plan:
-    """What the scheduler knows of one job: the tick it last asked for, and when to ask again."""
+    """What the scheduler knows of one job: the slot it last asked for, when to ask again."""
 
     job: Job
-    tick: datetime | None = None
-    retries_left: tuple[timedelta, ...] = ()
+    tick: datetime | None = None  # the latest slot at or before now, when last asked
     again_at: datetime | None = None
+    backoff: timedelta = timedelta(0)
+    running: bool = False
+
+
+def ask(run: Callable[..., RunResult], *, name: str, due: datetime) -> RunResult | str:
+    """One ask: ``run(name=, due=)``; REFUSED or BROKE instead of an exception."""
+    try:
+        return run(name=name, due=due)
+    except InvalidTick:
+        # The tick is more than a period ahead of the database clock: this host's clock is
+        # fast. run_locked logged the WARNING with its offset; nothing was stored.
+        return REFUSED
+    except Exception:  # a bug in a job's wrapper or the lock: logged, and the loop goes on
+        logger.exception("scheduler: job=%s tick=%s raised; the loop goes on", name, due.isoformat())
+        return BROKE
+
+
+class Inline:
+    """Each ask in this process, one after another (for tests on a fake clock)."""
+
+    def __init__(self, run: Callable[..., RunResult] = run_job) -> None:
+        self.run = run
+
+    def start(self, plan: _Plan, *, due: datetime) -> RunResult | str:
+        return ask(self.run, name=plan.job.name, due=due)
+
+    def collect(self, seconds: float, *, wake: int | None = None) -> list[tuple[_Plan, RunResult | str]]:
+        if seconds > 0 and wake is not None:
+            wait_for_any([wake], timeout=seconds)  # nothing runs in the background: only wait
+        return []
+
+    def running(self) -> list[_Plan]:
+        return []
+
+
+class Forked:
+    """Each ask in a child process (a fork of this one), which sends its ``RunResult`` back.
+    A child ignores SIGTERM and SIGINT (a terminal's Ctrl-C or systemd reach the whole
+    group): the scheduler gives it its grace, then interrupts it with SIGUSR1."""
+
+    def __init__(self, run: Callable[..., RunResult] = run_job) -> None:
+        self.run = run
+        self.children: dict[int, tuple[_Plan, multiprocessing.Process, object]] = {}
+        self.context = multiprocessing.get_context("fork")
+
+    def start(self, plan: _Plan, *, due: datetime) -> None:
+        reader, writer = self.context.Pipe(duplex=False)
+        connections.close_all()  # no connection of this process is shared with the child
+        child = self.context.Process(
+            target=_child, args=(self.run, plan.job.name, due, writer), name=f"run-{plan.job.name}"
+        )
+        child.start()
+        writer.close()
+        self.children[reader.fileno()] = (plan, child, reader)
+
+    def collect(self, seconds: float, *, wake: int | None = None) -> list[tuple[_Plan, RunResult | str]]:
+        """The runs that ended within ``seconds`` (at once, if any has); sooner on a byte at ``wake``."""
+        readers = [reader for _plan, _child, reader in self.children.values()]
+        ready = wait_for_any(readers + ([wake] if wake is not None else []), timeout=max(seconds, 0))
+        finished = []
+        for reader in ready:
+            if reader == wake:
+                with contextlib.suppress(BlockingIOError):
+                    os.read(wake, 64)
+                continue
+            plan, child, _reader = self.children.pop(reader.fileno())
+            try:
+                outcome = reader.recv()
+            except (EOFError, OSError):
+                logger.warning("scheduler: job=%s: its run's process ended without an answer", plan.job.name)
+                outcome = BROKE
+            reader.close()
+            child.join(timeout=5)
+            finished.append((plan, outcome))
+        return finished
+
+    def running(self) -> list[_Plan]:
+        return [plan for plan, _child, _reader in self.children.values()]
+
+    def signal(self, signum: int) -> None:
+        for _plan, child, _reader in self.children.values():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(child.pid, signum)
+
+
+def _child(run: Callable[..., RunResult], name: str, due: datetime, writer) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGUSR1, _interrupt)
+    outcome: RunResult | str = BROKE
+    try:
+        outcome = ask(run, name=name, due=due)
+    except SystemExit:
+        return  # interrupted after the grace: run_locked recorded the run and released its lease
+    finally:
+        connections.close_all()
+        with contextlib.suppress(OSError):
+            writer.send(replace(outcome, exception=None) if isinstance(outcome, RunResult) else outcome)
+
+
+def _interrupt(signum, frame) -> None:
+    raise SystemExit(0)
 
 
 class Scheduler:
-    """The loop, with its clock and its waiting injected so that tests can run it fast."""
+    """The loop, with its clock, its waiting and how it runs an ask injected, so that tests
+    can run it fast (``Inline``); ``run_scheduler`` runs each ask in a child (``Forked``)."""
 
     def __init__(
         self,
@@ -52,125 +172,179 @@ class Scheduler:
         now: Callable[[], datetime] = timezone.now,
         run: Callable[..., RunResult] = RUN_SCHEDULED,
         stop: threading.Event | None = None,
+        forked: bool = False,
+        grace: float = 0.0,
     ) -> None:
         self.plans = [_Plan(job) for job in jobs]
         self.now = now
-        self.run = run
+        self.executor = Forked(run) if forked else Inline(run)
         self.stop = stop or threading.Event()
-        self.running: str | None = None  # the job running now, for the signal handler
+        self.grace = grace
+        self.wake_reader, self.wake_writer = os.pipe()  # a signal's handler wakes the loop through it
+        os.set_blocking(self.wake_reader, False)
+        os.set_blocking(self.wake_writer, False)
+
+    def running(self) -> list[str]:
+        return [plan.job.name for plan in self.executor.running()]
+
+    def wake(self) -> None:
+        with contextlib.suppress(BlockingIOError):
+            os.write(self.wake_writer, b"!")
 
     def step(self) -> None:
-        """One wake: ask for every job whose current slot was not asked for yet, and
-        for every retry that is due."""
+        """One wake: ask for every job whose current slot was not asked for yet, and for
+        every job whose time to ask again has come; never for a job still running."""
         for plan in self.plans:
             if self.stop.is_set():
                 return
+            if plan.running:
+                continue
             now = self.now()
             # The tick window lets a copy that starts a little early name the slot its
             # peers name; the scheduler itself waits for the slot's own time.
             tick = schedule.slot_at_or_before(plan.job.schedule, now=now)
             if tick != plan.tick:
-                plan.tick, plan.retries_left, plan.again_at = tick, plan.job.retry_delays, None
+                plan.tick, plan.again_at, plan.backoff = tick, None, timedelta(0)
             elif plan.again_at is None or plan.again_at > now:
                 continue
             self._ask(plan)
 
     def next_wake(self) -> datetime:
-        """The earliest slot or retry of any job, and no later than MAX_SLEEP from now."""
+        """The earliest slot or ask again of any job, and no later than MAX_SLEEP from now."""
         now = self.now()
         wakes = [now + MAX_SLEEP]
         for plan in self.plans:
             wakes.append(schedule.next_tick(plan.job.schedule, now=now))
-            if plan.again_at is not None:
+            if plan.again_at is not None and not plan.running:
                 wakes.append(plan.again_at)
         return min(wakes)
 
     def run_forever(
         self, *, wait: Callable[[float], object] | None = None, iterations: int | None = None
     ) -> None:
-        """Loop until ``stop`` is set (SIGTERM, SIGINT) or after ``iterations`` wakes."""
-        wait = wait or self.stop.wait
+        """Loop until ``stop`` is set (SIGTERM, SIGINT) or after ``iterations`` wakes; then give
+        the runs still going their grace. ``wait``: a test's clock (default: the runs' ends)."""
         done = 0
         while not self.stop.is_set() and (iterations is None or done < iterations):
             self.step()
             delay = (self.next_wake() - self.now()).total_seconds()
-            if delay > 0 and not self.stop.is_set():
+            if wait is not None and delay > 0 and not self.stop.is_set():
                 wait(delay)
+            self._settle_all(self.executor.collect(delay if wait is None else 0, wake=self.wake_reader))
             done += 1
+        self._finish()
 
     def _ask(self, plan: _Plan) -> None:
         # A connection idle since the last tick may have been closed by the server, and
         # with DEBUG on every query would be kept: what a request's end does for a view.
         close_old_connections()
         reset_queries()
-        job, tick = plan.job, plan.tick
-        self.running = job.name
-        try:
-            result = self.run(name=job.name, tick=tick)
-        except InvalidTick:
-            # The tick is more than a period ahead of the database clock: this host's
-            # clock is fast. run_locked logged the WARNING with its offset; nothing was
-            # stored, and the next slot is asked for as usual.
-            plan.again_at = None
-            return
-        except Exception:  # a bug in a job's wrapper or the lock: logged, and the loop goes on
-            logger.exception("scheduler: job=%s tick=%s raised; the loop goes on", job.name, tick.isoformat())
-            result = None
-        finally:
-            self.running = None
-        plan.again_at = self._again_at(plan, result)
+        plan.running = True
+        outcome = self.executor.start(plan, due=plan.tick)
+        if outcome is not None:
+            self._settle(plan, outcome)
+
+    def _settle_all(self, finished: list[tuple[_Plan, RunResult | str]]) -> None:
+        for plan, outcome in finished:
+            self._settle(plan, outcome)
+
+    def _settle(self, plan: _Plan, outcome: RunResult | str) -> None:
+        plan.running = False
+        plan.again_at = self._again_at(plan, outcome)
         if plan.again_at is not None:
             logger.info(
                 "scheduler: job=%s tick=%s outcome=%s; asking again at %s",
-                job.name,
-                tick.isoformat(),
-                result.outcome if result else "error",
+                plan.job.name,
+                plan.tick.isoformat(),
+                outcome.outcome if isinstance(outcome, RunResult) else outcome,
                 plan.again_at.isoformat(timespec="seconds"),
             )
 
-    def _again_at(self, plan: _Plan, result: RunResult | None) -> datetime | None:
-        """When to ask for the same tick again, or None; never at or after the next slot."""
+    def _again_at(self, plan: _Plan, outcome: RunResult | str) -> datetime | None:
+        """When to ask for the job again before its next slot, or None; never past the
+        chance of the slot asked for (the next slot; under catch_up "all", its window)."""
         now = self.now()
-        if result is None or result.outcome in {"failed", "lost_lock"}:
-            if not plan.retries_left:
-                return None
-            delay, plan.retries_left = plan.retries_left[0], plan.retries_left[1:]
-            again = now + delay
-        elif result.outcome == "skipped" and result.skip is not None and result.skip.reason == "held":
-            # Another copy runs this tick. If it dies, its lease expires and the tick
-            # may be taken again: look once more just after that.
-            until = result.skip.locked_until
-            if until is None:
-                return None
-            again = max(until, now) + timedelta(seconds=1)
+        if outcome == REFUSED:
+            return None
+        if outcome == BROKE or outcome.unreachable:
+            plan.backoff = min(max(plan.backoff * 2, BACKOFF_FIRST), BACKOFF_MOST)
+            delay = plan.backoff
         else:
-            return None  # succeeded, done elsewhere, or the database is unreachable (one WARNING a tick)
-        return again if again < schedule.next_tick(plan.job.schedule, now=plan.tick) else None
+            delay = self._delay(plan, outcome)
+            if delay is None:
+                return None
+        again = now + delay
+        job = plan.job
+        over = (
+            plan.tick + job.catch_up_window
+            if job.catch_up == ALL
+            else schedule.next_tick(job.schedule, now=plan.tick)
+        )
+        return again if again < over else None
+
+    def _delay(self, plan: _Plan, result: RunResult) -> timedelta | None:
+        skip = result.skip
+        if skip is not None and skip.reason == "held" and skip.locked:
+            # A write in progress holds the lock row: on PostgreSQL the server ends a frozen
+            # one within its TTL. Look again, less and less often.
+            plan.backoff = min(max(plan.backoff * 2, BACKOFF_FIRST), BACKOFF_MOST)
+            return plan.backoff
+        plan.backoff = timedelta(0)
+        if result.next_due_now:
+            return timedelta(0)  # catch_up "all": that slot is settled, the next one is due
+        if result.outcome in {"failed", "lost_lock"}:
+            return result.retry_after  # None: the tick had its last attempt
+        if skip is None:
+            return None  # succeeded
+        if skip.reason == "held" and skip.wait is not None:
+            # Another copy runs this tick. If it dies, its lease expires and the tick may
+            # be taken again: look once more just after that.
+            return skip.wait + timedelta(seconds=1)
+        if skip.reason == "retry_later":
+            return skip.wait  # another copy's attempt failed: the next one, when it may start
+        if skip.reason == "paused":
+            return MAX_SLEEP  # resumed while the slot's chance lasts: it runs as usual
+        return None  # done elsewhere, a later tick claimed, or no attempt left
+
+    def _finish(self) -> None:
+        """The runs still going get ``grace`` seconds, then SIGUSR1 (each records itself:
+        ``interrupted: SystemExit: 0``), then SIGKILL after ``INTERRUPTED_WAIT``."""
+        executor = self.executor
+        if not isinstance(executor, Forked):
+            return
+        for seconds, then in ((self.grace, signal.SIGUSR1), (INTERRUPTED_WAIT, signal.SIGKILL)):
+            deadline = time.monotonic() + seconds
+            while executor.running() and time.monotonic() < deadline:
+                self._settle_all(executor.collect(deadline - time.monotonic()))
+            if not executor.running():
+                return
+            logger.warning(
+                "scheduler: job=%s still running after %.0f s; %s",
+                ", ".join(self.running()),
+                seconds,
+                "interrupting it" if then == signal.SIGUSR1 else "killing it",
+            )
+            executor.signal(then)
+        self._settle_all(executor.collect(5))
 
 
-def install_signal_handlers(scheduler: Scheduler, *, grace: float) -> None:
-    """SIGTERM and SIGINT stop the waiting at once. A job that is running gets ``grace``
-    seconds to finish; then SystemExit is raised inside it, which run_locked records
-    (the lease released, the run recorded as failed: ``interrupted: SystemExit: 0``)
-    before the loop ends."""
-
-    def give_up(signum, frame) -> None:
-        if scheduler.running is not None:
-            raise SystemExit(0)
+def install_signal_handlers(scheduler: Scheduler) -> None:
+    """SIGTERM and SIGINT stop the waiting at once; the runs still going get the
+    scheduler's grace (``Scheduler._finish``)."""
 
     def stop(signum, frame) -> None:
         if scheduler.stop.is_set():
             return
         scheduler.stop.set()
-        if scheduler.running is not None:
+        scheduler.wake()
+        running = scheduler.running()
+        if running:
             logger.warning(
                 "scheduler: %s received; job=%s may finish within %.0f s",
                 signal.Signals(signum).name,
-                scheduler.running,
-                grace,
+                ", ".join(running),
+                scheduler.grace,
             )
-            signal.signal(signal.SIGALRM, give_up)
-            signal.setitimer(signal.ITIMER_REAL, max(grace, 0.001))
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)

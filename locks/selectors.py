@@ -12,7 +12,7 @@ from django.db.models import Count, Max
 from django.db.models.functions import Coalesce, Now
 from django.utils import timezone
 
-from locks.leases import iso
+from locks.claims import iso
 from locks.models import STUCK_Q, JobRun, SyncLock
 from locks.registry import jobs as registered_jobs
 from locks.schedule import next_tick, previous_slots

@@ -13,10 +13,12 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST, require_safe
 
 from locks.auth import bearer_token_matches, boolean, client_address
-from locks.leases import LockError, iso
+from locks.claims import iso
+from locks.leases import LockError
 from locks.models import Incident
 from locks.registry import Job, UnknownJob, get_job
-from locks.runner import RunResult, run_job
+from locks.results import RunResult
+from locks.runner import run_job
 from locks.selectors import Freshness, jobs_freshness
 from locks.text import error_text
 from locks.throttle import throttle_claim

@@ -26,7 +26,8 @@ from django.contrib.staticfiles.testing import StaticLiveServerTestCase
 from django.test import override_settings
 from django.utils import timezone
 
-from locks.leases import LockLost, acquire, release, renew
+from locks.claims import LockLost
+from locks.leases import acquire, release, renew
 from locks.models import JobPause, JobRun, RunStatus, SyncLock, now_plus
 
 CHROMIUM = Path(os.environ.get("CHROMIUM", "/usr/bin/chromium"))

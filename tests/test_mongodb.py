@@ -356,7 +356,8 @@ def step_state() -> dict:
 
 
 def step_acquire(*, job: str, ttl: float) -> dict:
-    from locks.leases import LockError, Skip, acquire
+    from locks.claims import Skip
+    from locks.leases import LockError, acquire
 
     try:
         got = acquire(job=job, tick=None, ttl=timedelta(seconds=ttl))
@@ -368,7 +369,7 @@ def step_acquire(*, job: str, ttl: float) -> dict:
 
 
 def step_hold(*, job: str, ttl: float, work: float) -> dict:
-    from locks.leases import Lease
+    from locks.claims import Lease
     from locks.runner import run_locked
 
     def work_while_holding(lease: Lease) -> dict:
@@ -382,7 +383,8 @@ def step_hold(*, job: str, ttl: float, work: float) -> dict:
 
 
 def step_renew_release(*, job: str, holder: str, token: int, ttl: float) -> dict:
-    from locks.leases import Lease, LockLost, release, renew
+    from locks.claims import Lease, LockLost
+    from locks.leases import release, renew
 
     lease = Lease(
         job=job,

@@ -121,6 +121,13 @@ SCENARIOS = [
         "07:40 skips it as already done; 2 JobRuns for that tick, failed then succeeded",
     ),
     Scenario(
+        "prune-host-fast",
+        "a host whose clock is 100 s fast (faketime) syncs while a reminder's contest starts in 90 s by the "
+        "database clock",
+        'PostgreSQL only (on SQLite the database clock is each process\'s own): the prune judges "started" '
+        "by the database clock, so the reminder is kept (exit 0); a sync after the start prunes it",
+    ),
+    Scenario(
         "commit-answer-lost",
         "the server commits a run's fenced write, and a proxy drops the COMMIT's answer with the connection",
         "PostgreSQL only: the run reads the lock row back on a new connection, finds its write committed and "

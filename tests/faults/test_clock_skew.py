@@ -12,8 +12,10 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from contests.models import Contest
-from locks.models import JobRun
+from contests.models import Contest, Reminder
+from locks.models import JobRun, database_now
+from tests.contests.reminder_data import make_reminder, make_user
+from tests.standin import load_fixture
 
 SKEW_WARNING = re.compile(r"host clock is ([+-]\d+) s off the database clock \(more than (\d+) s\)")
 OFFSETS = {"+7m": 420, "-7m": -420, "+0": 0}
@@ -92,4 +94,43 @@ def test_host_forty_minutes_off_is_detected(postgres, faketime, fault_env, procs
     observe(
         f"WARNING `job=sync_contests host clock is {skew} s off the database clock "
         f"(more than {limit} s)`; exit 0"
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.scenario("prune-host-fast")
+def test_a_host_100_s_fast_keeps_a_reminder_whose_contest_starts_in_90_s(
+    postgres, faketime, fault_env, standin, procs, observe
+):
+    """Issue 17, reproduction 8: the sync's prune judged "started" by the host clock, so a host
+    100 s fast deleted the reminder of a contest that starts in 90 s by the database clock, and
+    the email was never sent. The database clock judges it now."""
+    start = (database_now() + timedelta(seconds=90)).replace(microsecond=0)
+    payload = load_fixture()
+    entry = payload["result"][0]
+    entry.update(phase="BEFORE", startTimeSeconds=int(start.timestamp()))
+    standin.set_payload(payload)
+    env = fault_env()
+    first = procs.manage("sync_contests", "--force", env=env, name="right clock")
+    assert first.wait(timeout=120) == 0, first.transcript()
+    contest = Contest.objects.get(contest_id=entry["id"])
+    assert contest.start_time == start
+    reminder = make_reminder(make_user("ada"), contest, at=timedelta(seconds=60))
+
+    fast = procs.manage("sync_contests", "--force", env=env, prefix=(faketime, "-f", "+100s"), name="fast")
+
+    assert fast.wait(timeout=120) == 0, fast.transcript()
+    assert "Traceback" not in fast.stderr
+    assert fast.result()["outcome"] == "succeeded" and fast.field("pruned") == "0", fast.transcript()
+    assert Reminder.objects.filter(pk=reminder.pk).exists()
+    contest.start_time = database_now() - timedelta(seconds=1)  # it started, by the database clock
+    contest.save(update_fields=["start_time"])
+    entry["startTimeSeconds"] = int(contest.start_time.timestamp())
+    standin.set_payload(payload)
+    after = procs.manage("sync_contests", "--force", env=env, name="after the start")
+    assert after.wait(timeout=120) == 0, after.transcript()
+    assert not Reminder.objects.filter(pk=reminder.pk).exists()
+    observe(
+        "host +100 s, the contest 90 s away by the database clock: exit 0, succeeded, pruned=0, the reminder "
+        f"kept; after the start: pruned={after.field('pruned')}, the reminder gone"
     )

@@ -98,11 +98,18 @@ RECORD = {
 }
 _JOBS = {
     # Writes one SlotWrite row per run, under the fencing token.
-    "write_slot": {"schedule": "*/5 * * * *", "callable": "tests.jobsapp.jobs.write_slot", "ttl": 60},
+    "write_slot": {
+        "schedule": os.environ.get("WRITE_SLOT_SCHEDULE", "*/5 * * * *"),
+        "callable": "tests.jobsapp.jobs.write_slot",
+        "ttl": 60,
+    },
     "record": RECORD,
     "refuse": {
         **RECORD,
+        "schedule": os.environ.get("REFUSE_SCHEDULE", RECORD["schedule"]),
+        "ttl": int(os.environ.get("REFUSE_TTL", RECORD["ttl"])),
         "callable": "tests.jobsapp.jobs.refuse",
+        "retry": {"delays": [int(s) for s in os.environ.get("REFUSE_RETRY", "30,60").split(",")]},
         "expected_errors": ["tests.jobsapp.jobs.Refused"],
     },
     "linger": {"schedule": "*/5 * * * *", "callable": "tests.jobsapp.jobs.linger", "ttl": 60},
@@ -111,6 +118,7 @@ _JOBS = {
         "schedule": os.environ.get("SLOW_WRITE_SCHEDULE", "*/5 * * * *"),
         "callable": "tests.jobsapp.jobs.slow_write",
         "ttl": int(os.environ.get("SLOW_WRITE_TTL", "60")),
+        "retry": {"delays": [int(s) for s in os.environ.get("SLOW_WRITE_RETRY", "").split(",") if s]},
     },
 }
 # Jobs only the processes of tests/locks/test_run_now.py and test_alerts.py register (by their variables).

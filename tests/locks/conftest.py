@@ -5,6 +5,7 @@ import json
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -12,7 +13,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from django.db import connection, connections, transaction
 
+from locks.models import SyncLock
 from tests.conftest import ROOT, project_env, spawn
 
 TICK = datetime(2026, 11, 30, 14, 0, tzinfo=UTC)
@@ -90,3 +93,41 @@ def schedulers(env: dict[str, str], logs: list[Path], *jobs: str) -> Iterator[li
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+
+
+POSTGRES_ONLY = "PostgreSQL only: SQLite locks the whole file, not a row (its busy timeout bounds the wait)"
+
+
+@pytest.fixture
+def postgres(transactional_db):
+    if connection.vendor != "postgresql":
+        pytest.skip(POSTGRES_ONLY)
+
+
+@pytest.fixture
+def locked_row(postgres):
+    """``lock(job)``: that job's lock row locked by another connection's open transaction (a
+    write in progress) until the test ends."""
+    done = threading.Event()
+    threads = []
+
+    def hold(job: str, locked: threading.Event) -> None:
+        try:
+            with transaction.atomic():
+                list(SyncLock.objects.select_for_update().filter(job_name=job))
+                locked.set()
+                done.wait(60)
+        finally:
+            connections.close_all()
+
+    def lock(job: str) -> None:
+        locked = threading.Event()
+        thread = threading.Thread(target=hold, args=(job, locked), daemon=True)
+        thread.start()
+        threads.append(thread)
+        assert locked.wait(10), "the row was not locked"
+
+    yield lock
+    done.set()
+    for thread in threads:
+        thread.join(10)

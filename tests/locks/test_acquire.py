@@ -5,7 +5,8 @@ from datetime import timedelta
 
 import pytest
 
-from locks.leases import Lease, LockLost, Skip, acquire, fenced, release, renew
+from locks.claims import Lease, LockLost, Skip
+from locks.leases import acquire, fenced, release, renew
 from locks.models import SyncLock, database_now
 from locks.operations import force_release, reset_tick
 from locks.registry import UnknownJob
@@ -261,9 +262,9 @@ def test_without_a_horizon_a_far_tick_is_claimed_and_reset_tick_clears_it(caplog
     assert isinstance(blocked, Skip) and blocked.reason == "tick_claimed"
     assert str(blocked) == f"a later tick {far.isoformat()} was already claimed by an earlier run"
 
-    cleared = reset_tick(job="job", by="ops")
+    cleared = reset_tick(job="job", expected_tick=far, by="ops")
 
-    assert (cleared.previous_tick, cleared.was_done) == (far, True)
+    assert (cleared.previous_tick, cleared.was_done, cleared.was_reset) == (far, True, True)
     row = SyncLock.objects.get()
     assert (row.tick, row.tick_done, row.token) == (None, False, 1)
     [record] = [r for r in caplog.records if r.name == "locks.api"]
@@ -275,11 +276,12 @@ def test_without_a_horizon_a_far_tick_is_claimed_and_reset_tick_clears_it(caplog
 def test_reset_tick_leaves_a_held_lease_held():
     lease = acquire(job="job", tick=TICK, ttl=TTL, holder="a:1:x")
 
-    assert reset_tick(job="job", by="ops").previous_tick == TICK
+    assert reset_tick(job="job", expected_tick=TICK, by="ops").previous_tick == TICK
 
     row = SyncLock.objects.get()
     assert (row.tick, row.holder, row.token) == (None, "a:1:x", 1)
     renew(lease=lease)  # still its lease
-    assert reset_tick(job="job", by="ops").was_set is False
+    nothing = reset_tick(job="job", expected_tick=TICK, by="ops")
+    assert (nothing.previous_tick, nothing.was_reset, nothing.detail) == (None, False, "")
     with pytest.raises(UnknownJob, match=r"no lock named 'nope' \(known jobs: job\)"):
-        reset_tick(job="nope", by="ops")
+        reset_tick(job="nope", expected_tick=TICK, by="ops")

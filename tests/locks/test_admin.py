@@ -17,11 +17,12 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
-from locks.leases import Lease, LockLost, acquire, release, renew
+from locks.claims import Lease, LockLost
+from locks.leases import acquire, release, renew
 from locks.models import JobRun, RunStatus, SyncLock, now_plus
 from locks.operations import force_release
 from locks.runner import prune_runs, run_locked
-from tests.locks.conftest import reschedule
+from tests.locks.conftest import TICK, reschedule
 
 pytestmark = pytest.mark.django_db
 
@@ -441,9 +442,10 @@ def test_releasing_a_free_lock_changes_nothing_and_says_so(admin_client):
 
 
 def shown(response) -> dict[str, str]:
-    """The hidden fencing-token inputs of a confirmation page."""
+    """The hidden inputs of a confirmation page that say what it showed (the fencing token; for a
+    reset, the claimed tick and whether it was done)."""
     return dict(
-        re.findall(r'<input type="hidden" name="(shown-\d+)" value="(\d+)">', response.content.decode())
+        re.findall(r'<input type="hidden" name="(shown-[\w-]+)" value="([^"]*)">', response.content.decode())
     )
 
 
@@ -501,8 +503,14 @@ def test_reset_tick_action_confirms_then_clears_the_tick_and_logs(admin_client, 
     assert 'id="confirm-reset-tick"' in text(confirm)
     assert f"{timezone.localtime(tick):%Y-%m-%d %H:%M:%S}" in text(confirm)
     assert SyncLock.objects.get(job_name="write_slot").tick == tick  # nothing yet
+    pk = SyncLock.objects.get(job_name="write_slot").pk
+    assert {key: value for key, value in shown(confirm).items() if key.endswith(f"-{pk}")} == {
+        f"shown-{pk}": "1",
+        f"shown-tick-{pk}": tick.isoformat(),
+        f"shown-done-{pk}": "1",
+    }
 
-    done = admin_client.post(LIST_URL, {**data, "post": "yes"}, follow=True)
+    done = admin_client.post(LIST_URL, {**data, **shown(confirm), "post": "yes"}, follow=True)
 
     lock = SyncLock.objects.get(job_name="write_slot")
     assert (lock.tick, lock.tick_done, lock.token) == (None, False, 1)
@@ -513,10 +521,54 @@ def test_reset_tick_action_confirms_then_clears_the_tick_and_logs(admin_client, 
     assert entry.get_change_message() == f"Reset the claimed tick; it was {tick.isoformat()} (done)."
 
 
+def test_a_reset_from_a_page_that_showed_an_older_tick_resets_nothing(admin_client):
+    """Issue 17, reproduction 9: the admin's "reset the claimed tick" from a page that showed an
+    older tick reset the tick done since, and that tick ran again."""
+    older, newer = TICK, TICK + timedelta(minutes=5)
+    release(lease=acquire(job="write_slot", tick=older, ttl=timedelta(minutes=5)), status="failed")
+    data = {"action": "reset_tick", "_selected_action": [SyncLock.objects.get().pk]}
+    page = shown(admin_client.post(LIST_URL, data))
+    release(lease=acquire(job="write_slot", tick=newer, ttl=timedelta(minutes=5)), status="succeeded")
+
+    response = admin_client.post(LIST_URL, {**data, **page, "post": "yes"}, follow=True)
+
+    lock = SyncLock.objects.get()
+    assert (lock.tick, lock.tick_done) == (newer, True)
+    assert (
+        f"Nothing reset: the claimed tick of write_slot is now {newer.isoformat()} (done), "
+        f"not the {older.isoformat()} shown; nothing reset." in text(response)
+    )
+    assert not LogEntry.objects.exists()
+
+
+def test_a_reset_of_a_tick_done_since_the_page_or_without_what_it_showed_resets_nothing(admin_client):
+    lease = acquire(job="write_slot", tick=TICK, ttl=timedelta(minutes=5))
+    data = {"action": "reset_tick", "_selected_action": [SyncLock.objects.get().pk]}
+    page = shown(admin_client.post(LIST_URL, data))  # tick not done: its run is still going
+    release(lease=lease, status="succeeded")
+
+    done_since = admin_client.post(LIST_URL, {**data, **page, "post": "yes"}, follow=True)
+    blind = admin_client.post(LIST_URL, {**data, "post": "yes"}, follow=True)
+
+    assert SyncLock.objects.get().tick == TICK
+    assert (
+        f"Nothing reset: the claimed tick {TICK.isoformat()} of write_slot is done now, unlike what was shown; "
+        "nothing reset." in text(done_since)
+    )
+    assert "Nothing reset for write_slot: the request did not say which tick was shown." in text(blind)
+
+
 def test_reset_tick_needs_the_force_release_permission(viewer_client, viewer):
     lease = acquire(job="write_slot", tick=timezone.now(), ttl=timedelta(minutes=5))
     release(lease=lease, status="failed")
-    data = {"action": "reset_tick", "_selected_action": [SyncLock.objects.get().pk], "post": "yes"}
+    lock = SyncLock.objects.get()
+    data = {
+        "action": "reset_tick",
+        "_selected_action": [lock.pk],
+        "post": "yes",
+        f"shown-tick-{lock.pk}": lock.tick.isoformat(),
+        f"shown-done-{lock.pk}": "0",
+    }
 
     assert 'value="reset_tick"' not in viewer_client.get(LIST_URL).content.decode()
     viewer_client.post(LIST_URL, data)

@@ -2,6 +2,7 @@
 (locks/checks.py, locks/registry.py), all tagged `locks`."""
 
 import re
+from datetime import timedelta
 
 import pytest
 from django.core.checks import run_checks
@@ -10,6 +11,7 @@ from django.core.management.base import SystemCheckError
 
 from locks import checks, registry
 from locks.checks import TAG
+from locks.registry import jobs
 
 
 def _ids() -> set[str]:
@@ -126,7 +128,7 @@ def test_each_check_id_speaks_for_one_problem_in_one_message():
         assert templates, message
         by_code.setdefault(code, set()).update(templates)
     assert {code: names for code, names in by_code.items() if len(names) > 1} == {}
-    assert sorted(by_code) == [f"locks.E0{n}" for n in range(10, 24)]  # a case for every LOCKS_JOBS id
+    assert sorted(by_code) == [f"locks.E0{n}" for n in range(10, 26)]  # a case for every LOCKS_JOBS id
     assert len({code for code, *_ in checks.NUMBERS.values()}) == len(checks.NUMBERS)
 
 
@@ -250,6 +252,26 @@ BAD_JOB_SETTINGS = [
         "got {'delays': [60], 'max': 3}.",
     ),
     (
+        {"record": {**GOOD, "catch_up": "every"}},
+        "locks.E024",
+        "LOCKS_JOBS['record']: catch_up must be 'latest' or 'all', got 'every'.",
+    ),
+    (
+        {"record": {**GOOD, "catch_up": ["all"]}},
+        "locks.E024",
+        "LOCKS_JOBS['record']: catch_up must be 'latest' or 'all', got ['all'].",
+    ),
+    (
+        {"record": {**GOOD, "catch_up": "all", "catch_up_window": 0}},
+        "locks.E025",
+        "LOCKS_JOBS['record']: catch_up_window must be a positive whole number of seconds, got 0.",
+    ),
+    (
+        {"record": {**GOOD, "catch_up_window": "1d"}},
+        "locks.E025",
+        "LOCKS_JOBS['record']: catch_up_window must be a positive whole number of seconds, got '1d'.",
+    ),
+    (
         {"record": GOOD, " Record": GOOD},
         "locks.E017",
         "LOCKS_JOBS names 'record' and ' Record': two spellings of one job.",
@@ -275,6 +297,17 @@ def test_every_problem_of_an_entry_is_reported(settings):
         "locks.E013",
         "locks.E015",
     ]
+
+
+def test_the_catch_up_keys_are_read_into_the_job_with_their_defaults(settings):
+    settings.LOCKS_JOBS = {
+        "daily": {**GOOD, "catch_up": "all", "catch_up_window": 3600, "retry": {"delays": [5, 10]}},
+        "plain": GOOD,
+    }
+    assert _job_errors(settings, settings.LOCKS_JOBS) == []
+    daily, plain = jobs()["daily"], jobs()["plain"]
+    assert (daily.catch_up, daily.catch_up_window, daily.max_attempts) == ("all", timedelta(hours=1), 3)
+    assert (plain.catch_up, plain.catch_up_window, plain.max_attempts) == ("latest", timedelta(days=1), 1)
 
 
 def test_optional_keys_may_be_left_out(settings):

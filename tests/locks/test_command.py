@@ -9,7 +9,8 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from locks.leases import Lease, LockLost, Skip, acquire, release, renew
+from locks.claims import Lease, LockLost, Skip
+from locks.leases import acquire, release, renew
 from locks.models import SyncLock
 from locks.operations import force_release, reset_tick
 from locks.runner import run_locked
@@ -218,7 +219,7 @@ def test_release_with_a_token_another_holder_replaced_changes_nothing():
     before = SyncLock.objects.values().get()
 
     with pytest.raises(CommandError) as refused:
-        _call("release", "write_slot", "--token", str(old.token), "--reset-tick")
+        _call("release", "write_slot", "--token", str(old.token), "--reset-tick", TICK.isoformat())
 
     assert str(refused.value) == "lease on write_slot is now token 2 held by web-2:7:def; nothing released"
     assert SyncLock.objects.values().get() == before  # neither released nor its tick reset
@@ -255,7 +256,7 @@ def test_release_reset_tick_releases_and_clears_a_far_future_tick(caplog):
     acquire(job="write_slot", tick=far, ttl=TTL, holder="web-1:42:abc")
     assert isinstance(acquire(job="write_slot", tick=TICK, ttl=TTL), Skip)
 
-    out = _call("release", "write_slot", "--reset-tick")
+    out = _call("release", "write_slot", "--reset-tick", far.isoformat())
 
     assert out == (
         "Released write_slot: holder was web-1:42:abc (token 1); new token 2.\n"
@@ -268,10 +269,38 @@ def test_release_reset_tick_releases_and_clears_a_far_future_tick(caplog):
         f"job=write_slot claimed tick reset by manage.py locks release; it was {far.isoformat()} (not done)"
     )
     assert isinstance(acquire(job="write_slot", tick=TICK, ttl=TTL), Lease)
-    reset_tick(job="write_slot", by="test")
-    assert _call("release", "write_slot", "--reset-tick").endswith(
+    reset_tick(job="write_slot", expected_tick=TICK, by="test")
+    assert _call("release", "write_slot", "--reset-tick", TICK.isoformat()).endswith(
         "new token 4.\nwrite_slot has no claimed tick; nothing to reset.\n"
     )
+
+
+def test_release_reset_tick_of_a_tick_claimed_since_resets_nothing():
+    """Issue 17, reproduction 9: the reset names the tick `locks status` showed, and acts only
+    while it is still the claimed one."""
+    shown, newer = TICK, TICK + timedelta(minutes=5)
+    release(lease=acquire(job="write_slot", tick=newer, ttl=TTL), status="succeeded")
+    before = SyncLock.objects.values().get()
+
+    with pytest.raises(CommandError) as refused:
+        _call("release", "write_slot", "--reset-tick", shown.isoformat())
+
+    assert str(refused.value) == (
+        f"the claimed tick of write_slot is now {newer.isoformat()} (done), not the {shown.isoformat()} shown; "
+        "nothing reset."
+    )
+    assert SyncLock.objects.values().get() == before
+
+
+def test_release_reset_tick_needs_the_tick_it_resets_exit_2(db_url):
+    env = project_env(DATABASE_URL=db_url)
+    bare = manage("locks", "release", "write_slot", "--reset-tick", env=env)
+    bad = manage("locks", "release", "write_slot", "--reset-tick", "yesterday", env=env)
+
+    assert (bare.returncode, bad.returncode) == (2, 2)
+    assert "argument --reset-tick: expected one argument" in bare.stderr
+    assert "argument --reset-tick: 'yesterday' is not an ISO 8601 date-time" in bad.stderr
+    assert "Traceback" not in bare.stderr + bad.stderr
 
 
 def test_release_token_must_be_a_number_exit_2(db_url):

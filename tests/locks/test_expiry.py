@@ -4,7 +4,8 @@ from datetime import timedelta
 
 import pytest
 
-from locks.leases import Lease, LockLost, Skip, acquire, fenced, release, renew
+from locks.claims import Lease, LockLost, Skip
+from locks.leases import acquire, fenced, release, renew
 from locks.models import EXPIRED, FREE, HELD, OVERDUE, SyncLock, now_plus
 from tests.locks.conftest import TICK
 

@@ -14,7 +14,8 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from locks.leases import Lease, Skip, acquire, release
+from locks.claims import Lease, Skip
+from locks.leases import acquire, release
 from locks.models import JobPause, JobRun, RunStatus, SyncLock
 from locks.pausing import pause_job, resume_job
 from locks.registry import UnknownJob

@@ -7,7 +7,8 @@ from datetime import timedelta
 
 import pytest
 
-from locks.leases import Lease, Skip, acquire, release
+from locks.claims import Lease, Skip
+from locks.leases import acquire, release
 from locks.models import JobRun, SyncLock
 from locks.operations import force_release
 from locks.runner import run_locked
@@ -181,8 +182,9 @@ def test_a_holder_sigkilled_right_after_its_commit_is_recorded_succeeded_by_the_
 
 
 def test_on_sqlite_a_write_longer_than_the_busy_timeout_does_not_starve_its_own_heartbeat(db_url):
-    """The heartbeat's renewal waits for this process's own write lock, gives up after the
-    busy timeout (1 s here) and tries again at the next beat; the run succeeds."""
+    """While this process's fenced write holds the one write lock, its heartbeat does not even
+    try to renew (it would wait for its own lock until the busy timeout, 1 s here): the write
+    renewed the lease as it began, and nobody can take it meanwhile. The run succeeds."""
     if not db_url.startswith("sqlite:"):
         pytest.skip("SQLite's single write lock is what starves the heartbeat; PostgreSQL locks rows")
     env = project_env(DATABASE_URL=f"{db_url}?timeout=1", LOCKS_LOG_LEVEL="DEBUG")
@@ -195,7 +197,8 @@ def test_on_sqlite_a_write_longer_than_the_busy_timeout_does_not_starve_its_own_
     assert worker.returncode == 0, err
     result = json.loads(out.strip().splitlines()[-1])
     assert (result["outcome"], result["error"]) == ("succeeded", ""), err
-    assert "database is locked while this process writes; trying again at the next beat" in err
+    assert "job=write heartbeat: its fenced write holds the lock row; not renewing" in err
+    assert "database is locked" not in err
     assert "lost_lock" not in err and " WARNING " not in err
     run = JobRun.objects.get(job_name="write")
     assert (run.status, run.error) == ("succeeded", "")

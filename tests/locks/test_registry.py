@@ -13,8 +13,8 @@ from django.utils import timezone
 from locks import schedule
 from locks.crontab import cronjobs
 from locks.models import JobRun, SyncLock, database_now
-from locks.registry import UnknownJob, get_job, jobs
-from locks.runner import NoDryRun, preview_job, run_job
+from locks.registry import NoDryRun, UnknownJob, get_job, jobs
+from locks.runner import run_job
 from locks.schedule import InvalidTick, next_tick
 from tests.conftest import ROOT, project_env
 from tests.hostproject import settings as host  # the module: what the tests' overrides leave alone
@@ -122,27 +122,28 @@ def test_an_explicit_tick_must_be_a_slot(registered):
 
 
 def test_an_explicit_tick_too_far_ahead_is_refused_by_the_lease_naming_the_slots(registered, caplog):
-    """The compare-and-set judges on the database clock; its refusal of a tick the
-    caller named becomes InvalidTick, with the slots a run may name."""
+    """The compare-and-set judges on the database clock; its refusal of a tick the caller
+    named beyond the tick window (a quarter of */5's gap: 75 s) becomes InvalidTick, with
+    the slots a run may name."""
     db_now = database_now()
-    too_far = next_tick("*/5 * * * *", now=db_now + timedelta(minutes=10))
+    too_far = next_tick("*/5 * * * *", now=db_now + timedelta(minutes=2))
 
     with pytest.raises(InvalidTick) as refused:
         run_job(name="record", tick=too_far)
 
     message = str(refused.value)
     prefix = (
-        f"tick {too_far.isoformat()} is more than one schedule period (0:05:00) ahead of the database clock ("
+        f"tick {too_far.isoformat()} is more than the tick window (0:01:15) ahead of the database clock ("
     )
     assert message.startswith(prefix), message
     shown = datetime.fromisoformat(message[len(prefix) :].split(")")[0])
     assert abs(shown - db_now) < timedelta(minutes=1)
     slot = schedule.tick_ahead_message(
-        "*/5 * * * *", too_far, db_now=shown, horizon=timedelta(minutes=5), window=timedelta(minutes=5)
+        "*/5 * * * *", too_far, db_now=shown, horizon=timedelta(seconds=75), window=timedelta(minutes=5)
     )
     assert message.split("); ")[1] == slot.split("); ")[1]
     [warning] = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert f"outcome=skipped reason=tick {too_far.isoformat()} is more than 0:05:00 ahead" in warning
+    assert f"outcome=skipped reason=tick {too_far.isoformat()} is more than 0:01:15 ahead" in warning
     assert not SyncLock.objects.exists() and not JobRun.objects.exists()
 
 
@@ -157,11 +158,11 @@ def test_a_current_tick_too_far_ahead_is_a_skip_not_an_error(registered, monkeyp
 
 
 def test_the_dry_run_callable_is_the_preview(registered):
-    assert preview_job(name="record") == {"would_record": 1}
+    assert get_job("record").preview() == {"would_record": 1}
     with pytest.raises(
         NoDryRun, match=r"^job 'linger' has no dry run \(no 'dry_run' in its LOCKS_JOBS entry\)$"
     ):
-        preview_job(name="linger")
+        get_job("linger").preview()
     assert not JobRun.objects.exists()
 
 

@@ -2,10 +2,11 @@
 
 import signal
 import time
+from datetime import timedelta
 
 import pytest
 
-from locks.models import JobRun, SyncLock
+from locks.models import JobRun, SyncLock, database_now
 from tests.conftest import manage, project_env, spawn
 from tests.jobsapp.models import SlotWrite
 
@@ -78,7 +79,7 @@ def test_a_failed_run_exits_1_with_one_error_line_and_no_traceback(env):
         ),
         (
             ["record", "--tick", "2062-12-01T08:00:00+00:00"],
-            "CommandError: --tick: tick 2062-12-01T08:00:00+00:00 is more than one schedule period (0:05:00) "
+            "CommandError: --tick: tick 2062-12-01T08:00:00+00:00 is more than the tick window (0:01:15) "
             "ahead of the database clock (",
         ),
         (
@@ -100,6 +101,28 @@ def test_bad_arguments_exit_2_clearly_and_change_nothing(env, args, message):
     assert not SlotWrite.objects.exists()
     assert not SyncLock.objects.exists()
     assert not JobRun.objects.exists()
+
+
+def test_a_tick_38_minutes_early_exits_2_and_the_current_slot_still_runs(env):
+    """Issue 17, reproduction 9: `run_job --tick <next slot>` 38 minutes early ran it (it was
+    within one period of a daily schedule), and the current slot was then refused for good as
+    "a later tick was claimed". Beyond the tick window, only the slot a run claims now may be
+    named: exit 2, nothing stored."""
+    soon = (database_now() + timedelta(minutes=38)).replace(second=0, microsecond=0)
+    env = {**env, "SLOW_WRITE_SCHEDULE": f"{soon.minute} {soon.hour} * * *", "SLOW_WRITE_SECONDS": "0"}
+
+    early = manage("run_job", "slow_write", "--tick", soon.isoformat(), env=env)
+
+    assert early.returncode == 2, early.stdout + early.stderr
+    assert f"CommandError: --tick: tick {soon.isoformat()} is more than the tick window (0:05:00) ahead" in (
+        early.stderr
+    )
+    assert not SyncLock.objects.exists() and not SlotWrite.objects.exists()
+    now = manage("run_job", "slow_write", env=env)
+    assert now.returncode == 0, now.stderr
+    yesterday = (soon - timedelta(days=1)).isoformat()
+    assert f"job=slow_write tick={yesterday} " in now.stdout and "outcome=succeeded" in now.stdout
+    assert [row.tick.isoformat() for row in SlotWrite.objects.all()] == [yesterday]
 
 
 OUT_OF_RANGE = "is out of the range the schedule '{}' can be computed in"

@@ -7,7 +7,8 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from locks.leases import Lease, Skip, acquire, fenced, renew
+from locks.claims import Lease, Skip
+from locks.leases import acquire, fenced, renew
 from locks.models import JobRun, SyncLock, database_now
 from locks.operations import force_release
 from locks.runner import run_locked
@@ -38,7 +39,7 @@ def test_a_successful_run_records_stats_and_releases(caplog):
     [record] = [r for r in caplog.records if r.name == "locks.api"]
     assert record.levelno == logging.INFO
     assert record.getMessage().startswith(
-        f"job=job tick={TICK.isoformat()} holder=h:1:a outcome=succeeded token=1 created=3 duration="
+        f"job=job tick={TICK.isoformat()} holder=h:1:a outcome=succeeded token=1 attempt=1 created=3 duration="
     )
 
 

@@ -1,8 +1,10 @@
 """run_scheduler's loop: when it asks for a tick, with a fake clock.
 
-The decisions (ask at each slot, catch up on start, retry a failed tick, look again
-after a lease held elsewhere expires) are tested against a recording stand-in for
-``run_job``; the real runs, against the database and as several processes, follow.
+The decisions (ask at each slot, catch up on start, ask again after a failed attempt's retry
+delay, look again after a lease held elsewhere expires, back off while the database cannot be
+reached, ask again at once while catch_up "all" has slots behind) are tested against a
+recording stand-in for ``run_job``, run in this process (``Inline``); the real runs, against
+the database and as several processes (each ask in a child), follow.
 """
 
 from __future__ import annotations
@@ -11,14 +13,16 @@ import gc
 import logging
 import threading
 import tracemalloc
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from itertools import pairwise
 
 import pytest
 
-from locks.leases import Skip
+from locks.claims import Skip
 from locks.models import JobRun
 from locks.registry import Job, jobs
-from locks.runner import RunResult
+from locks.results import RunResult
 from locks.schedule import InvalidTick
 from locks.scheduler import Scheduler
 from tests.hostproject.settings import RECORD
@@ -57,14 +61,25 @@ class Runs:
         self.outcomes = list(outcomes or [])
         self.asked: list[tuple[datetime, datetime]] = []  # (when, tick)
 
-    def __call__(self, *, name: str, tick: datetime) -> RunResult:
-        self.asked.append((self.clock.now(), tick))
+    def __call__(self, *, name: str, due: datetime) -> RunResult:
+        self.asked.append((self.clock.now(), due))
         outcome = self.outcomes.pop(0) if self.outcomes else "succeeded"
         if isinstance(outcome, Exception):
             raise outcome
         if isinstance(outcome, Skip):
-            return RunResult(job=name, tick=tick, holder="h", outcome="skipped", skip=outcome)
-        return RunResult(job=name, tick=tick, holder="h", outcome=outcome)
+            return RunResult(job=name, tick=due, holder="h", outcome="skipped", skip=outcome)
+        if isinstance(outcome, RunResult):
+            return outcome
+        return RunResult(job=name, tick=due, holder="h", outcome=outcome)
+
+
+def failed(retry_after: timedelta | None, outcome: str = "failed") -> RunResult:
+    """A failed attempt as run_locked returns it: the database counted it, and says how long
+    until the next may start (None: it was the last)."""
+    return RunResult(job="hourly", tick=None, holder="h", outcome=outcome, retry_after=retry_after)
+
+
+UNREACHABLE = RunResult(job="hourly", tick=None, holder="h", outcome="skipped", unreachable=True)
 
 
 def at(hour: int, minute: int = 0, second: int = 0) -> datetime:
@@ -88,7 +103,9 @@ def test_on_start_it_catches_up_the_current_slot_then_asks_at_each_slot():
 
 
 def test_a_failed_tick_is_asked_again_after_each_delay_never_past_the_next_slot():
-    runs = loop(at(10), ["failed", "lost_lock", "failed", "failed"], until=at(11, 30))
+    minutes = [timedelta(minutes=m) for m in (1, 5, 15)]
+    outcomes = [failed(minutes[0]), failed(minutes[1], "lost_lock"), failed(minutes[2]), failed(None)]
+    runs = loop(at(10), outcomes, until=at(11, 30))
 
     assert runs.asked == [
         (at(10), at(10)),
@@ -100,7 +117,8 @@ def test_a_failed_tick_is_asked_again_after_each_delay_never_past_the_next_slot(
 
 
 def test_a_retry_that_would_reach_the_next_slot_is_dropped():
-    runs = loop(at(10, 50), ["failed", "failed", "failed"], until=at(11, 30))
+    outcomes = [failed(timedelta(minutes=m)) for m in (1, 5, 15)]
+    runs = loop(at(10, 50), outcomes, until=at(11, 30))
 
     # 10:50 + 1 min, then + 5 min = 10:56, then + 15 min would be 11:11: dropped.
     assert [when for when, _tick in runs.asked] == [at(10, 50), at(10, 51), at(10, 56), at(11)]
@@ -114,16 +132,73 @@ def test_a_success_or_a_tick_done_elsewhere_is_not_asked_again():
 
 
 def test_a_lease_held_elsewhere_is_looked_at_again_once_it_would_have_expired():
-    held = Skip("hourly", at(10), "held", "other:1:abc", at(10, 10), at(10))
+    # The database's clock is a minute behind this host's: the lease ends 10 minutes from now.
+    held = Skip("hourly", at(10), "held", "other:1:abc", at(10, 9), at(10), db_now=at(9, 59))
     runs = loop(at(10), [held, "succeeded"], until=at(10, 30))
 
     assert runs.asked == [(at(10), at(10)), (at(10, 10, 1), at(10))]
 
 
+def test_another_hosts_failed_attempt_is_asked_again_when_the_next_may_start():
+    wait = Skip(
+        "hourly", at(10), "retry_later", "", None, at(10), db_now=at(10), attempts=1, retry_at=at(10, 5)
+    )
+    used = Skip("hourly", at(10), "attempts_used", "", None, at(10), db_now=at(10, 5), attempts=3)
+    runs = loop(at(10), [wait, used, "succeeded"], until=at(11, 30))
+
+    # Once every attempt is used, the tick is not asked for again: the next slot is.
+    assert runs.asked == [(at(10), at(10)), (at(10, 5), at(10)), (at(11), at(11))]
+
+
+def test_an_unreachable_database_is_asked_again_with_a_backoff_until_the_next_slot():
+    """Issue 17, reproduction 6: one "database unreachable" skip ended the slot, so a 0.2 s
+    restart at :00 lost the hour. It costs no attempt, and is asked again 1 s later, the
+    waits doubling to at most 30 s, never past the next slot."""
+    restart = loop(at(10), [UNREACHABLE, "succeeded"], until=at(11, 30))
+    assert restart.asked == [(at(10), at(10)), (at(10, 0, 1), at(10)), (at(11), at(11))]
+
+    down = loop(at(10), [UNREACHABLE] * 200, until=at(11, 0, 1))
+    whens = [when for when, _tick in down.asked]
+    assert whens[:7] == [
+        at(10),
+        at(10, 0, 1),
+        at(10, 0, 3),
+        at(10, 0, 7),
+        at(10, 0, 15),
+        at(10, 0, 31),
+        at(10, 1, 1),
+    ]
+    gaps = {(later - earlier).total_seconds() for earlier, later in pairwise(whens[6:-1])}
+    assert gaps == {30.0}
+    assert whens[-2] < at(11) == whens[-1]  # the new slot: asked at once, the backoff starts over
+    assert all(tick == at(10) for when, tick in down.asked if when < at(11))
+
+
+def test_a_lock_row_locked_by_a_write_in_progress_is_looked_at_again_with_a_backoff():
+    locked = Skip("hourly", at(10), "held", "frozen:1:x", at(9, 59), at(10), db_now=at(10), locked=True)
+    runs = loop(at(10), [locked, locked, locked, "succeeded"], until=at(10, 30))
+
+    assert [when for when, _tick in runs.asked] == [at(10), at(10, 0, 1), at(10, 0, 3), at(10, 0, 7)]
+
+
+def test_under_catch_up_all_a_slot_behind_that_settled_is_followed_at_once_by_the_next():
+    job = replace(HOURLY, catch_up="all")
+    clock = FakeClock(at(10, 30), at(11, 30))
+    behind = [
+        RunResult(job="hourly", tick=at(8), holder="h", outcome="succeeded", behind=True),
+        RunResult(job="hourly", tick=at(9), holder="h", outcome="failed", behind=True),  # its last attempt
+        RunResult(job="hourly", tick=at(10), holder="h", outcome="succeeded"),
+    ]
+    runs = Runs(clock, behind)
+    Scheduler(jobs=[job], now=clock.now, run=runs, stop=clock.stop).run_forever(wait=clock.wait)
+
+    assert runs.asked == [(at(10, 30), at(10))] * 3 + [(at(11), at(11))]
+
+
 def test_a_job_that_raises_is_logged_and_the_loop_goes_on(caplog):
     runs = loop(at(10), [KeyError("bug"), "succeeded"], until=at(11, 30))
 
-    assert [tick for _when, tick in runs.asked] == [at(10), at(10), at(11)]  # retried, then on
+    assert runs.asked == [(at(10), at(10)), (at(10, 0, 1), at(10)), (at(11), at(11))]  # again 1 s later
     errors = [record for record in caplog.records if record.levelname == "ERROR"]
     assert (
         errors[0].getMessage()

@@ -12,7 +12,8 @@ import pytest
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
-from locks.leases import Lease, Skip, acquire, release, renew
+from locks.claims import Lease, Skip
+from locks.leases import acquire, release, renew
 from locks.models import SyncLock
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -1,10 +1,12 @@
 """A contender for a lock, run as its own OS process by the multi-process tests.
 
-    python -m tests.locks.worker --job J [--tick ISO] [--ttl S] [--go FILE] [--run S] [--write S] [--then S]
+    python -m tests.locks.worker --job J [--tick ISO] [--ttl S] [--go FILE] [--run S] [--write S] [--row]
+        [--then S] [--retry S,S]
 
 Waits until FILE exists (a start line for every contender), then runs a job of
 --run seconds through ``locks.run_locked`` (lease, heartbeat, JobRun); with
---write, the job then holds a fenced write transaction open for S seconds; with --then, once that
+--write, the job then holds a fenced write transaction open for S seconds (with --row, after
+inserting a ``SlotWrite`` row in it, then printing ``{"outcome": "writing"}``); with --then, once that
 transaction committed it prints ``{"outcome": "committed"}`` and sleeps S seconds (a test
 SIGKILLs it there). The
 job prints ``{"outcome": "acquired", …}`` as soon as it holds the lease; the
@@ -29,13 +31,18 @@ def main() -> None:
     parser.add_argument("--run", type=float, default=0)
     parser.add_argument("--write", type=float, default=0)
     parser.add_argument("--then", type=float, default=0)
+    parser.add_argument("--row", action="store_true")
+    parser.add_argument(
+        "--retry", type=lambda text: tuple(float(s) for s in text.split(",") if s), default=None
+    )
     args = parser.parse_args()
 
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
     import django
 
     django.setup()
-    from locks.leases import Lease, fenced
+    from locks.claims import Lease
+    from locks.leases import fenced
     from locks.runner import run_locked
 
     if args.go:
@@ -50,13 +57,23 @@ def main() -> None:
         time.sleep(args.run)
         if args.write or args.then:
             with fenced(lease):
+                if args.row:
+                    from tests.jobsapp.models import SlotWrite
+
+                    SlotWrite.objects.create(
+                        job=lease.job, tick=lease.tick, token=lease.token, holder=lease.holder
+                    )
+                    print(json.dumps({"outcome": "writing", "token": lease.token}), flush=True)
                 time.sleep(args.write)  # a long write: on SQLite it holds the one write lock
         if args.then:
             print(json.dumps({"outcome": "committed", "token": lease.token}), flush=True)
             time.sleep(args.then)
         return {"slept": args.run}
 
-    result = run_locked(job=args.job, tick=args.tick, ttl=timedelta(seconds=args.ttl), fn=job)
+    delays = None if args.retry is None else tuple(timedelta(seconds=s) for s in args.retry)
+    result = run_locked(
+        job=args.job, tick=args.tick, ttl=timedelta(seconds=args.ttl), fn=job, retry_delays=delays
+    )
     print(
         json.dumps(
             {
@@ -64,6 +81,7 @@ def main() -> None:
                 "token": result.token,
                 "holder": result.holder,
                 "skip": result.skip.reason if result.skip else None,
+                "attempt": result.attempt,
                 "reason": result.reason,
                 "error": result.error,
             }

@@ -15,7 +15,7 @@ And every fenced write the server acknowledged must still be there: otherwise th
 lost data (a server crash with commits not yet written) and no other verdict means much.
 
 A lost slot (no row) is reported apart from the rest. Under the ``latest`` catch-up policy
-(today's only one) a slot that had no chance at all (no replica alive and no database for
+(the default) a slot that had no chance at all (no replica alive and no database for
 ``MIN_CHANCE`` seconds of its period) may be missed by design: such a slot is counted as
 lost but *excused*, and does not fail the check; under ``catch_up: "all"`` nothing is.
 
@@ -297,7 +297,7 @@ def _lost_check(slots: list[dict], *, catch_up: str) -> Check:
     lost = [slot for slot in slots if slot["lost"]]
     failing = [slot for slot in lost if not slot["excused"]]
     excused = len(lost) - len(failing)
-    policy = f"catch_up {catch_up!r}" if catch_up else "catch_up not set: today's rule, latest"
+    policy = f"catch_up {catch_up!r}" if catch_up else "catch_up not set: the default, latest"
     note = (
         f"; {excused} more excused (no replica and database for {MIN_CHANCE:g} s of the period)"
         if excused

@@ -1,7 +1,7 @@
 """Settings of a soak's replicas (``DJANGO_SETTINGS_MODULE=tests.soak.settings``): the
 project's own, with ``tests.jobsapp`` installed and the soak job registered beside the
 project's jobs. ``SOAK_CATCH_UP`` (``--catch-up``) puts a ``catch_up`` key into the job's
-entry; the system checks refuse it until the lock knows that key (issue 17)."""
+entry."""
 
 from config.settings import *  # noqa: F403
 from config.settings import BASE_DIR, INSTALLED_APPS, LOCKS_JOBS, env

@@ -107,7 +107,7 @@ def test_a_slot_without_its_row_is_lost_unless_it_had_no_chance_under_the_latest
         assert verdict.check("no-lost-slot").detail.startswith(
             f"1 slot lost with a chance to run (catch_up {catch_up!r})"
             if catch_up
-            else "1 slot lost with a chance to run (catch_up not set: today's rule, latest)"
+            else "1 slot lost with a chance to run (catch_up not set: the default, latest)"
         )
     assert set(failing(verdict)) <= {"no-lost-slot"}
 

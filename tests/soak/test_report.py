@@ -17,7 +17,7 @@ def record(**changes) -> dict:
         "duration": 70,
         "replicas": 3,
         "nemesis": ["kill", "pause"],
-        "catch_up_text": "catch_up not set (today's rule)",
+        "catch_up_text": "catch_up not set (the default, latest)",
         "healthy_slots": 3,
         "period": 10,
         "ttl": 4,
@@ -51,7 +51,7 @@ def test_the_table_has_a_row_per_kind_and_every_check_below_it():
 
     assert lines[0].startswith(
         "**FAIL**, seed 1651: 70 s of nemesis (kill, pause; 2 actions), 3 replicas, then 3 healthy slots; "
-        "catch_up not set (today's rule); 10 slots in the window, one every 10 s, lease TTL 4 s; code 5498752"
+        "catch_up not set (the default, latest); 10 slots in the window, one every 10 s, lease TTL 4 s; code 5498752"
     )
     assert lines[1] == "Reproduce: `scripts/with-postgres.sh .venv/bin/python -m tests.soak --seed 1651`"
     assert lines[3].startswith("| Nemesis | Actions | Slots | Duplicates | Lost | Stale writes |")

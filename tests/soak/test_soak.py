@@ -1,14 +1,13 @@
 """The short seeded soak of ``make test``'s PostgreSQL pass (about two minutes).
 
-Three ``run_scheduler`` replicas under seed 1651's nemesis for 70 s: SIGKILL of the lease's
-holder, PostgreSQL stopped for 2.6 s, the holder frozen (SIGSTOP) inside its fenced write for
-17.9 s, and a COMMIT whose answer is lost; then three healthy slots and the checker
+Three ``run_scheduler`` replicas under seed 1651's nemesis for 70 s, the soak job with
+``catch_up: "all"`` (every slot must run, none is excused): SIGKILL of the lease's holder,
+PostgreSQL stopped for 2.6 s, the holder frozen (SIGSTOP) inside its fenced write for 17.9 s,
+and a COMMIT whose answer is lost; then three healthy slots and the checker
 (tests/soak/checker.py). One soak, one test per check.
 
-The checks that today's lock fails are marked ``xfail(strict=True)`` with what fails (issue 17:
-no bound on a wait for the lock row, no bound on a fenced transaction, a scheduler that sleeps
-to the next slot after a long run). When the fixes land these tests pass, strict makes them
-fail as unexpected passes, and the marks come off.
+Before issue 17's fixes three of them failed (the frozen holder kept its row lock, contenders
+waited on it, its write committed 18 s after its renewal and the slots of its freeze were lost).
 """
 
 from __future__ import annotations
@@ -25,22 +24,18 @@ from django.db import connection, connections
 from tests.conftest import ROOT, project_env
 from tests.faults.conftest import unavailable
 from tests.faults.pg import PgServer
+from tests.soak.checker import COMMIT_TOLERANCE
 from tests.soak.nemesis import KINDS, plan
+from tests.soak.timing import TTL
 
 pytestmark = pytest.mark.slow
 
 SEED, DURATION, REPLICAS = 1651, 70, 3
-# Issue 17's "done when": the soak passes with catch_up "all" for its job. Today the system checks
-# refuse that key (the soak would stop with exit 2); add ["--catch-up", "all"] once it exists.
-CATCH_UP: list[str] = []
+# Issue 17's "done when": the soak passes with catch_up "all" for its job.
+CATCH_UP = ["--catch-up", "all"]
 RECORDS = ROOT / "var" / "soak" / "pytest"
 # Setup (a database, migrations, three replicas), the nemesis, three healthy slots, the stops.
 TIMEOUT = DURATION + 240
-
-FROZEN_HOLDER = (
-    "issue 17, bounded waits: a holder frozen inside its fenced write keeps the lock row locked; "
-    "every contender's acquire waits on it with no lock_timeout"
-)
 
 
 @pytest.fixture(scope="module")
@@ -84,11 +79,12 @@ def test_the_soak_ran_its_seeds_plan_and_its_verdict_is_its_exit_status(soak):
         action.as_json() for action in plan(seed=SEED, duration=DURATION, kinds=KINDS, replicas=3)
     ]
     assert [action["kind"] for action in soak["actions"]] == ["kill", "pg-outage", "pause", "commit-cut"]
-    # The failures below are the frozen holder's: it was found inside its fenced write.
+    # The holder was frozen inside its fenced write, and that write never committed: the server
+    # ended its transaction (the proxies saw every committed fenced write end within its lease).
     pause = next(action for action in soak["actions"] if action["kind"] == "pause")
     assert pause["target"].endswith("(inside its fenced write)"), pause
-    # Its proxy timed that write from its renewal to the COMMIT's answer: the whole freeze.
-    assert soak["fenced_commits"]["longest_seconds"] > 17.9 - 1, soak["fenced_commits"]
+    assert soak["fenced_commits"]["longest_seconds"] <= TTL + COMMIT_TOLERANCE, soak["fenced_commits"]
+    assert soak["catch_up"] == "all"
     assert soak["exit"] == (0 if soak["passed"] else 1)
     assert soak["passed"] is all(check["passed"] for check in soak["checks"])
     assert len(soak["window"]) >= DURATION // 10 + 3
@@ -98,23 +94,10 @@ def test_no_slot_is_written_twice(soak):
     check(soak, "one-write-per-slot")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason=f"{FROZEN_HOLDER}, so the slots of its freeze pass unasked (catch_up 'latest'), and the "
-    "scheduler, back from its long wait, sleeps to the next slot instead of asking the one due",
-)
 def test_every_slot_of_the_window_has_its_row(soak):
     check(soak, "no-lost-slot")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="issue 17, bounded waits: the frozen holder's fenced transaction outlives its lease "
-    "(no idle_in_transaction_session_timeout or statement_timeout tied to the TTL) and commits "
-    "about 18 s after its renewal, past its 4 s lease; its run is recorded succeeded",
-)
 def test_every_row_was_written_under_a_lease_in_force(soak):
     check(soak, "writes-under-their-lease")
 
@@ -131,7 +114,6 @@ def test_no_replica_printed_a_traceback(soak):
     check(soak, "no-traceback")
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=f"{FROZEN_HOLDER} (for about 13 s here)")
 def test_no_contender_waited_longer_than_the_ttl_to_skip(soak):
     check(soak, "bounded-waits")
 

@@ -1,13 +1,17 @@
 import argparse
 import getpass
 import json
+from datetime import datetime
 
 from django.core.management.base import BaseCommand, CommandError
 from django.db import Error as DBError  # DatabaseError and InterfaceError
 from django.utils.formats import date_format
 
-from locks.leases import LockError, iso
+from locks.bounds import RowLocked
+from locks.claims import iso
+from locks.leases import LockError
 from locks.ledger import job_ledgers
+from locks.management.commands.run_job import tick_argument
 from locks.operations import force_release, reset_tick
 from locks.pausing import pause_job, resume_job
 from locks.registry import UnknownJob, get_job
@@ -34,8 +38,12 @@ class Command(BaseCommand):
         )
         release.add_argument(
             "--reset-tick",
-            action="store_true",
-            help="Also clear the claimed tick, so the next scheduled run may claim any tick.",
+            type=tick_argument,
+            metavar="TICK",
+            help=(
+                "Also clear the claimed tick, so the next scheduled run may claim any tick: only while it is "
+                "still TICK, the one `locks status` showed (ISO 8601)."
+            ),
         )
         pause = actions.add_parser(
             "pause", help="Pause a job cluster-wide: no copy runs it until it is resumed."
@@ -123,7 +131,7 @@ class Command(BaseCommand):
             runs = ", ".join(f"{run['status']} #{run['token']}" for run in slot.runs) or "-"
             self.stdout.write(f"{slot.tick.isoformat():<25}  {slot.outcome:<9}  {slot.attempts:<8}  {runs}")
 
-    def release(self, job: str, *, token: int | None, reset: bool) -> None:
+    def release(self, job: str, *, token: int | None, reset: datetime | None) -> None:
         by = "manage.py locks release"
         try:
             released = force_release(job=job, expected_token=token, by=by)
@@ -138,16 +146,20 @@ class Command(BaseCommand):
                 self.stdout.write(f"{released.detail}.")
             else:
                 self.stdout.write(f"{job} was not held; nothing to release.")
-            if reset:
-                cleared = reset_tick(job=job, by=by)
-                if cleared.was_set:
+            if reset is not None:
+                # The token shown, or the one this release left (it bumps the token).
+                expected = released.token if released.was_held else token
+                cleared = reset_tick(job=job, expected_tick=reset, expected_token=expected, by=by)
+                if cleared.was_reset:
                     done = "done" if cleared.was_done else "not done"
                     self.stdout.write(
                         f"Reset the claimed tick of {job}: it was {iso(cleared.previous_tick)} ({done})."
                     )
+                elif cleared.detail:
+                    raise CommandError(f"{cleared.detail}.")
                 else:
                     self.stdout.write(f"{job} has no claimed tick; nothing to reset.")
-        except (UnknownJob, LockError) as exc:
+        except (UnknownJob, LockError, RowLocked) as exc:
             raise CommandError(exc.args[0]) from exc
 
 

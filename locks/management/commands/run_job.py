@@ -10,8 +10,8 @@ from django.db import Error as DBError  # DatabaseError and InterfaceError
 from locks.checks import TAG
 from locks.crontab import CrontabEnvError, check_env_file
 from locks.leases import LockError
-from locks.registry import UnknownJob, get_job
-from locks.runner import NoDryRun, preview_job, run_job
+from locks.registry import NoDryRun, UnknownJob, get_job
+from locks.runner import run_due, run_job
 from locks.schedule import InvalidTick, check_tick
 
 
@@ -48,10 +48,10 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--tick",
-            type=_tick,
+            type=tick_argument,
             help=(
                 "Claim this ISO 8601 slot of the schedule (UTC unless it names an offset) instead of "
-                "the current one; at most one schedule period ahead of the database clock."
+                "the current one; a later slot than that only within the tick window of the database clock."
             ),
         )
 
@@ -77,21 +77,28 @@ class Command(BaseCommand):
             # A stopped pod or `kill` ends the run through Python, so the lease is released
             # and the run recorded instead of left to expire.
             signal.signal(signal.SIGTERM, _terminate)
-            result = run_job(name=name, tick=tick, force=force, requested_by=requested_by)
+            # Once; under catch_up "all" (without --tick or --force) also each slot still behind.
+            ok = True
+            for result in (
+                run_due(name=name, requested_by=requested_by)
+                if not (force or tick)
+                else [run_job(name=name, tick=tick, force=force, requested_by=requested_by)]
+            ):
+                if options["verbosity"] >= 1:
+                    self.stdout.write(result.describe())
+                ok = ok and result.ok
         except UnknownJob as exc:
             raise CommandError(exc.args[0], returncode=2) from exc
         except InvalidTick as exc:
             raise CommandError(f"--tick: {exc}", returncode=2) from exc
         except LockError as exc:
             raise CommandError(str(exc)) from exc
-        if options["verbosity"] >= 1:
-            self.stdout.write(result.describe())
-        if not result.ok:
+        if not ok:
             sys.exit(1)
 
     def preview(self, job: str, *, expected: tuple[type[BaseException], ...]) -> None:
         try:
-            counts = preview_job(name=job)
+            counts = get_job(job).preview()
         except NoDryRun as exc:
             raise CommandError(f"--dry-run: {exc}", returncode=2) from exc
         except (DBError, *expected) as exc:
@@ -115,7 +122,8 @@ def _requester(value: str) -> str:
     raise argparse.ArgumentTypeError(f"{value!r} is none of {', '.join(REQUESTERS)} or admin:<user>")
 
 
-def _tick(value: str) -> datetime:
+def tick_argument(value: str) -> datetime:
+    """A ``--tick`` (or ``--reset-tick``) value: ISO 8601, read as UTC without an offset."""
     try:
         parsed = datetime.fromisoformat(value)
     except ValueError:

@@ -9,7 +9,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('locks', '0004_throttle'),
+        ('locks', '0005_attempts'),
     ]
 
     operations = [
