@@ -1,10 +1,13 @@
 """What a contender gets from ``acquire`` (``locks.leases``): a ``Lease`` it holds, or a ``Skip``
 that says in one line why not; ``LockLost``, when a lease it held is gone; ``iso``, the one
-time format of their messages. Plain values, no database: every part of the lock reads them.
+time format of their messages; ``make_holder``, a contender's name; ``validate_ttl``. Plain values, no database: every part of the lock reads them.
 """
 
 from __future__ import annotations
 
+import os
+import secrets
+import socket
 import threading
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -13,6 +16,19 @@ from typing import Literal
 
 class LockLost(RuntimeError):
     """The lease was taken over or could not be renewed; stop before writing."""
+
+
+def make_holder() -> str:
+    """host:pid:suffix; the suffix tells apart two processes that reuse a pid."""
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+
+
+def validate_ttl(ttl: timedelta) -> timedelta:
+    if not isinstance(ttl, timedelta):
+        raise TypeError(f"ttl must be a timedelta, got {type(ttl).__name__}")
+    if ttl <= timedelta(0):
+        raise ValueError(f"ttl must be positive, got {ttl}")
+    return ttl
 
 
 def iso(value: datetime | None) -> str | None:

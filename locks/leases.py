@@ -10,8 +10,6 @@ expiry and no read-then-write race exists (docs/architecture.md, "The lock").
 from __future__ import annotations
 
 import logging
-import os
-import secrets
 import socket
 import time
 from collections.abc import Iterator
@@ -26,7 +24,7 @@ from django.db.models.lookups import GreaterThanOrEqual
 from django.utils import timezone
 
 from locks.bounds import bound_transaction, unlocked, without_waiting
-from locks.claims import Lease, LockLost, Skip
+from locks.claims import Lease, LockLost, Skip, make_holder, validate_ttl
 from locks.models import PAUSE_FIELDS, JobRun, RunStatus, SyncLock, database_now, now_plus
 from locks.text import error_text
 
@@ -53,19 +51,6 @@ RELEASE_WAIT = 5.0
 CONTENDER_PAUSES = (0.05, 0.1, 0.0)
 # The outcomes after which a tick may be tried again, once its retry delay has passed.
 RETRIED = frozenset({RunStatus.FAILED, RunStatus.LOST_LOCK})
-
-
-def make_holder() -> str:
-    """host:pid:suffix; the suffix tells apart two processes that reuse a pid."""
-    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
-
-
-def validate_ttl(ttl: timedelta) -> timedelta:
-    if not isinstance(ttl, timedelta):
-        raise TypeError(f"ttl must be a timedelta, got {type(ttl).__name__}")
-    if ttl <= timedelta(0):
-        raise ValueError(f"ttl must be positive, got {ttl}")
-    return ttl
 
 
 def acquire(

@@ -19,17 +19,8 @@ from django.utils import timezone
 
 from locks import schedule
 from locks.bounds import RowLocked
-from locks.claims import Lease, LockLost, Skip, iso
-from locks.leases import (
-    CommitUnknown,
-    LockError,
-    acquire,
-    make_holder,
-    read_back_commit,
-    release,
-    renew,
-    validate_ttl,
-)
+from locks.claims import Lease, LockLost, Skip, iso, make_holder, validate_ttl
+from locks.leases import CommitUnknown, LockError, acquire, read_back_commit, release, renew
 from locks.models import JobRun, RunStatus, SyncLock, now_plus
 from locks.registry import ALL, Job, get_job, tick_window
 from locks.results import RunResult
@@ -118,17 +109,15 @@ def run_locked(
     retry_delays: tuple[timedelta, ...] | None = None,
     requested_by: str = "",
 ) -> RunResult:
-    """Run ``fn(lease)`` if this process wins the lease for ``tick``.
-
-    Never raises for the lock's sake: an unreachable database, a lease held elsewhere, a pause
-    or a tick more than ``horizon`` ahead of the database clock is a skip; a failure inside
-    ``fn`` is recorded on a ``JobRun`` and returned. A heartbeat thread renews the lease every
-    TTL/3, for at most ``max_run_time``; ``fn`` calls ``lease.check()`` before writing, or writes
-    inside ``fenced(lease)``. A run whose fenced block committed is a success. Errors in
-    ``expected_errors`` and database errors are logged without a traceback; anything else
-    keeps its traceback, on its ``JobRun`` too. ``retry_delays``: a tick gets ``1 + len``
-    attempts across every host, each not before its delay after the previous one failed (None:
-    no limit). ``requested_by`` (``cron``, ``admin:alice``, …) goes on the ``JobRun``."""
+    """Run ``fn(lease)`` if this process wins the lease for ``tick``. Never raises for the lock's
+    sake: an unreachable database, a lease held elsewhere, a pause or a tick more than ``horizon``
+    ahead of the database clock is a skip; a failure in ``fn`` is recorded on a ``JobRun`` and
+    returned. A heartbeat renews the lease every TTL/3, for at most ``max_run_time``; ``fn`` calls
+    ``lease.check()`` before writing, or writes inside ``fenced(lease)``; a run whose fenced block
+    committed is a success. ``expected_errors`` and database errors are logged without a
+    traceback; anything else keeps it, on its ``JobRun`` too. ``retry_delays``: a tick gets
+    ``1 + len`` attempts across every host, each not before its delay after the previous failed
+    (None: no limit). ``requested_by`` (``cron``, ``admin:alice``, …) goes on the ``JobRun``."""
     validate_ttl(ttl)
     if max_run_time is not None and max_run_time <= timedelta(0):
         raise ValueError(f"max_run_time must be positive, got {max_run_time}")

@@ -323,6 +323,12 @@ ALLOWED = {
     # FOR UPDATE NOWAIT waits out a transaction still open on the server (SQL databases);
     # on MongoDB, which has none to wait for, the plain read is what is wanted.
     ("locks/leases.py", "read_back_commit", "select_for_update"),
+    # Only where the connection has SKIP LOCKED and NOWAIT (SQL databases that lock rows);
+    # elsewhere the rows are returned unchanged: MongoDB locks no rows to wait for.
+    ("locks/bounds.py", "unlocked", "select_for_update"),
+    # set_config() of the server's timeouts, only when the vendor is PostgreSQL.
+    ("locks/bounds.py", "bound_transaction", "cursor"),
+    ("locks/bounds.py", "bound_transaction", "execute"),
 }
 UNSUPPORTED_KEYWORDS = {
     "update_conflicts": "INSERT … ON CONFLICT",

@@ -120,7 +120,7 @@ def test_dry_run_writes_nothing_and_claims_no_tick(env, standin):
         ),
         (
             ["--tick", "2062-12-01T08:00:00+00:00"],
-            "CommandError: --tick: tick 2062-12-01T08:00:00+00:00 is more than one schedule period (1:00:00) "
+            "CommandError: --tick: tick 2062-12-01T08:00:00+00:00 is more than the tick window (0:05:00) "
             "ahead of the database clock (",
         ),
     ],
@@ -139,23 +139,26 @@ def test_bad_arguments_are_clear_and_change_nothing(env, standin, args, message)
 DAILY = "0 0 * * *"
 
 
-def test_a_tick_one_period_ahead_is_claimed_one_further_is_refused(env, standin):
-    """A daily schedule, so that midnight is the only moment the slots shift under the test."""
+def test_a_tick_within_the_tick_window_is_claimed_one_further_is_refused(env, standin):
+    """A daily schedule, so that midnight is the only moment the slots shift under the test.
+    Tomorrow's slot lies beyond the tick window (5 min) at any time of day; the latest slot a
+    run may name is the one at or before now + 5 min."""
     env = {**env, "SYNC_CONTESTS_SCHEDULE": DAILY}
-    upcoming = next_tick(DAILY, now=database_now())
+    now = database_now()
+    upcoming, latest = next_tick(DAILY, now=now), slot_at_or_before(DAILY, now=now + timedelta(minutes=5))
 
     refused = manage("sync_contests", "--tick", (upcoming + timedelta(days=1)).isoformat(), env=env)
     assert refused.returncode == 2, refused.stderr
-    assert "is more than one schedule period (1 day, 0:00:00) ahead of the database clock" in refused.stderr
-    assert f"the latest slot it may name is {upcoming.isoformat()}, " in refused.stderr
+    assert "is more than the tick window (0:05:00) ahead of the database clock" in refused.stderr
+    assert f"the latest slot it may name is {latest.isoformat()}, " in refused.stderr
     assert "Traceback" not in refused.stderr
     assert standin.calls == 0
     assert not SyncLock.objects.exists()
 
-    claimed = manage("sync_contests", "--tick", upcoming.isoformat(), env=env)
+    claimed = manage("sync_contests", "--tick", latest.isoformat(), env=env)
     assert claimed.returncode == 0, claimed.stderr
-    assert f"tick={upcoming.isoformat()} " in claimed.stdout and "outcome=succeeded" in claimed.stdout
-    assert SyncLock.objects.get().tick == upcoming
+    assert f"tick={latest.isoformat()} " in claimed.stdout and "outcome=succeeded" in claimed.stdout
+    assert SyncLock.objects.get().tick == latest
 
 
 def test_a_tick_without_an_offset_is_utc(env, standin):
@@ -181,7 +184,7 @@ def test_a_tick_between_slots_names_the_nearest_slots_without_asking_the_databas
 
 def test_a_slot_too_far_ahead_exits_2_naming_the_slots_a_run_may_claim(env, standin):
     """The bound is checked by the lock's compare-and-set on the database clock. The tick
-    is more than two hours ahead, so it stays over the one-hour bound at any time of day."""
+    is more than two hours ahead, so it stays over the tick window at any time of day."""
     too_far = slot_at_or_before("0 * * * *", now=database_now() + timedelta(hours=3))
 
     refused = manage("sync_contests", "--tick", too_far.isoformat(), env=env)
@@ -189,18 +192,18 @@ def test_a_slot_too_far_ahead_exits_2_naming_the_slots_a_run_may_claim(env, stan
     assert refused.returncode == 2, refused.stderr
     [error] = [line for line in refused.stderr.splitlines() if line.startswith("CommandError")]
     prefix = (
-        f"CommandError: --tick: tick {too_far.isoformat()} is more than one schedule period (1:00:00) "
+        f"CommandError: --tick: tick {too_far.isoformat()} is more than the tick window (0:05:00) "
         "ahead of the database clock ("
     )
     assert error.startswith(prefix), error
     db_now = datetime.fromisoformat(error[len(prefix) :].split(")")[0])
     assert error == (
         f"{prefix}{db_now.isoformat()}); the latest slot it may name is "
-        f"{slot_at_or_before('0 * * * *', now=db_now + timedelta(hours=1)).isoformat()}, "
+        f"{slot_at_or_before('0 * * * *', now=db_now + timedelta(minutes=5)).isoformat()}, "
         f"the one a run claims now is {get_job('sync_contests').current_tick(now=db_now).isoformat()}"
     )
     [warning] = [line for line in refused.stderr.splitlines() if " WARNING " in line]
-    assert f"outcome=skipped reason=tick {too_far.isoformat()} is more than 1:00:00 ahead" in warning
+    assert f"outcome=skipped reason=tick {too_far.isoformat()} is more than 0:05:00 ahead" in warning
     assert re.search(r"this host's clock is [+-]0 s off the database clock", warning), warning
     assert "Traceback" not in refused.stderr and refused.stdout == ""
     assert standin.calls == 0
