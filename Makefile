@@ -41,13 +41,16 @@ lint: $(BIN)/.installed-dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-# The whole suite twice: on the SQLite default, then on a throwaway PostgreSQL cluster. Each
-# time two runs: the project's own tests, then tests/locks under a project that installs only
-# the locks app (tests/hostproject/settings.py).
+# The whole suite twice, at the same time (one core each): on the SQLite default and on a
+# throwaway PostgreSQL cluster. Each time two runs: the project's own tests, then tests/locks
+# under a project that installs only the locks app (tests/hostproject/settings.py). The two
+# share nothing: their own databases and temporary directories, the crontab tests one at a
+# time (a lock file). Each one's output is printed when it ends.
 PYTEST := $(BIN)/python -m pytest
 HOST := --ds tests.hostproject.settings
 
-test: lint test-sqlite test-postgres
+test: lint
+	$(MAKE) --no-print-directory -j2 --output-sync=target test-sqlite test-postgres
 
 test-sqlite: $(BIN)/.installed-dev
 	env -u DATABASE_URL $(PYTEST)

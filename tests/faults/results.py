@@ -70,8 +70,11 @@ SCENARIOS = [
     ),
     Scenario(
         "db-stop-during-acquire",
-        "PostgreSQL stopped while a copy waits to acquire the lock",
-        "no traceback; one WARNING naming the job and the cause; exit 0; after a restart the next tick syncs",
+        "a copy meets the lock row locked by a holder's write, then PostgreSQL is stopped and a copy tries "
+        "to acquire",
+        "the first copy never waits on the row: it skips at once (`held`, the row locked by a write in "
+        "progress), exit 0; the second: no traceback, one WARNING naming the job and the cause, exit 0; "
+        "after a restart the next tick syncs",
     ),
     Scenario(
         "db-silent",
