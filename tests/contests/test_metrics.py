@@ -30,6 +30,8 @@ def test_reminders_by_delivery_state_in_one_query(client, settings, extra):
     now = timezone.now()
     make_reminder(make_user("a"), contest, at=-timedelta(minutes=1), delivered_at=now)
     make_reminder(make_user("b"), contest, at=-timedelta(minutes=1), failed_at=now, last_error="no address")
+    make_reminder(make_user("c"), contest, at=-timedelta(minutes=1), uncertain_at=now, last_error="timed out")
+    make_reminder(make_user("d"), contest, at=-timedelta(minutes=1), uncertain_at=now, failed_at=now)
     for n in range(2 + extra):
         make_reminder(make_user(f"p{n}"), contest, at=timedelta(minutes=n + 1))
 
@@ -39,6 +41,7 @@ def test_reminders_by_delivery_state_in_one_query(client, settings, extra):
     assert response.status_code == 200
     families = {family.name: family for family in text_string_to_metric_families(response.content.decode())}
     reminders = {sample.labels["state"]: sample.value for sample in families["contests_reminders"].samples}
-    assert reminders == {"pending": 2 + extra, "delivered": 1, "failed": 1}
+    # Each in one state, as the admin shows it: uncertain before failed.
+    assert reminders == {"pending": 2 + extra, "delivered": 1, "uncertain": 2, "failed": 1}
     assert {"locks_job_paused", "locks_ticks"} <= set(families)
     assert len(queries) == 10  # the locks app's nine and this one, whatever the number of reminders
