@@ -75,7 +75,9 @@ def test_a_soak_with_reminders_has_their_table_between_the_slots_and_the_checks(
     lines = report.render(record(reminders=numbers)).splitlines()
 
     assert lines[9] == ""
-    assert lines[10].startswith("| Reminders | Due by the last slot | Delivered | Uncertain | Failed | Waiting")
+    assert lines[10].startswith(
+        "| Reminders | Due by the last slot | Delivered | Uncertain | Failed | Waiting"
+    )
     assert lines[12] == "| 73 | 73 | 70 | 2 | 0 | 1 | 0 | 80 | 2 | 7 | 50 |"
     assert lines[14].startswith("- ✅ `one-write-per-slot`")
     assert "| Reminders |" not in report.render(record(reminders=None))
