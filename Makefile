@@ -64,13 +64,14 @@ faults-table:
 	$(BIN)/python -m tests.faults.results --write
 
 # The randomized soak (docs/faults.md, "The soak"): three run_scheduler replicas under a seeded
-# nemesis on a throwaway PostgreSQL cluster, the soak job with catch_up "all". SEED=N replays a
+# nemesis on a throwaway PostgreSQL cluster, the soak job with catch_up "all" and send_reminders
+# against the SMTP stand-in (--reminders). SEED=N replays a
 # seed's plan (default: a random one, printed); SOAK_DURATION seconds of nemesis; SOAK_CATCH_UP
 # the job's policy; SOAK_ARGS more options (python -m tests.soak --help).
 SOAK_DURATION ?= 600
 SOAK_CATCH_UP ?= all
 soak: $(BIN)/.installed-dev
-	scripts/with-postgres.sh $(BIN)/python -m tests.soak --duration $(SOAK_DURATION) --catch-up $(SOAK_CATCH_UP) $(if $(SEED),--seed $(SEED)) $(SOAK_ARGS)
+	scripts/with-postgres.sh $(BIN)/python -m tests.soak --reminders --duration $(SOAK_DURATION) --catch-up $(SOAK_CATCH_UP) $(if $(SEED),--seed $(SEED)) $(SOAK_ARGS)
 
 # The soak's table in docs/faults.md, from the last soak's record (var/soak/last.json).
 soak-table:

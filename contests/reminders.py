@@ -18,7 +18,7 @@ from itertools import islice
 
 from django.conf import settings
 from django.core.mail.backends.base import BaseEmailBackend
-from django.db import connections, router
+from django.db import InterfaceError, OperationalError, connections, router
 from django.db.models import Case, ExpressionWrapper, F, QuerySet, When
 from django.db.models.functions import Now
 
@@ -33,6 +33,9 @@ logger = logging.getLogger(__name__)
 # Deliveries are recorded after every RECORD_EVERY messages: a SIGKILL between handing
 # messages to the server and recording them sends at most this many again (docs/reminders.md).
 RECORD_EVERY = 50
+# Recording a group again after a database error: 0.5 s, doubling, at most 5 s between tries
+# (for up to a third of SEND_REMINDERS_CLAIM_TTL, _Group.record).
+RECORD_RETRY_FIRST, RECORD_RETRY_MOST = 0.5, 5.0
 # Claims in a row that may come back empty, while due reminders remain, before a
 # connection gives up for this run (other runs took the rows each claim picked).
 CLAIM_TRIES = 5
@@ -233,44 +236,89 @@ class _Group:
 
     def record(self, *, unsent_reason: str) -> None:
         """What went out is recorded whoever holds the reminder now (only a claim that
-        expired mid-group lets another run take it); the rest only while it is this claim's."""
+        expired mid-group lets another run take it); the rest only while it is this claim's.
+
+        A database error (a restart, a failover) is retried, each step from where it stopped,
+        for up to a third of ``SEND_REMINDERS_CLAIM_TTL``: the group's claims, renewed at most
+        a third of it ago, stay this run's meanwhile, so no other run sends again what this
+        one sent. Each step can be run twice (its first COMMIT's answer lost) to the same end.
+        """
         found = {outcome: [] for outcome in Outcome}
         for pk, (outcome, error) in self.outcomes.items():
             found[outcome].append((pk, error))
-        undelivered = Reminder.objects.filter(delivered_at__isnull=True)
-        mine = undelivered.filter(claimed_by=self.claim)
-        if found[Outcome.DELIVERED]:
-            delivered = [pk for pk, _ in found[Outcome.DELIVERED]]
-            recorded = undelivered.filter(pk__in=delivered).update(delivered_at=Now(), claimed_until=None)
-            if recorded < len(delivered):
+        steps = self._steps(found, unsent_reason=unsent_reason)
+        deadline = time.monotonic() + settings.SEND_REMINDERS_CLAIM_TTL / 3
+        pause = RECORD_RETRY_FIRST
+        while steps:
+            try:
+                steps[0]()
+            except (OperationalError, InterfaceError) as exc:
+                if time.monotonic() + pause > deadline:
+                    raise
                 logger.warning(
-                    "claim=%s %d of its %d delivered reminders were recorded as delivered by another run "
-                    "(its claim had expired): they went out twice",
+                    "claim=%s could not record its group (%s); trying again in %.1f s",
                     self.claim,
-                    len(delivered) - recorded,
-                    len(delivered),
+                    error_text(exc),
+                    pause,
                 )
-        for pk, error in found[Outcome.UNCERTAIN]:
-            undelivered.filter(pk=pk).update(claimed_until=None, last_error=error, uncertain_at=Now())
-        for pk, error in found[Outcome.REFUSED]:
-            # The try that reaches SEND_REMINDERS_MAX_ATTEMPTS gives it up.
-            given_up = Case(When(attempts__gte=self.run.max_attempts, then=Now()), default=None)
-            mine.filter(pk=pk).update(claimed_until=None, last_error=error, failed_at=given_up)
-        if self.skipped:
-            mine.filter(pk__in=self.skipped).update(
-                claimed_until=None, last_error=NO_ADDRESS, failed_at=Now()
-            )
-        untried = [r.pk for r in self.to_send if r.pk not in self.outcomes]
-        if untried:
-            mine.filter(pk__in=untried).update(
-                claimed_until=None, last_error=unsent_reason, attempts=F("attempts") - 1
-            )
+                connections[router.db_for_write(Reminder)].close_if_unusable_or_obsolete()
+                time.sleep(pause)
+                pause = min(2 * pause, RECORD_RETRY_MOST)
+                continue
+            steps.pop(0)
         self.run.count(
             sent=len(found[Outcome.DELIVERED]),
             failed=len(found[Outcome.REFUSED]),
             uncertain=len(found[Outcome.UNCERTAIN]),
             skipped=len(self.skipped),
         )
+
+    def _steps(self, found: dict, *, unsent_reason: str) -> list:
+        undelivered = Reminder.objects.filter(delivered_at__isnull=True)
+        # Still claimed by this group: a step run again after its COMMIT changes nothing more.
+        mine = undelivered.filter(claimed_by=self.claim, claimed_until__isnull=False)
+        steps = []
+        if found[Outcome.DELIVERED]:
+            delivered = [pk for pk, _ in found[Outcome.DELIVERED]]
+
+            def record_delivered():
+                recorded = undelivered.filter(pk__in=delivered).update(delivered_at=Now(), claimed_until=None)
+                if recorded < len(delivered):
+                    logger.warning(
+                        "claim=%s %d of its %d delivered reminders were recorded as delivered by another "
+                        "run (its claim had expired): they went out twice",
+                        self.claim,
+                        len(delivered) - recorded,
+                        len(delivered),
+                    )
+
+            steps.append(record_delivered)
+
+        def record_uncertain():
+            for pk, error in found[Outcome.UNCERTAIN]:
+                undelivered.filter(pk=pk).update(claimed_until=None, last_error=error, uncertain_at=Now())
+
+        def record_refused():
+            for pk, error in found[Outcome.REFUSED]:
+                # The try that reaches SEND_REMINDERS_MAX_ATTEMPTS gives it up.
+                given_up = Case(When(attempts__gte=self.run.max_attempts, then=Now()), default=None)
+                mine.filter(pk=pk).update(claimed_until=None, last_error=error, failed_at=given_up)
+
+        steps += [record_uncertain, record_refused]
+        if self.skipped:
+            steps.append(
+                lambda: mine.filter(pk__in=self.skipped).update(
+                    claimed_until=None, last_error=NO_ADDRESS, failed_at=Now()
+                )
+            )
+        untried = [r.pk for r in self.to_send if r.pk not in self.outcomes]
+        if untried:
+            steps.append(
+                lambda: mine.filter(pk__in=untried).update(
+                    claimed_until=None, last_error=unsent_reason, attempts=F("attempts") - 1
+                )
+            )
+        return steps
 
 
 class _Courier:

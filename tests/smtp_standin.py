@@ -10,11 +10,16 @@ each chosen per recipient address (or per session for ``drop_after``):
 - ``late``: the 250 after the content is held back until the client hangs up (at most
   ``late_bound`` seconds), so it comes later than any client timeout shorter than that;
 - ``drop_after_data``: the connection is closed once the content has arrived, no reply;
-- ``drop_after``: the connection is closed after that many messages of one session.
+- ``drop_after``: the connection is closed after that many messages of one session;
+- ``lose_reply`` (every recipient, while set; the soak's ``smtp-lost-reply``): ``"late"``
+  holds every 250 back as ``late`` does, ``"drop"`` closes the connection after the
+  content as ``drop_after_data`` does;
+- ``reply_delay``: seconds before each 250 (a mail server's latency).
 
 ``received`` counts, per recipient, every message whose content arrived in full (what a
 user might get); ``accepted`` those answered 250. With ``keep=True`` the messages are kept
-(``email.message.Message``) in ``messages``; the benchmark turns that off: it only counts.
+(``email.message.Message``) in ``messages``, and ``arrivals`` says when each one's content
+arrived and whether its 250 was sent; the benchmark turns that off: it only counts.
 Every wait is bounded: a silent client is dropped after ``idle_timeout`` seconds.
 """
 
@@ -31,8 +36,19 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from email.message import Message
 from pathlib import Path
+
+
+@dataclass
+class Arrival:
+    """One message whose content arrived in full (kept with ``keep=True``)."""
+
+    recipient: str
+    message: Message
+    at: float  # time.time() when its final "." arrived
+    answered: bool = False  # its 250 was sent (false: refused, dropped, or held back until the client left)
 
 
 class SmtpStandin:
@@ -45,7 +61,10 @@ class SmtpStandin:
         self.late_bound = 30.0
         self.drop_after_data: set[str] = set()
         self.drop_after: int | None = None
+        self.lose_reply = ""  # "late" or "drop": for every recipient, while set
+        self.reply_delay = 0.0
         self.messages: list[Message] = []
+        self.arrivals: list[Arrival] = []
         self.received: Counter[str] = Counter()
         self.accepted: Counter[str] = Counter()
         self.sessions = 0  # connections accepted
@@ -133,23 +152,32 @@ def _handler(standin: SmtpStandin, *, implicit_tls: ssl.SSLContext | None):
                     raise _Closed
                 if standin.keep:
                     chunks.append(chunk[1:] if chunk.startswith(b"..") else chunk)
+            arrival = None
             with standin.lock:
                 standin.received[recipient] += 1
                 if standin.keep:
-                    standin.messages.append(email.message_from_bytes(b"".join(chunks)))
-            if recipient in standin.drop_after_data:
+                    message = email.message_from_bytes(b"".join(chunks))
+                    standin.messages.append(message)
+                    arrival = Arrival(recipient, message, time.time())
+                    standin.arrivals.append(arrival)
+                lose = standin.lose_reply
+            if recipient in standin.drop_after_data or lose == "drop":
                 self.connection.shutdown(socket.SHUT_RDWR)
                 raise _Closed
-            if recipient in standin.late:
+            if recipient in standin.late or lose == "late":
                 self.hold_back()
             if recipient in standin.data_reply:
                 self.reply(standin.data_reply[recipient])
                 return
             if standin.on_message is not None:
                 standin.on_message(recipient)  # before the 250: the client waits for it
+            if standin.reply_delay:
+                time.sleep(standin.reply_delay)
             self.reply("250 OK queued")
             with standin.lock:
                 standin.accepted[recipient] += 1
+                if arrival is not None:
+                    arrival.answered = True
             self.delivered += 1
             if standin.drop_after is not None and self.delivered >= standin.drop_after:
                 self.connection.shutdown(socket.SHUT_RDWR)

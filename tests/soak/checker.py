@@ -22,8 +22,8 @@ lost but *excused*, and does not fail the check; under ``catch_up: "all"`` nothi
 The judging is pure (``judge`` takes plain records), so it is tested on made-up histories
 (tests/soak/test_checker.py); ``load`` reads the records from the soak's database.
 
-A later part plugs in by adding its own ``Check`` rows (the reminders: "no reminder emailed
-twice", "none lost"), judged from its own tables, to ``Verdict.checks``.
+The reminders part (``--reminders``) adds its own ``Check`` rows (``REMINDER_CHECKS``), judged
+by ``tests.soak.reminders`` from the ``Reminder`` rows and the SMTP stand-in's messages.
 """
 
 from __future__ import annotations
@@ -52,6 +52,11 @@ CHECKS = {
     "bounded-waits": f"no contender waited more than the TTL ({TTL} s) on the lock row to learn it must skip",
     "acknowledged-commits-kept": "every fenced write the server acknowledged (as its proxy saw) has its row",
     "replicas-stop-on-sigterm": "every SIGTERM stopped its replica, exit 0, within its bound; none exited unasked",
+}
+REMINDER_CHECKS = {
+    "reminder-once": "no reminder emailed twice, but for the documented re-sends after a SIGKILL of its run",
+    "uncertain-not-resent": "a lost SMTP reply leaves its reminder uncertain, and it is never re-sent by itself",
+    "reminders-delivered": "every reminder due by the last slot is delivered, uncertain or failed; none left pending",
 }
 
 
@@ -87,7 +92,8 @@ class Check:
     detail: str
 
     def as_json(self) -> dict:
-        return {"name": self.name, "title": CHECKS[self.name], "passed": self.passed, "detail": self.detail}
+        title = CHECKS.get(self.name) or REMINDER_CHECKS[self.name]
+        return {"name": self.name, "title": title, "passed": self.passed, "detail": self.detail}
 
 
 @dataclass
@@ -213,7 +219,7 @@ def judge(
         Check(
             "writes-under-their-lease",
             not stale,
-            _listed(_n(len(stale), "stale row"), [f"{row['slot']}: {row['why']}" for row in stale])
+            listed(plural(len(stale), "stale row"), [f"{row['slot']}: {row['why']}" for row in stale])
             if stale
             else f"all {len(writes)} rows written under a lease whose run of that slot succeeded, "
             f"{len(writes) - unseen} of them seen committing within their lease"
@@ -231,8 +237,8 @@ def judge(
         Check(
             "no-run-left-running",
             not running,
-            _listed(
-                f"{_n(len(running), 'run')} left running",
+            listed(
+                f"{plural(len(running), 'run')} left running",
                 [f"{row['slot']} token {row['token']}" for row in running],
             )
             if running
@@ -241,12 +247,12 @@ def judge(
         Check(
             "no-traceback",
             not tracebacks,
-            _listed(_n(len(tracebacks), "traceback"), tracebacks) if tracebacks else "none",
+            listed(plural(len(tracebacks), "traceback"), tracebacks) if tracebacks else "none",
         ),
         Check(
             "bounded-waits",
             not waits,
-            _listed(
+            listed(
                 f"{len(waits)} of {len(skips)} skips came after more than {TTL} s",
                 [
                     f"{wait['replica']} {wait['slot']} after {wait['seconds']:.1f} s ({wait['reason']})"
@@ -259,8 +265,8 @@ def judge(
         Check(
             "acknowledged-commits-kept",
             not forgotten,
-            _listed(
-                f"the server acknowledged {_n(len(forgotten), 'fenced write')} it no longer has",
+            listed(
+                f"the server acknowledged {plural(len(forgotten), 'fenced write')} it no longer has",
                 [f"token {token}" for token in forgotten],
             )
             if forgotten
@@ -278,11 +284,11 @@ def judge(
     )
 
 
-def _n(count: int, noun: str) -> str:
+def plural(count: int, noun: str) -> str:
     return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
 
-def _listed(head: str, items: list[str]) -> str:
+def listed(head: str, items: list[str]) -> str:
     more = f", and {len(items) - EXAMPLES} more" if len(items) > EXAMPLES else ""
     return f"{head}: {'; '.join(items[:EXAMPLES])}{more}"
 
@@ -290,7 +296,7 @@ def _listed(head: str, items: list[str]) -> str:
 def _slot_check(name: str, bad: list[dict], show: Callable[[dict], str], what: str) -> Check:
     if not bad:
         return Check(name, True, "none")
-    return Check(name, False, _listed(f"{_n(len(bad), 'slot')} {what}", [show(slot) for slot in bad]))
+    return Check(name, False, listed(f"{plural(len(bad), 'slot')} {what}", [show(slot) for slot in bad]))
 
 
 def _lost_check(slots: list[dict], *, catch_up: str) -> Check:
@@ -310,8 +316,8 @@ def _lost_check(slots: list[dict], *, catch_up: str) -> Check:
     return Check(
         "no-lost-slot",
         False,
-        _listed(
-            f"{_n(len(failing), 'slot')} lost with a chance to run ({policy})",
+        listed(
+            f"{plural(len(failing), 'slot')} lost with a chance to run ({policy})",
             [f"{slot['label']} ({slot['kind']}, {slot['chance']:g} s of chance)" for slot in failing],
         )
         + note,
@@ -334,7 +340,7 @@ def _stop_check(stops: list[dict]) -> Check:
     return Check(
         "replicas-stop-on-sigterm",
         False,
-        _listed(f"{len(bad)} of {len(stops)} stops", [show(stop) for stop in bad]),
+        listed(f"{len(bad)} of {len(stops)} stops", [show(stop) for stop in bad]),
     )
 
 

@@ -23,6 +23,7 @@ from tests.faults.pg import PgServer
 from tests.faults.pgproxy import Commit, PgProxy
 from tests.faults.support import ROOT, Proc
 from tests.soak import timing
+from tests.soak.reminders import Kill
 
 # What a replica prints once its scheduler loop runs.
 READY = r"^scheduler: running "
@@ -78,10 +79,19 @@ class Stop:
 
 
 class Replica:
-    def __init__(self, index: int, *, env: dict[str, str], proxy: PgProxy, faketime: str | None) -> None:
+    def __init__(
+        self,
+        index: int,
+        *,
+        env: dict[str, str],
+        proxy: PgProxy,
+        faketime: str | None,
+        jobs: tuple[str, ...] = (timing.JOB,),
+    ) -> None:
         self.index = index
         self.name = f"r{index + 1}"
         self.env = env
+        self.jobs = jobs
         self.proxy = proxy
         self.faketime = faketime
         self.proc: Proc | None = None
@@ -90,6 +100,7 @@ class Replica:
         self.offset = 0.0
         self.paused = False
         self.ended = False  # its process was stopped or killed by the soak, or found exited
+        self.kills: list[Kill] = []  # every SIGKILL the soak sent it, with its process group then
 
     def start(self, *, offset: float = 0.0) -> None:
         prefix: list[str] = []
@@ -97,7 +108,7 @@ class Replica:
             if self.faketime is None:
                 raise HarnessError("a clock offset needs faketime (Debian package faketime)")
             prefix = [self.faketime, "-f", f"{offset:+.1f}"]
-        argv = [*prefix, sys.executable, str(ROOT / "manage.py"), "run_scheduler", timing.JOB]
+        argv = [*prefix, sys.executable, str(ROOT / "manage.py"), "run_scheduler", *self.jobs]
         self.proc = Proc(argv, env=self.env, name=f"{self.name}.{len(self.incarnations) + 1}")
         self.ended = False
         self.incarnations.append(self.proc)
@@ -129,12 +140,25 @@ class Replica:
                 return int(Path(f"/proc/{pid}/task/{pid}/children").read_text().split()[0])
         return pid
 
+    def group(self) -> frozenset[int]:
+        """Every process in its group now: the scheduler, its runs' children (whose pids name
+        their runs' holders), a faketime wrapper."""
+        pids = set()
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                with contextlib.suppress(OSError):
+                    if os.getpgid(int(entry.name)) == self.proc.pid:
+                        pids.add(int(entry.name))
+        return frozenset(pids)
+
     def signal(self, sig: int) -> None:
         """SIGSTOP and SIGCONT reach the whole process group. SIGTERM and SIGKILL reach the Python
         process, so that a faketime wrapper reports its exit status (and cleans up its shared
         memory), then the group, in case a wrapper is left."""
         if not self.alive:
             return
+        if sig == signal.SIGKILL:
+            self.kills.append(Kill(self.name, time.time(), self.group()))
         if sig in {signal.SIGSTOP, signal.SIGCONT}:
             self.proc.kill(sig)
             self.paused = sig == signal.SIGSTOP
@@ -155,6 +179,7 @@ class Replica:
             code = self.proc.popen.wait(timeout=STOP_TIMEOUT)
         except subprocess.TimeoutExpired:
             code = None
+            self.kills.append(Kill(self.name, time.time(), self.group()))
             self.proc.kill(signal.SIGKILL)
         return Stop(self.name, began, code, time.time() - began)
 
@@ -213,7 +238,16 @@ class Cluster:
     """The replicas, their proxies and the server, with the record of outages and SIGTERMs."""
 
     def __init__(
-        self, *, replicas: int, env: dict[str, str], db_host: str, db_port: int, url_for, server, faketime
+        self,
+        *,
+        replicas: int,
+        env: dict[str, str],
+        db_host: str,
+        db_port: int,
+        url_for,
+        server,
+        faketime,
+        jobs: tuple[str, ...] = (timing.JOB,),
     ) -> None:
         self.server: PgServer | None = server
         self.outages = Outages()
@@ -223,7 +257,7 @@ class Cluster:
             proxy = PgProxy((db_host, db_port), watch=FENCED_RENEWAL).start()
             name = f"r{index + 1}"
             replica_env = {**env, "DATABASE_URL": url_for(port=proxy.port, application_name=f"soak-{name}")}
-            self.replicas.append(Replica(index, env=replica_env, proxy=proxy, faketime=faketime))
+            self.replicas.append(Replica(index, env=replica_env, proxy=proxy, faketime=faketime, jobs=jobs))
 
     def by_name(self, name: str) -> Replica:
         return next(replica for replica in self.replicas if replica.name == name)
@@ -343,6 +377,9 @@ class Cluster:
 
     def tracebacks(self) -> list[str]:
         return [line for replica in self.replicas for line in replica.tracebacks()]
+
+    def kills(self) -> list[Kill]:
+        return sorted((kill for replica in self.replicas for kill in replica.kills), key=lambda kill: kill.at)
 
     def skips(self) -> list[dict]:
         """Every replica's skips, less those whose wait overlaps that replica's own outage (a

@@ -28,15 +28,19 @@ PostgreSQL only (the nemesis restarts and stops the server): it runs under
 policy issue 17's soak must pass with (every slot runs, none is excused); ``make soak`` passes
 it. Without it the job keeps the default, ``latest``.
 
-**The reminders part, later.** Issue 17's soak also covers reminders under an SMTP server
-that loses its reply. The code it needs (``contests/reminders.py``, ``tests/smtp_standin.py``)
-is being rewritten, so it is not here yet. It plugs in without changing what is here:
-``--reminders`` starts the SMTP stand-in on loopback (``EMAIL_URL`` in the replicas' env),
-seeds contests and reminders due through the soak (``tests/contests/reminder_data.py``), and
-adds ``send_reminders`` to the replicas' jobs (``run_scheduler soak send_reminders``); the
-nemesis gains one kind, ``smtp-lost-reply`` (nemesis.py's docstring); the checker gains
-``Check`` rows of its own: every due reminder emailed once (the stand-in's messages against
-the ``Reminder`` rows), none twice, an ``uncertain`` one never re-sent by itself.
+**The reminders part** (``--reminders``, which ``make soak`` passes; ``tests.soak.reminders``).
+Issue 17's soak also covers reminders under an SMTP server that loses its reply. The SMTP
+stand-in (``tests/smtp_standin.py``) serves on loopback for the whole soak and the replicas'
+``EMAIL_URL`` points at it (``EMAIL_TIMEOUT`` 2 s); reminders are seeded due evenly through the
+soak (``REMINDERS_PER_MINUTE``, two contests, ``tests/contests/reminder_data.py``); every replica
+runs ``run_scheduler soak send_reminders``, ``send_reminders`` (the project's entry, from
+``config.settings``) on the soak job's 10-second slots through ``SEND_REMINDERS_SCHEDULE``, so
+that the nemesis aimed at a run under way hits reminder runs too and a 70-second soak has a
+dozen of them (the project's ``* * * * *`` would give one or two); its lease is the soak's TTL
+and its claim (``SEND_REMINDERS_CLAIM_TTL``) outlives the longest pause (``tests/soak/timing.py``).
+The nemesis gains ``smtp-lost-reply`` (only with ``--reminders``; ``all`` leaves it out
+without); the checker gains ``reminder-once``, ``uncertain-not-resent`` and
+``reminders-delivered`` (the stand-in's messages against the ``Reminder`` rows).
 """
 
 from __future__ import annotations
@@ -58,9 +62,10 @@ from urllib.parse import urlencode, urlsplit, urlunsplit
 
 from tests.faults.pg import PgServer
 from tests.faults.support import ROOT
-from tests.soak import checker, report, timing
+from tests.smtp_standin import smtp_standin
+from tests.soak import checker, reminders, report, timing
 from tests.soak.cluster import Cluster, HarnessError
-from tests.soak.nemesis import KINDS, SERVER_KINDS, Nemesis, parse_kinds, plan
+from tests.soak.nemesis import KINDS, SERVER_KINDS, SMTP_KINDS, Nemesis, parse_kinds, plan
 
 MAX_REPLICAS = 8
 # The token in the fenced write's renewal, as the proxy sees it (Django binds parameters on
@@ -92,6 +97,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--healthy-slots", type=int, default=3, help="Healthy slots after the nemesis (default 3)."
     )
+    parser.add_argument(
+        "--reminders",
+        action="store_true",
+        help="Reminders too: the SMTP stand-in, seeded reminders, send_reminders in every replica.",
+    )
     parser.add_argument("--records", type=Path, default=report.RECORDS, help="Where the JSON record goes.")
     parser.add_argument(
         "--keep-database", action="store_true", help="Leave the soak's database for a post-mortem."
@@ -110,6 +120,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         args.kinds = parse_kinds(args.nemesis)
     except ValueError as exc:
         raise SoakError(f"--nemesis: {exc}") from None
+    if not args.reminders and SMTP_KINDS & set(args.kinds):
+        if args.nemesis.strip() != "all":
+            raise SoakError("--nemesis smtp-lost-reply needs --reminders (the SMTP stand-in)")
+        args.kinds = tuple(kind for kind in args.kinds if kind not in SMTP_KINDS)
     if args.seed is None:
         args.seed = secrets.randbelow(1_000_000)
     return args
@@ -184,9 +198,10 @@ def preflight(args: argparse.Namespace) -> tuple[PgServer | None, str | None]:
     faketime = shutil.which("faketime")
     if faketime is None and "skew" in args.kinds:
         raise SoakError("--nemesis skew needs faketime (Debian package faketime), or leave it out")
+    mail = reminders.replica_env(port=25) if args.reminders else {}  # the real port comes later
     checked = subprocess.run(
         [sys.executable, str(ROOT / "manage.py"), "check"],
-        env={**base_env(), "SOAK_CATCH_UP": args.catch_up or ""},
+        env={**base_env(), "SOAK_CATCH_UP": args.catch_up or "", **mail},
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -251,12 +266,21 @@ class Soak:
                 self._admin(f'DROP DATABASE IF EXISTS "{self.database}" WITH (FORCE)')
 
     def _run(self) -> int:
+        if not self.args.reminders:
+            return self._run_with(smtp=None)
+        with smtp_standin() as standin:
+            standin.reply_delay = timing.REPLY_DELAY
+            standin.idle_timeout = timing.MAX_RUN_TIME  # longer than any pause of a client
+            return self._run_with(smtp=standin)
+
+    def _run_with(self, *, smtp) -> int:
         args = self.args
         env = {
             **base_env(),
             "DATABASE_URL": self.url,
             "SOAK_CATCH_UP": args.catch_up or "",
             "LOCKS_LOG_LEVEL": "INFO",
+            **(reminders.replica_env(port=smtp.port) if smtp is not None else {}),
         }
         migrated = subprocess.run(
             [sys.executable, str(ROOT / "manage.py"), "migrate", "--noinput", "-v", "0"],
@@ -272,6 +296,12 @@ class Soak:
         import django
 
         django.setup()
+        if smtp is not None:
+            # Due from now (the replicas start in a few seconds) to the end of the healthy slots.
+            end = time.time() + args.duration + timing.PERIOD * (args.healthy_slots + 1)
+            say(
+                f"{reminders.seed(start=time.time(), end=end)} reminders seeded, due evenly until {end - time.time():.0f} s from now"
+            )
 
         parts = urlsplit(self.url)
         cluster = Cluster(
@@ -284,6 +314,7 @@ class Soak:
             ),
             server=self.server,
             faketime=self.faketime,
+            jobs=(timing.JOB, timing.REMINDERS_JOB) if smtp is not None else (timing.JOB,),
         )
         logs = args.records / f"soak-{self.stamp}-seed{args.seed}"
         try:
@@ -298,22 +329,25 @@ class Soak:
                 holder=lambda: self._holder(cluster),
                 writer=self._writer,
                 log=say,
+                smtp=smtp,
             )
             done = nemesis.run(self.actions, duration=args.duration)
+            if smtp is not None:
+                smtp.lose_reply = ""
             cluster.heal()
             first_healthy = self._next_slot(after=time.time())
             last = first_healthy + timedelta(seconds=timing.PERIOD * (args.healthy_slots - 1))
             say(
                 f"nemesis over, every fault undone; healthy slots {first_healthy:%H:%M:%S} to {last:%H:%M:%S}"
             )
-            self._await_run_of(last)
+            self._await_run_of(last, jobs=cluster.replicas[0].jobs)
             cluster.stop_all()
             say("SIGTERM sent to every replica, and each one's exit awaited")
         finally:
             cluster.shutdown()
             for replica in cluster.replicas:
                 replica.save_logs(logs)
-        return self._judge(cluster, origin=origin, last=last, done=done, logs=logs)
+        return self._judge(cluster, origin=origin, last=last, done=done, logs=logs, smtp=smtp)
 
     @staticmethod
     def _next_slot(*, after: float) -> datetime:
@@ -321,8 +355,8 @@ class Soak:
 
         return next_tick(timing.SCHEDULE, now=datetime.fromtimestamp(after, UTC))
 
-    def _await_run_of(self, last: datetime) -> None:
-        """Until the last slot's run ended, at most until a little before the slot after it."""
+    def _await_run_of(self, last: datetime, *, jobs: tuple[str, ...]) -> None:
+        """Until the last slot's run of each job ended, at most until a little before the slot after it."""
         from django.db import Error, connections
 
         from locks.models import JobRun
@@ -330,13 +364,13 @@ class Soak:
         deadline = last.timestamp() + timing.PERIOD - 2
         while time.time() < deadline:
             try:
-                runs = set(
-                    JobRun.objects.for_job(timing.JOB).filter(tick=last).values_list("status", flat=True)
-                )
+                runs = JobRun.objects.filter(job_name__in=jobs, tick=last).values_list("job_name", "status")
+                ended = {job for job, status in runs if status != checker.RUNNING}
+                running = {job for job, status in runs if status == checker.RUNNING}
             except Error:
                 connections.close_all()
-                runs = set()
-            if runs and checker.RUNNING not in runs:
+                ended, running = set(), set()
+            if ended >= set(jobs) and not running:
                 return
             time.sleep(0.2)
 
@@ -383,10 +417,12 @@ class Soak:
         words += ["--nemesis", ",".join(args.kinds) or "none", "--healthy-slots", str(args.healthy_slots)]
         if args.catch_up:
             words += ["--catch-up", args.catch_up]
+        if args.reminders:
+            words.append("--reminders")
         return shlex.join(words)
 
     def _judge(
-        self, cluster: Cluster, *, origin: datetime, last: datetime, done: list[dict], logs: Path
+        self, cluster: Cluster, *, origin: datetime, last: datetime, done: list[dict], logs: Path, smtp
     ) -> int:
         args = self.args
         window = []
@@ -430,6 +466,23 @@ class Soak:
             stops=stops,
             label=label,
         )
+        mail = None
+        if smtp is not None:
+            from contests.reminders import RECORD_EVERY
+
+            with smtp.lock:
+                arrivals = list(smtp.arrivals)
+            rows, copies, reminder_runs = reminders.load(arrivals)
+            found, mail = reminders.judge(
+                reminders=rows,
+                copies=copies,
+                runs=reminder_runs,
+                kills=cluster.kills(),
+                last=last,
+                origin=origin.timestamp(),
+                record_every=RECORD_EVERY,
+            )
+            verdict.checks.extend(found)
         for row in verdict.table:
             row["actions"] = sum(action["kind"] == row["kind"] or row["kind"] == "all" for action in done)
         record = {
@@ -463,6 +516,15 @@ class Soak:
             "tracebacks": cluster.tracebacks(),
             "checks": [check.as_json() for check in verdict.checks],
             "table": verdict.table,
+            "reminders": mail,
+            "kills": [
+                {
+                    "replica": kill.replica,
+                    "at": round(kill.at - origin.timestamp(), 2),
+                    "pids": sorted(kill.pids),
+                }
+                for kill in cluster.kills()
+            ],
             "slots": verdict.slots,
             "stale": verdict.stale,
             "running": verdict.running,

@@ -20,12 +20,14 @@ Kinds (``--nemesis``, each selectable on its own):
   beyond it, or beyond the period, for 2-4 periods; then restart it with the right clock.
 - ``commit-cut``: arm every replica's proxy to cut the next fenced write's COMMIT (mostly
   after the server committed, so the answer is lost; sometimes before it reached it).
+- ``smtp-lost-reply`` (only with ``--reminders``): from a moment before a slot, for 2-20 s,
+  the SMTP stand-in keeps every message's content and then loses its reply: it never answers
+  250 (the client gives up after ``EMAIL_TIMEOUT``) or it drops the connection, half each,
+  drawn from the seed. Each ``send_reminders`` run in that time leaves one reminder uncertain.
 
-The reminders part (issue 17's "an SMTP server that loses its reply") plugs in here as one
-more kind, ``smtp-lost-reply``, once the reminders code and ``tests/smtp_standin.py`` have
-settled: a ``_draw`` branch (phase: while ``send_reminders`` runs), a ``Nemesis._smtp_lost_reply``
-that tells the driver's SMTP stand-in to drop its next reply after DATA, and nothing else
-here (see ``tests.soak.driver`` for the rest of the plan).
+The reminders part also changes what the other kinds hit: ``send_reminders`` runs on the soak
+job's slots in every replica, so a kill, a pause or a server restart in the middle of a run
+lands in a reminders run too, often.
 """
 
 from __future__ import annotations
@@ -37,10 +39,11 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 from tests.soak.cluster import Cluster, Replica
-from tests.soak.timing import PERIOD, RUN_SECONDS, TTL, WORK_SECONDS
+from tests.soak.timing import EMAIL_TIMEOUT, PERIOD, RUN_SECONDS, TTL, WORK_SECONDS
 
-KINDS = ("kill", "pause", "term", "pg-restart", "pg-outage", "skew", "commit-cut")
+KINDS = ("kill", "pause", "term", "pg-restart", "pg-outage", "skew", "commit-cut", "smtp-lost-reply")
 SERVER_KINDS = frozenset({"pg-restart", "pg-outage"})
+SMTP_KINDS = frozenset({"smtp-lost-reply"})  # need --reminders (the SMTP stand-in)
 MAX_ACTIONS = 500
 WINDOW = PERIOD / 4  # the tick window: LOCKS_TICK_WINDOW is capped at a quarter of the gap
 # How long an action waits for its moment to come (a holder inside its write, a COMMIT to cut).
@@ -56,7 +59,7 @@ class Action:
     replica: int  # the drawn replica (0-based): the target when it aims at no holder, or finds none
     holder: bool = False  # aim at the lease's holder (pause: the replica inside its fenced write)
     seconds: float = 0.0  # how long the fault lasts: down, paused, skewed (0: a restart)
-    mode: str = ""  # pg-*: fast | immediate; commit-cut: after | before
+    mode: str = ""  # pg-*: fast | immediate; commit-cut: after | before; smtp-lost-reply: late | drop
     offset: float = 0.0  # skew: the replica's clock offset, seconds
 
     @property
@@ -79,6 +82,9 @@ class Action:
             return f"stop PostgreSQL (-m {self.mode}) for {self.seconds:g} s"
         if self.kind == "skew":
             return f"restart {drawn} with its clock {self.offset:+g} s off ({skew_band(self.offset)}) for {self.seconds:g} s"
+        if self.kind == "smtp-lost-reply":
+            how = "never answer 250" if self.mode == "late" else "drop the connection"
+            return f"the SMTP stand-in keeps each message, then {how}, for {self.seconds:g} s"
         return f"cut the next fenced COMMIT {self.mode} the server got it"
 
     def as_json(self) -> dict:
@@ -135,6 +141,10 @@ def _draw(rng: random.Random, kind: str, *, slot: int, replicas: int) -> Action:
     if kind == "commit-cut":
         mode = "after" if rng.random() < 0.75 else "before"
         return Action(kind, slot, PERIOD - 1, replica, mode=mode)  # armed a second before a slot
+    if kind == "smtp-lost-reply":
+        mode = "late" if rng.random() < 0.5 else "drop"
+        seconds = round(rng.uniform(2, 2 * PERIOD), 1)
+        return Action(kind, slot, PERIOD - 0.5, replica, seconds=seconds, mode=mode)  # from before a slot
     raise ValueError(f"unknown nemesis kind {kind!r}")
 
 
@@ -149,12 +159,14 @@ def _span(action: Action) -> float:
         "pg-outage": action.seconds + 3,
         "skew": action.seconds + 2 * restart,
         "commit-cut": PERIOD + 2,
+        "smtp-lost-reply": action.seconds + 2 * EMAIL_TIMEOUT,  # a client waits for the reply, then QUIT's
     }[action.kind]
 
 
 class Nemesis:
     """Runs a plan against a cluster. ``holder()`` and ``writer()`` name the replica that holds
-    the lease now, and the one inside its fenced write now (None: nobody, or unknown)."""
+    the lease now, and the one inside its fenced write now (None: nobody, or unknown);
+    ``smtp`` is the SMTP stand-in (``tests.smtp_standin.SmtpStandin``) of ``--reminders``."""
 
     def __init__(
         self,
@@ -164,7 +176,9 @@ class Nemesis:
         holder: Callable[[], str | None],
         writer: Callable[[], str | None],
         log: Callable[[str], None],
+        smtp=None,
     ) -> None:
+        self.smtp = smtp
         self.cluster = cluster
         self.start = start  # time.time() of the soak's first slot
         self.holder = holder
@@ -270,6 +284,24 @@ class Nemesis:
         if not cut:
             return "every proxy", f"no fenced COMMIT within {LOOK_FOR_COMMIT} s; disarmed"
         return ", ".join(cut), f"the connection cut {action.mode} the server got its fenced COMMIT"
+
+    def _smtp_lost_reply(self, action: Action) -> tuple[str, str]:
+        before = self._unanswered()
+        self.smtp.lose_reply = action.mode
+        try:
+            time.sleep(action.seconds)
+        finally:
+            self.smtp.lose_reply = ""
+        # The last message may still wait for its client to give up (late): not counted here.
+        how = "no 250 (the client times out)" if action.mode == "late" else "the connection dropped after it"
+        return (
+            "SMTP stand-in",
+            f"{self._unanswered() - before} messages kept with {how}, for {action.seconds:g} s",
+        )
+
+    def _unanswered(self) -> int:
+        with self.smtp.lock:
+            return sum(not arrival.answered for arrival in self.smtp.arrivals)
 
 
 def _sleep_until(moment: float) -> None:

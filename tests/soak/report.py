@@ -33,6 +33,21 @@ COLUMNS = (
     ("late", "Late (> 1 period)"),
 )
 
+# The reminders part (--reminders): one row, the reminders' fates and the stand-in's copies.
+REMINDER_COLUMNS = (
+    ("seeded", "Reminders"),
+    ("judged", "Due by the last slot"),
+    ("delivered", "Delivered"),
+    ("uncertain", "Uncertain"),
+    ("failed", "Failed"),
+    ("waiting", "Waiting (killed run's claim)"),
+    ("lost", "Lost"),
+    ("copies", "Messages at the stand-in"),
+    ("lost_replies", "Lost replies"),
+    ("resent", "Re-sent"),
+    ("allowed", "Re-sends allowed (RECORD_EVERY per kill of a reminder run)"),
+)
+
 
 def save(record: dict, *, directory: Path = RECORDS) -> Path:
     """The record as ``soak-<stamp>-seed<seed>.json`` and as ``last.json``; the first's path."""
@@ -62,6 +77,16 @@ def table(record: dict) -> str:
     return "\n".join(lines)
 
 
+def reminder_table(numbers: dict) -> str:
+    return "\n".join(
+        [
+            "| " + " | ".join(title for _key, title in REMINDER_COLUMNS) + " |",
+            "|" + "---|" * len(REMINDER_COLUMNS),
+            "| " + " | ".join(str(numbers[key]) for key, _title in REMINDER_COLUMNS) + " |",
+        ]
+    )
+
+
 def render(record: dict) -> str:
     """A heading line (verdict, seed, what ran), the table, then every check."""
     verdict = "PASS" if record["passed"] else "FAIL"
@@ -77,7 +102,8 @@ def render(record: dict) -> str:
         f"- {'✅' if check['passed'] else '❌'} `{check['name']}` ({check['title']}): {check['detail']}"
         for check in record["checks"]
     ]
-    return "\n".join([head, "", table(record), "", *checks])
+    mail = ["", reminder_table(record["reminders"])] if record.get("reminders") else []
+    return "\n".join([head, "", table(record), *mail, "", *checks])
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from tests.soak import checker
+from tests.soak import checker, reminders
 from tests.soak.checker import HEALTHY, FencedCommit, Run, Write
 from tests.soak.timing import PERIOD, TTL
 
@@ -208,3 +208,143 @@ def test_chance_counts_the_seconds_with_the_database_and_a_replica_up():
     assert chance(slot(0)) == pytest.approx(PERIOD - 3 - 2)  # database down 3 s, both replicas down 2 s
     assert chance(slot(1)) == pytest.approx(PERIOD)
     assert checker.chances(outages, replicas=["r1"])(slot(0)) == pytest.approx(0)
+
+
+# --- the reminders part (tests.soak.reminders) -------------------------------------------
+
+T = ORIGIN.timestamp()
+KILLED_RUN = "vm:202:bb0202"  # a send_reminders run whose replica was SIGKILLed
+KILL = reminders.Kill("r2", T + 15, frozenset({200, 202}))
+
+
+def key(number: int) -> tuple[str, str]:
+    return (
+        f"user{number}@example.com",
+        f"Reminder: Codeforces Round {number} (Div. 2) starts 2026-12-02 13:00 UTC",
+    )
+
+
+def mail() -> dict:
+    """Four reminders due in the window: three delivered once, one uncertain after a lost reply;
+    a reminders run died with the kill at +15 s."""
+    states = ["delivered", "delivered", "uncertain", "delivered"]
+    return {
+        "reminders": [
+            reminders.ReminderRow(number, key(number), slot(number), state)
+            for number, state in enumerate(states)
+        ],
+        "copies": [
+            reminders.Copy(key(number), T + 10 * number + 1, state == "delivered")
+            for number, state in enumerate(states)
+        ],
+        "runs": [("vm:101:aa0101", "succeeded"), (KILLED_RUN, "abandoned")],
+        "kills": [KILL],
+    }
+
+
+def judge_mail(*, record_every: int = 50, **history) -> dict[str, checker.Check]:
+    found, _table = reminders.judge(last=slot(3), origin=T, record_every=record_every, **history)
+    assert [check.name for check in found] == list(checker.REMINDER_CHECKS)
+    return {check.name: check for check in found}
+
+
+def test_a_clean_reminder_history_passes_the_reminder_checks():
+    found = judge_mail(**mail())
+
+    assert {name: check.detail for name, check in found.items()} == {
+        "reminder-once": "4 messages for 4 reminders; 0 re-sends; allowed: at most 50 (RECORD_EVERY) per SIGKILL "
+        "of a replica whose send_reminders run died with it, 1 such kill, so at most 50, each after its kill",
+        "uncertain-not-resent": "1 message kept without a 250 (lost replies), 1 reminder uncertain, 0 of them "
+        "with more than one copy (each re-send charged to a kill in reminder-once); none re-sent by itself",
+        "reminders-delivered": "all 4 reminders due by the last slot settled: 3 delivered, 1 uncertain, 0 failed; "
+        "0 waiting out the claim of a killed run (not due again before the end)",
+    }
+    assert all(check.passed for check in found.values())
+
+
+def test_a_reminder_emailed_twice_is_caught_unless_a_kill_of_its_run_came_between_the_copies():
+    history = mail()
+    history["copies"].append(reminders.Copy(key(0), T + 45, True))  # +1 s, and again at +45 s
+
+    assert judge_mail(**history)["reminder-once"].passed  # the kill at +15 s explains it
+
+    history["kills"] = [reminders.Kill("r2", T + 50, KILL.pids)]  # after the second copy: explains nothing
+    once = judge_mail(**history)["reminder-once"]
+    assert not once.passed
+    assert once.detail.startswith(
+        "1 re-send no SIGKILL of a reminder holder explains: user0@example.com "
+        f"({key(0)[1]}) at +1.0s and again at +45.0s; allowed:"
+    )
+
+    history["kills"] = [KILL]
+    history["runs"] = [(KILLED_RUN, "succeeded")]  # its run had ended: the kill hit no reminder run
+    assert "1 re-send no SIGKILL" in judge_mail(**history)["reminder-once"].detail
+
+
+def test_a_kill_explains_at_most_record_every_re_sends():
+    history = mail()
+    # Reminders 0 and 1 went out before the kill at +15 s, and again after it; 3 first went out
+    # after the kill, so its second copy is never the kill's.
+    history["copies"] += [reminders.Copy(key(number), T + 45, True) for number in (0, 1, 3)]
+
+    once = judge_mail(record_every=2, **history)["reminder-once"]
+    assert once.detail.startswith("1 re-send no SIGKILL of a reminder holder explains: user3@example.com")
+    once = judge_mail(record_every=1, **history)["reminder-once"]
+    assert once.detail.startswith("2 re-sends no SIGKILL of a reminder holder explains: user1@example.com")
+    assert "at most 1 (RECORD_EVERY) per SIGKILL" in once.detail
+
+
+def test_a_message_that_matches_no_reminder_fails_reminder_once():
+    history = mail()
+    history["copies"].append(reminders.Copy(("stranger@example.com", "Hello"), T + 5, True))
+
+    once = judge_mail(**history)["reminder-once"]
+    assert not once.passed
+    assert once.detail.startswith(
+        "0 re-sends no SIGKILL of a reminder holder explains, 1 message matching no reminder: "
+        "stranger@example.com (Hello)"
+    )
+
+
+def test_a_lost_reply_must_leave_its_reminder_uncertain_and_never_be_followed_by_a_copy():
+    history = mail()
+    history["kills"] = []
+    history["copies"].append(reminders.Copy(key(2), T + 40, True))  # re-sent after its lost reply
+    history["reminders"][2] = reminders.ReminderRow(2, key(2), slot(2), "delivered")
+
+    found = judge_mail(**history)
+    assert not found["reminder-once"].passed
+    assert found["uncertain-not-resent"].detail == (
+        "0 reminders whose last message's reply was lost not recorded uncertain, 1 re-send after a lost reply "
+        f"or of an uncertain reminder: user2@example.com ({key(2)[1]}) at +21.0s and again at +40.0s"
+    )
+
+    history = mail()
+    history["reminders"][2] = reminders.ReminderRow(2, key(2), slot(2), "failed")  # unknown taken as refused
+    found = judge_mail(**history)
+    assert not found["uncertain-not-resent"].passed
+    assert found["uncertain-not-resent"].detail.endswith(f": user2@example.com ({key(2)[1]}) is failed")
+
+
+def test_a_reminder_left_pending_is_lost_unless_a_killed_runs_claim_outlasts_the_soak():
+    history = mail()
+    after_the_end = slot(3) + timedelta(seconds=20)
+    history["reminders"][3] = reminders.ReminderRow(
+        3, key(3), slot(3), "pending", after_the_end, f"{KILLED_RUN}/a1b2c3.1.1"
+    )
+    history["reminders"].append(reminders.ReminderRow(4, key(4), slot(3) + timedelta(seconds=1), "pending"))
+
+    delivered = judge_mail(**history)["reminders-delivered"]
+    assert delivered.passed, delivered.detail  # #3 waits out the claim; #4 is due after the last slot
+    assert "; 1 waiting out the claim of a killed run" in delivered.detail
+
+    history["reminders"][3] = reminders.ReminderRow(
+        3, key(3), slot(3), "pending", after_the_end, "vm:303:cc/x.1.1"
+    )
+    history["reminders"][1] = reminders.ReminderRow(1, key(1), slot(1), "delivered")
+    history["copies"] = [copy for copy in history["copies"] if copy.key != key(1)]
+    delivered = judge_mail(**history)["reminders-delivered"]
+    assert delivered.detail == (
+        "1 reminder left pending past its chance, 1 reminder recorded delivered with no copy at the stand-in: "
+        "#3 user3@example.com due 10:00:30: pending; #1 user1@example.com due 10:00:10: delivered"
+    )

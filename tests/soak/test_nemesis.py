@@ -97,7 +97,11 @@ def test_clock_offsets_fall_within_the_tick_window_beyond_it_and_beyond_the_peri
         (
             ["--nemesis", "kill,flood"],
             "soak: error: --nemesis: unknown nemesis kind(s) flood; known: kill, pause, term, pg-restart, "
-            "pg-outage, skew, commit-cut, or all, or none",
+            "pg-outage, skew, commit-cut, smtp-lost-reply, or all, or none",
+        ),
+        (
+            ["--nemesis", "kill,smtp-lost-reply"],
+            "soak: error: --nemesis smtp-lost-reply needs --reminders (the SMTP stand-in)",
         ),
         (["--seed", "x"], "soak: error: argument --seed: invalid int value: 'x'"),
     ],
@@ -106,6 +110,18 @@ def test_a_bad_argument_is_one_line_and_exit_2(args, message):
     done = soak_cli(*args)
 
     assert (done.returncode, done.stdout, done.stderr) == (2, "", message + "\n")
+
+
+def test_all_means_smtp_lost_reply_too_only_with_reminders():
+    def kinds(*args: str) -> set[str]:
+        done = soak_cli("--seed", "7", "--duration", "600", "--plan", *args)
+        assert done.returncode == 0, done.stderr
+        return {json.loads(line)["kind"] for line in done.stdout.splitlines()}
+
+    assert "smtp-lost-reply" not in kinds()
+    assert "smtp-lost-reply" in kinds("--reminders")
+    # Without it the plan is the one the seed drew before the kind existed.
+    assert kinds() == {action.kind for action in plan(seed=7, duration=600, kinds=KINDS[:-1], replicas=3)}
 
 
 def test_without_postgresql_it_says_how_to_run_it_and_exits_2():

@@ -68,6 +68,21 @@ def test_the_table_has_a_row_per_kind_and_every_check_below_it():
     assert report.render(record(passed=True)).startswith("**PASS**, seed 1651")
 
 
+def test_a_soak_with_reminders_has_their_table_between_the_slots_and_the_checks():
+    numbers = {"seeded": 73, "judged": 73, "delivered": 70, "uncertain": 2, "failed": 0, "waiting": 1}
+    numbers |= {"lost": 0, "copies": 80, "lost_replies": 2, "resent": 7, "allowed": 50}
+
+    lines = report.render(record(reminders=numbers)).splitlines()
+
+    assert lines[9] == ""
+    assert lines[10].startswith(
+        "| Reminders | Due by the last slot | Delivered | Uncertain | Failed | Waiting"
+    )
+    assert lines[12] == "| 73 | 73 | 70 | 2 | 0 | 1 | 0 | 80 | 2 | 7 | 50 |"
+    assert lines[14].startswith("- ✅ `one-write-per-slot`")
+    assert "| Reminders |" not in report.render(record(reminders=None))
+
+
 def test_save_keeps_each_record_and_the_last_one(tmp_path):
     path = report.save(record(), directory=tmp_path)
 

@@ -21,3 +21,13 @@ RUN_SECONDS = WORK_SECONDS + WRITE_SECONDS
 # had a chance to run; with less (every replica down, the database out) the ``latest``
 # catch-up policy may miss it.
 MIN_CHANCE = RUN_SECONDS + 1.0
+
+# The reminders part (``--reminders``): ``send_reminders`` on the soak job's slots, under a
+# lease as short as its; an SMTP timeout short enough for a lost reply to cost a run 2 s; a
+# claim that outlives the longest pause (TTL + 2 periods), so that only a dead run's claims
+# expire while the soak lasts (contests.E005 wants it above three times EMAIL_TIMEOUT too).
+REMINDERS_JOB = "send_reminders"
+EMAIL_TIMEOUT = 2
+REMINDER_CLAIM_TTL = 30
+REMINDERS_PER_MINUTE = 40  # due through the soak, evenly spread: about 7 a run
+REPLY_DELAY = 0.1  # the stand-in's latency before each 250: a run's sending takes a while
