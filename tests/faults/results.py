@@ -83,7 +83,7 @@ SCENARIOS = [
     ),
     Scenario(
         "long-job",
-        "a sync slowed to 3x the lease TTL by a slow stand-in; copies for the same tick start one after "
+        "a sync slowed to 4x the lease TTL by a slow stand-in; copies for the same tick start one after "
         "another throughout",
         "the heartbeat keeps the lease: every copy skips, with `held` while the job runs "
         "(also after 2x TTL); one run, token 1",
