@@ -14,8 +14,8 @@ Kinds (``--nemesis``, each selectable on its own):
   ``--reminders`` a third of the kills (drawn from the seed apart from the rest of the plan)
   aim at the replica whose ``send_reminders`` run is sending: from a moment before a slot,
   for at most ``LOOK_FOR_REMINDERS``, it waits for a replica to hold that job's lease and for
-  the SMTP stand-in to receive a message after that; none found: it says so and kills as
-  the other kills do.
+  the SMTP stand-in to receive 1-8 messages (drawn) after that; none found: it says so and
+  kills as the other kills do.
 - ``pause``: SIGSTOP the replica that is inside its fenced write (its transaction holds the
   lock row), for longer than the TTL (up to two periods more), then SIGCONT.
 - ``term``: SIGTERM a replica (graceful stop, bounded), restart it 1-5 s later.
@@ -57,6 +57,7 @@ LOOK_FOR_WRITER = PERIOD + 2
 LOOK_FOR_COMMIT = 2 * PERIOD
 LOOK_FOR_REMINDERS = PERIOD + 2  # a send_reminders run that is sending
 REMINDER_KILLS = 1 / 3  # with --reminders: the share of kills aimed at a send_reminders run
+MAX_MESSAGES = 8  # such a kill comes after 1 to this many of the run's messages (a run has ~15)
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,7 @@ class Action:
     mode: str = ""  # pg-*: fast | immediate; commit-cut: after | before; smtp-lost-reply: late | drop
     offset: float = 0.0  # skew: the replica's clock offset, seconds
     reminders: bool = False  # kill: aim at the replica whose send_reminders run is sending
+    messages: int = 0  # kill aimed at reminders: after this many of its run's messages (or its end)
 
     @property
     def at(self) -> float:
@@ -80,7 +82,10 @@ class Action:
         drawn = f"r{self.replica + 1}"
         target = f"the holder (else {drawn})" if self.holder else drawn
         if self.kind == "kill" and self.reminders:
-            return f"SIGKILL the replica sending reminders (else {target}), restart {self.seconds:g} s later"
+            return (
+                f"SIGKILL the replica sending reminders after {self.messages} of its run's messages "
+                f"(else {target}), restart {self.seconds:g} s later"
+            )
         if self.kind == "kill":
             return f"SIGKILL {target}, restart {self.seconds:g} s later"
         if self.kind == "pause":
@@ -101,7 +106,7 @@ class Action:
     def as_json(self) -> dict:
         fields = asdict(self)
         if not self.reminders:
-            del fields["reminders"]  # a plan without --reminders reads as it did before the field
+            del fields["reminders"], fields["messages"]  # a plan without --reminders reads as before
         return {**fields, "at": round(self.at, 2), "describe": self.describe()}
 
 
@@ -129,7 +134,9 @@ def plan(
         action = _draw(rng, kind, slot=slot, replicas=replicas)
         if reminders and kind == "kill" and aims.random() < REMINDER_KILLS:
             # From half a second before the next slot: its reminders run, from its start.
-            action = replace(action, phase=PERIOD - 0.5, reminders=True)
+            action = replace(
+                action, phase=PERIOD - 0.5, reminders=True, messages=aims.randint(1, MAX_MESSAGES)
+            )
         if action.at >= duration:
             break
         actions.append(action)
@@ -249,7 +256,7 @@ class Nemesis:
 
     def _kill(self, action: Action) -> tuple[str, str]:
         aimed = action.reminders and self.sender is not None and self.smtp is not None
-        sender, sent = self._sending() if aimed else (None, 0)
+        sender, sent = self._sending(action.messages) if aimed else (None, 0)
         if sender is not None:
             replica, target = self.cluster.by_name(sender), f"{sender} (inside its send_reminders run)"
         else:
@@ -266,20 +273,20 @@ class Nemesis:
             detail += f"; the stand-in had received {sent} of its run's messages"
         return target, detail
 
-    def _sending(self) -> tuple[str | None, int]:
+    def _sending(self, messages: int) -> tuple[str | None, int]:
         """The replica whose ``send_reminders`` run is sending (it holds the lease, and the
-        stand-in received a message since it was first seen holding it), and how many; waits
-        at most ``LOOK_FOR_REMINDERS``."""
+        stand-in received ``messages`` since it was first seen holding it: a run that ends
+        first is not it), and how many; waits at most ``LOOK_FOR_REMINDERS``."""
         deadline = time.monotonic() + LOOK_FOR_REMINDERS
         seen, since = None, 0
         while time.monotonic() < deadline:
             sender = self.sender()
             with self.smtp.lock:
                 arrived = len(self.smtp.arrivals)
-            if sender is None or sender != seen:
-                seen, since = sender, arrived  # a run's messages count from when its lease is seen
-            elif arrived > since:
+            if sender is not None and sender == seen and arrived - since >= messages:
                 return sender, arrived - since
+            if sender != seen:  # a run's messages count from when its lease is seen held
+                seen, since = sender, arrived
             time.sleep(0.02)
         return None, 0
 

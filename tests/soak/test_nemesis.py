@@ -172,7 +172,10 @@ def test_with_reminders_a_third_of_the_kills_aim_at_a_reminders_run_and_nothing_
         for action in mixed:
             if action.reminders:
                 assert action.kind == "kill" and action.phase == PERIOD - 0.5
-                assert action.describe().startswith("SIGKILL the replica sending reminders (else ")
+                assert 1 <= action.messages <= 8
+                assert action.describe().startswith(
+                    f"SIGKILL the replica sending reminders after {action.messages} of its run's messages (else "
+                )
     aimed = [
         action.reminders
         for seed in range(40)
