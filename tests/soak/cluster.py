@@ -168,7 +168,10 @@ class Replica:
         if sig == signal.SIGKILL:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.proc.popen.wait(timeout=10)
-            self.proc.kill(sig)
+            # The group directly: ``Proc.kill`` skips it once the leader has exited, and its
+            # runs' children (a send_reminders run) would outlive the kill and finish their work.
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.popen.pid, sig)
 
     def terminate(self) -> Stop:
         """SIGTERM, and the exit status within STOP_TIMEOUT; a replica still running then is SIGKILLed."""

@@ -135,7 +135,13 @@ def main(argv: list[str] | None = None) -> int:
     except SoakError as exc:
         sys.stderr.write(f"soak: error: {exc}\n")
         return 2
-    actions = plan(seed=args.seed, duration=args.duration, kinds=args.kinds, replicas=args.replicas)
+    actions = plan(
+        seed=args.seed,
+        duration=args.duration,
+        kinds=args.kinds,
+        replicas=args.replicas,
+        reminders=args.reminders,
+    )
     if args.plan:
         for action in actions:
             sys.stdout.write(json.dumps(action.as_json(), sort_keys=True) + "\n")
@@ -330,6 +336,7 @@ class Soak:
                 writer=self._writer,
                 log=say,
                 smtp=smtp,
+                sender=lambda: self._holder(cluster, job=timing.REMINDERS_JOB),
             )
             done = nemesis.run(self.actions, duration=args.duration)
             if smtp is not None:
@@ -375,14 +382,14 @@ class Soak:
             time.sleep(0.2)
 
     @staticmethod
-    def _holder(cluster: Cluster) -> str | None:
-        """The replica holding the soak job's lease now, if any."""
+    def _holder(cluster: Cluster, *, job: str = timing.JOB) -> str | None:
+        """The replica holding ``job``'s lease now (its run may be a child of it), if any."""
         from django.db import Error, connections
 
         from locks.models import SyncLock
 
         try:
-            holder = SyncLock.objects.for_job(timing.JOB).held().values_list("holder", flat=True).first()
+            holder = SyncLock.objects.for_job(job).held().values_list("holder", flat=True).first()
         except Error:
             connections.close_all()
             return None

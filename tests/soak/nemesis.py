@@ -10,7 +10,12 @@ moment within the slot, at the next slot.
 
 Kinds (``--nemesis``, each selectable on its own):
 
-- ``kill``: SIGKILL a replica (the lease's holder, mostly), restart it 1-8 s later.
+- ``kill``: SIGKILL a replica (the lease's holder, mostly), restart it 1-8 s later. With
+  ``--reminders`` a third of the kills (drawn from the seed apart from the rest of the plan)
+  aim at the replica whose ``send_reminders`` run is sending: from a moment before a slot,
+  for at most ``LOOK_FOR_REMINDERS``, it waits for a replica to hold that job's lease and for
+  the SMTP stand-in to receive 1-8 messages (drawn) after that; none found: it says so and
+  kills as the other kills do.
 - ``pause``: SIGSTOP the replica that is inside its fenced write (its transaction holds the
   lock row), for longer than the TTL (up to two periods more), then SIGCONT.
 - ``term``: SIGTERM a replica (graceful stop, bounded), restart it 1-5 s later.
@@ -26,8 +31,9 @@ Kinds (``--nemesis``, each selectable on its own):
   drawn from the seed. Each ``send_reminders`` run in that time leaves one reminder uncertain.
 
 The reminders part also changes what the other kinds hit: ``send_reminders`` runs on the soak
-job's slots in every replica, so a kill, a pause or a server restart in the middle of a run
-lands in a reminders run too, often.
+job's slots in every replica, so a pause or a server restart in the middle of a run lands in
+a reminders run too, often; a kill aimed at the soak job's holder only by chance (a reminders
+run lasts a second or two, on whichever replica took its lease), hence the kills aimed at it.
 """
 
 from __future__ import annotations
@@ -36,7 +42,7 @@ import math
 import random
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from tests.soak.cluster import Cluster, Replica
 from tests.soak.timing import EMAIL_TIMEOUT, PERIOD, RUN_SECONDS, TTL, WORK_SECONDS
@@ -49,6 +55,9 @@ WINDOW = PERIOD / 4  # the tick window: LOCKS_TICK_WINDOW is capped at a quarter
 # How long an action waits for its moment to come (a holder inside its write, a COMMIT to cut).
 LOOK_FOR_WRITER = PERIOD + 2
 LOOK_FOR_COMMIT = 2 * PERIOD
+LOOK_FOR_REMINDERS = PERIOD + 2  # a send_reminders run that is sending
+REMINDER_KILLS = 1 / 3  # with --reminders: the share of kills aimed at a send_reminders run
+MAX_MESSAGES = 8  # such a kill comes after 1 to this many of the run's messages (a run has ~15)
 
 
 @dataclass(frozen=True)
@@ -61,6 +70,8 @@ class Action:
     seconds: float = 0.0  # how long the fault lasts: down, paused, skewed (0: a restart)
     mode: str = ""  # pg-*: fast | immediate; commit-cut: after | before; smtp-lost-reply: late | drop
     offset: float = 0.0  # skew: the replica's clock offset, seconds
+    reminders: bool = False  # kill: aim at the replica whose send_reminders run is sending
+    messages: int = 0  # kill aimed at reminders: after this many of its run's messages (or its end)
 
     @property
     def at(self) -> float:
@@ -70,6 +81,11 @@ class Action:
     def describe(self) -> str:
         drawn = f"r{self.replica + 1}"
         target = f"the holder (else {drawn})" if self.holder else drawn
+        if self.kind == "kill" and self.reminders:
+            return (
+                f"SIGKILL the replica sending reminders after {self.messages} of its run's messages "
+                f"(else {target}), restart {self.seconds:g} s later"
+            )
         if self.kind == "kill":
             return f"SIGKILL {target}, restart {self.seconds:g} s later"
         if self.kind == "pause":
@@ -88,7 +104,10 @@ class Action:
         return f"cut the next fenced COMMIT {self.mode} the server got it"
 
     def as_json(self) -> dict:
-        return {**asdict(self), "at": round(self.at, 2), "describe": self.describe()}
+        fields = asdict(self)
+        if not self.reminders:
+            del fields["reminders"], fields["messages"]  # a plan without --reminders reads as before
+        return {**fields, "at": round(self.at, 2), "describe": self.describe()}
 
 
 def skew_band(offset: float) -> str:
@@ -99,15 +118,25 @@ def skew_band(offset: float) -> str:
     return "beyond the period"
 
 
-def plan(*, seed: int, duration: float, kinds: tuple[str, ...], replicas: int) -> list[Action]:
-    """The actions of a soak, drawn from ``seed``: the same arguments, the same plan."""
+def plan(
+    *, seed: int, duration: float, kinds: tuple[str, ...], replicas: int, reminders: bool = False
+) -> list[Action]:
+    """The actions of a soak, drawn from ``seed``: the same arguments, the same plan. With
+    ``reminders``, some kills aim at a ``send_reminders`` run, drawn from a generator of their
+    own: the other draws, and every plan without ``reminders``, stay what the seed gave before."""
     rng = random.Random(seed)
+    aims = random.Random(f"{seed}:reminder-kills")
     kinds = tuple(kind for kind in KINDS if kind in kinds)  # the order given does not matter
     actions: list[Action] = []
     slot = 1  # the first slot runs healthy
     while kinds and len(actions) < MAX_ACTIONS:
         kind = rng.choice(kinds)
         action = _draw(rng, kind, slot=slot, replicas=replicas)
+        if reminders and kind == "kill" and aims.random() < REMINDER_KILLS:
+            # From half a second before the next slot: its reminders run, from its start.
+            action = replace(
+                action, phase=PERIOD - 0.5, reminders=True, messages=aims.randint(1, MAX_MESSAGES)
+            )
         if action.at >= duration:
             break
         actions.append(action)
@@ -152,7 +181,7 @@ def _span(action: Action) -> float:
     """About how long ``action`` takes, restarts included (Django starts in ~3 s)."""
     restart = 4.0
     return {
-        "kill": action.seconds + restart,
+        "kill": action.seconds + restart + (1 if action.reminders else 0),  # its run's first message
         "pause": action.seconds + 1,
         "term": RUN_SECONDS + action.seconds + restart,
         "pg-restart": 3.0,
@@ -166,7 +195,9 @@ def _span(action: Action) -> float:
 class Nemesis:
     """Runs a plan against a cluster. ``holder()`` and ``writer()`` name the replica that holds
     the lease now, and the one inside its fenced write now (None: nobody, or unknown);
-    ``smtp`` is the SMTP stand-in (``tests.smtp_standin.SmtpStandin``) of ``--reminders``."""
+    ``smtp`` is the SMTP stand-in (``tests.smtp_standin.SmtpStandin``) of ``--reminders`` and
+    ``sender()`` the replica holding the ``send_reminders`` lease now (its run, a child of
+    that replica, is under way)."""
 
     def __init__(
         self,
@@ -177,8 +208,10 @@ class Nemesis:
         writer: Callable[[], str | None],
         log: Callable[[str], None],
         smtp=None,
+        sender: Callable[[], str | None] | None = None,
     ) -> None:
         self.smtp = smtp
+        self.sender = sender
         self.cluster = cluster
         self.start = start  # time.time() of the soak's first slot
         self.holder = holder
@@ -222,11 +255,40 @@ class Nemesis:
         return drawn, f"{drawn.name} (no replica {what} found)" if action.holder else drawn.name
 
     def _kill(self, action: Action) -> tuple[str, str]:
-        replica, target = self._target(action, self.holder() if action.holder else None, "holding the lease")
+        aimed = action.reminders and self.sender is not None and self.smtp is not None
+        sender, sent = self._sending(action.messages) if aimed else (None, 0)
+        if sender is not None:
+            replica, target = self.cluster.by_name(sender), f"{sender} (inside its send_reminders run)"
+        else:
+            replica, target = self._target(
+                action, self.holder() if action.holder else None, "holding the lease"
+            )
+            if aimed:
+                target += f" (no send_reminders run sending within {LOOK_FOR_REMINDERS} s)"
         self.cluster.kill_replica(replica)
         time.sleep(action.seconds)
         self.cluster.restart_replica(replica)
-        return target, f"SIGKILL, restarted {action.seconds:g} s later"
+        detail = f"SIGKILL, restarted {action.seconds:g} s later"
+        if sender is not None:
+            detail += f"; the stand-in had received {sent} of its run's messages"
+        return target, detail
+
+    def _sending(self, messages: int) -> tuple[str | None, int]:
+        """The replica whose ``send_reminders`` run is sending (it holds the lease, and the
+        stand-in received ``messages`` since it was first seen holding it: a run that ends
+        first is not it), and how many; waits at most ``LOOK_FOR_REMINDERS``."""
+        deadline = time.monotonic() + LOOK_FOR_REMINDERS
+        seen, since = None, 0
+        while time.monotonic() < deadline:
+            sender = self.sender()
+            with self.smtp.lock:
+                arrived = len(self.smtp.arrivals)
+            if sender is not None and sender == seen and arrived - since >= messages:
+                return sender, arrived - since
+            if sender != seen:  # a run's messages count from when its lease is seen held
+                seen, since = sender, arrived
+            time.sleep(0.02)
+        return None, 0
 
     def _pause(self, action: Action) -> tuple[str, str]:
         deadline = time.monotonic() + LOOK_FOR_WRITER

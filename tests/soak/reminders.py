@@ -278,12 +278,14 @@ def judge(
     )
     table = {
         "seeded": len(reminders),
+        "run_kills": len(crashes),
         "judged": len(judged),
         **count,
         "waiting": len(waiting),
         "lost": len(lost),
         "copies": len(copies),
         "resent": len(explained) + len(unexplained),
+        "charged": len(explained),
         "allowed": allowed,
         "lost_replies": lost_copies,
     }

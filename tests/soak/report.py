@@ -44,7 +44,9 @@ REMINDER_COLUMNS = (
     ("lost", "Lost"),
     ("copies", "Messages at the stand-in"),
     ("lost_replies", "Lost replies"),
+    ("run_kills", "Kills of reminder runs"),
     ("resent", "Re-sent"),
+    ("charged", "Re-sent after a kill of its run"),
     ("allowed", "Re-sends allowed (RECORD_EVERY per kill of a reminder run)"),
 )
 
@@ -82,7 +84,8 @@ def reminder_table(numbers: dict) -> str:
         [
             "| " + " | ".join(title for _key, title in REMINDER_COLUMNS) + " |",
             "|" + "---|" * len(REMINDER_COLUMNS),
-            "| " + " | ".join(str(numbers[key]) for key, _title in REMINDER_COLUMNS) + " |",
+            # A record from before a column existed shows a dash there.
+            "| " + " | ".join(str(numbers.get(key, "-")) for key, _title in REMINDER_COLUMNS) + " |",
         ]
     )
 

@@ -281,6 +281,16 @@ def test_a_reminder_emailed_twice_is_caught_unless_a_kill_of_its_run_came_betwee
     assert "1 re-send no SIGKILL" in judge_mail(**history)["reminder-once"].detail
 
 
+def test_the_reminders_table_counts_the_kills_of_reminder_runs_and_the_re_sends_charged_to_them():
+    history = mail()
+    history["copies"] += [reminders.Copy(key(number), T + 45, True) for number in (0, 1, 3)]
+    history["kills"] = [KILL, reminders.Kill("r1", T + 30, frozenset({101}))]  # r1's run had ended
+
+    _found, table = reminders.judge(last=slot(3), origin=T, record_every=2, **history)
+
+    assert (table["run_kills"], table["resent"], table["charged"], table["allowed"]) == (1, 3, 2, 2)
+
+
 def test_a_kill_explains_at_most_record_every_re_sends():
     history = mail()
     # Reminders 0 and 1 went out before the kill at +15 s, and again after it; 3 first went out

@@ -153,3 +153,32 @@ def test_catch_up_puts_the_key_into_the_soak_jobs_entry_and_nothing_else_changes
     assert "catch_up" not in plain
     assert plain["schedule"] == "* * * * * */10" and plain["ttl"] == TTL
     assert entry(SOAK_CATCH_UP="all") == {**plain, "catch_up": "all"}
+
+
+def test_with_reminders_a_third_of_the_kills_aim_at_a_reminders_run_and_nothing_else_changes():
+    kills = ("kill",)
+    for seed in range(20):
+        plain = plan(seed=seed, duration=600, kinds=KINDS, replicas=3)
+        mixed = plan(seed=seed, duration=600, kinds=KINDS, replicas=3, reminders=True)
+        assert not any(action.reminders for action in plain)
+        assert "reminders" not in plain[0].as_json()  # a plan without it reads as before
+        # The other kinds and the kills' own draws are the seed's; only the aimed kills move,
+        # to half a second before their next slot (where the reminders run begins).
+        common = min(len(plain), len(mixed))  # an aimed kill ends later: the plan may end sooner
+        drawn = [
+            [(a.kind, a.replica, a.seconds, a.mode, a.offset) for a in p[:common]] for p in (plain, mixed)
+        ]
+        assert drawn[0] == drawn[1]
+        for action in mixed:
+            if action.reminders:
+                assert action.kind == "kill" and action.phase == PERIOD - 0.5
+                assert 1 <= action.messages <= 8
+                assert action.describe().startswith(
+                    f"SIGKILL the replica sending reminders after {action.messages} of its run's messages (else "
+                )
+    aimed = [
+        action.reminders
+        for seed in range(40)
+        for action in plan(seed=seed, duration=600, kinds=kills, replicas=3, reminders=True)
+    ]
+    assert 0.2 < sum(aimed) / len(aimed) < 0.45, sum(aimed) / len(aimed)

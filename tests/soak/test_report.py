@@ -70,7 +70,8 @@ def test_the_table_has_a_row_per_kind_and_every_check_below_it():
 
 def test_a_soak_with_reminders_has_their_table_between_the_slots_and_the_checks():
     numbers = {"seeded": 73, "judged": 73, "delivered": 70, "uncertain": 2, "failed": 0, "waiting": 1}
-    numbers |= {"lost": 0, "copies": 80, "lost_replies": 2, "resent": 7, "allowed": 50}
+    numbers |= {"lost": 0, "copies": 80, "lost_replies": 2, "run_kills": 1, "resent": 7, "charged": 7}
+    numbers["allowed"] = 50
 
     lines = report.render(record(reminders=numbers)).splitlines()
 
@@ -78,7 +79,8 @@ def test_a_soak_with_reminders_has_their_table_between_the_slots_and_the_checks(
     assert lines[10].startswith(
         "| Reminders | Due by the last slot | Delivered | Uncertain | Failed | Waiting"
     )
-    assert lines[12] == "| 73 | 73 | 70 | 2 | 0 | 1 | 0 | 80 | 2 | 7 | 50 |"
+    assert "| Kills of reminder runs | Re-sent | Re-sent after a kill of its run |" in lines[10]
+    assert lines[12] == "| 73 | 73 | 70 | 2 | 0 | 1 | 0 | 80 | 2 | 1 | 7 | 7 | 50 |"
     assert lines[14].startswith("- ✅ `one-write-per-slot`")
     assert "| Reminders |" not in report.render(record(reminders=None))
 

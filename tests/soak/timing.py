@@ -29,5 +29,7 @@ MIN_CHANCE = RUN_SECONDS + 1.0
 REMINDERS_JOB = "send_reminders"
 EMAIL_TIMEOUT = 2
 REMINDER_CLAIM_TTL = 30
-REMINDERS_PER_MINUTE = 40  # due through the soak, evenly spread: about 7 a run
+# Due through the soak, evenly spread: about 15 a run, so that a run sends for a second and
+# a half (REPLY_DELAY each) and a kill aimed at it finds messages sent and not yet recorded.
+REMINDERS_PER_MINUTE = 90
 REPLY_DELAY = 0.1  # the stand-in's latency before each 250: a run's sending takes a while
