@@ -150,6 +150,24 @@ def test_another_hosts_failed_attempt_is_asked_again_when_the_next_may_start():
     assert runs.asked == [(at(10), at(10)), (at(10, 5), at(10)), (at(11), at(11))]
 
 
+def test_a_paused_job_is_asked_again_each_minute_so_a_resume_in_time_runs_its_slot():
+    paused = Skip("hourly", at(10), "paused", "", None, None, paused_by="alice", paused_at=at(9))
+    runs = loop(at(10), [paused, paused, "succeeded"], until=at(11, 30))
+
+    # Resumed between 10:01 and 10:02: the 10:00 slot runs then, not at 11:00 as the next one.
+    assert runs.asked == [(at(10), at(10)), (at(10, 1), at(10)), (at(10, 2), at(10)), (at(11), at(11))]
+
+
+def test_a_job_paused_for_its_whole_slot_is_asked_no_later_than_the_next_slot():
+    paused = Skip("hourly", at(10), "paused", "", None, None, paused_by="alice", paused_at=at(9))
+    runs = loop(at(10, 57), [paused] * 5, until=at(11, 30))  # then resumed: the sixth ask succeeds
+
+    # 10:57, 10:58, 10:59, then the next slot (not 11:00 for 10:00): a paused slot's asks end with
+    # its chance; the 11:00 slot is asked each minute in turn until the job is resumed.
+    whens = [at(10, 57), at(10, 58), at(10, 59), at(11), at(11, 1), at(11, 2)]
+    assert runs.asked == list(zip(whens, [at(10)] * 3 + [at(11)] * 3, strict=True))
+
+
 def test_an_unreachable_database_is_asked_again_with_a_backoff_until_the_next_slot():
     """Issue 17, reproduction 6: one "database unreachable" skip ended the slot, so a 0.2 s
     restart at :00 lost the hour. It costs no attempt, and is asked again 1 s later, the
