@@ -164,7 +164,7 @@ def sync_service(api_url: str) -> dict:
 
     from contests.codeforces import CodeforcesClient
     from contests.services import sync_codeforces_contests
-    from locks.leases import acquire, release
+    from locks import acquire, release
 
     lease = acquire(job="bench-sync", tick=None, ttl=timedelta(minutes=30))
     client = CodeforcesClient(base_url=api_url)
@@ -340,8 +340,7 @@ def lock_latency(*, cycles: int, warmup: int) -> dict:
     setup_django()
     from django.db import connection
 
-    from locks.claims import Lease
-    from locks.leases import acquire, release
+    from locks import Lease, acquire, release
 
     job, ttl = "bench-latency", timedelta(minutes=5)
     base = datetime(2030, 1, 1, tzinfo=UTC)
@@ -411,8 +410,7 @@ def contend(*, job: str, tick: str, ttl: float) -> None:
     setup_django()
     from django.db import connection
 
-    from locks.claims import Lease
-    from locks.leases import acquire
+    from locks import Lease, acquire
 
     connection.ensure_connection()
     print("ready", flush=True)
@@ -438,7 +436,7 @@ def lock_prepare(*, job: str, tick: str) -> dict:
     """Create ``job``'s row and leave it free, so contenders race on the
     steady-state UPDATE rather than on the first INSERT."""
     setup_django()
-    from locks.leases import acquire, release
+    from locks import acquire, release
 
     lease = acquire(job=job, tick=datetime.fromisoformat(tick), ttl=timedelta(minutes=5))
     release(lease=lease, status="succeeded")
@@ -521,7 +519,7 @@ def remind_service() -> dict:
     from django.db import connection
 
     from contests import reminders
-    from locks.runner import run_job
+    from locks import run_job
 
     meter = PhaseMeter(connection)
     for name in ("claim_batch", "claimed_reminders", "settle_exhausted"):

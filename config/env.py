@@ -5,9 +5,9 @@ from __future__ import annotations
 import environ
 from django.core.exceptions import ImproperlyConfigured
 
-from locks.auth import FALSE_WORDS as FALSE  # the words for yes and no, as the HTTP trigger reads them
-from locks.auth import TRUE_WORDS as TRUE
-from locks.text import without_userinfo
+from contests.text import FALSE_WORDS as FALSE  # the words for yes and no, as the HTTP trigger reads them
+from contests.text import TRUE_WORDS as TRUE
+from contests.text import without_userinfo
 
 EXPECTED = {
     bool: "use 1/0, true/false, yes/no or on/off",

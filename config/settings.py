@@ -19,7 +19,7 @@ from config.database import (
 )
 from config.env import Env, check_userinfo, log_level
 from config.lock_settings import lock_settings
-from locks.crontab import command_prefix, cronjobs
+from locks import command_prefix, cronjobs
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 env = Env()
@@ -239,7 +239,7 @@ AXES_COOLOFF_TIME = timedelta(hours=env.float("AXES_COOLOFF_TIME", 1.0))
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True  # a successful login forgets that pair's earlier failures
 # The client address as the trigger's rate limit sees it (LOCKS_TRUSTED_PROXY_COUNT).
-AXES_CLIENT_IP_CALLABLE = "locks.auth.client_address"
+AXES_CLIENT_IP_CALLABLE = "locks.views.client_address"
 
 # --- Production security (docs/deployment.md) ------------------------------
 # Strict by default whenever DEBUG is off: `manage.py check --deploy` is clean with

@@ -17,8 +17,7 @@ from django.utils.translation import gettext_lazy as _
 from contests.models import OUTSTANDING, Contest, Reminder
 from contests.reminders import retry_reminders
 from contests.services import SYNCED_FIELDS
-from locks.admin import ReadOnlyAdminMixin
-from locks.display import badge
+from locks import ReadOnlyAdminMixin, badge
 
 UPCOMING, DUE, STALE = "upcoming", "due", "stale"
 REMINDER_STATES = {UPCOMING: _("upcoming"), DUE: _("due"), STALE: _("stale")}

@@ -8,7 +8,7 @@ from urllib.parse import urlsplit
 from django.conf import settings
 from django.core.checks import Error, Tags, Warning, register
 
-from locks.checks import TAG
+from locks import CHECK_TAG
 
 SMTP_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
 W001 = (
@@ -35,7 +35,7 @@ MAX_BATCH = 10_000
 MAX_CONNECTIONS = 32  # each one also holds a database connection while the run lasts
 
 
-@register("contests", TAG)
+@register("contests", CHECK_TAG)
 def check_reminder_settings(app_configs=None, **kwargs) -> list[Error]:
     errors = []
     claim_ttl, timeout = settings.SEND_REMINDERS_CLAIM_TTL, settings.EMAIL_TIMEOUT

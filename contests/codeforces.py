@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from django.conf import settings
 
-from locks.text import safe_text, without_userinfo
+from contests.text import safe_text, without_userinfo
 
 if TYPE_CHECKING:
     import requests
@@ -270,7 +270,7 @@ def _retry_after(response: requests.Response) -> float | None:
 def parse_contest_list(payload: object) -> ContestList:
     """Validate a ``contest.list`` answer. Bad entries are skipped and counted, the first
     few described; an answer that is unusable as a whole raises ``CodeforcesError``.
-    Outside text in messages is quoted and cut (``locks.text.safe_text``)."""
+    Outside text in messages is quoted and cut (``locks.db.safe_text``)."""
     if not isinstance(payload, dict):
         raise CodeforcesError(f"Codeforces API answer is a {type(payload).__name__}, not a JSON object")
     if payload.get("status") != "OK":

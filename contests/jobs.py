@@ -11,7 +11,7 @@ from __future__ import annotations
 from contests.codeforces import CodeforcesClient
 from contests.reminders import deliver_due_reminders
 from contests.services import sync_codeforces_contests
-from locks.claims import Lease
+from locks import Lease
 
 
 def sync_contests(lease: Lease) -> dict[str, int]:

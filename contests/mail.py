@@ -27,7 +27,7 @@ from django.utils.module_loading import import_string
 from django.utils.timesince import timeuntil
 
 from contests.models import Reminder
-from locks.text import error_text
+from contests.text import error_text
 
 # How far the last message got on an SMTP connection.
 ENVELOPE = "envelope"  # MAIL and RCPT (and the greeting before them)

@@ -24,9 +24,8 @@ from django.db.models.functions import Now
 
 from contests.mail import Handover, Outcome, hand_over, reminder_backend, reminder_message, stage_outcome
 from contests.models import Reminder
-from locks.claims import Lease, make_holder
-from locks.models import now_plus
-from locks.text import error_text
+from contests.text import error_text
+from locks import Lease, make_holder, now_plus
 
 logger = logging.getLogger(__name__)
 

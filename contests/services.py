@@ -15,8 +15,7 @@ from django.utils import timezone
 
 from contests.codeforces import CodeforcesClient, CodeforcesError, ContestRecord
 from contests.models import Contest, Platform, Reminder
-from locks.claims import Lease
-from locks.leases import fenced
+from locks import Lease, fenced
 
 logger = logging.getLogger(__name__)
 

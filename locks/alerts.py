@@ -2,7 +2,7 @@
 when an incident opens and once when it is over (docs/architecture.md, "Alerts").
 
 It runs under its own lease like every job, so however many replicas run it, one run at a
-time judges the ledger (``locks.ledger``) and writes the incidents, inside its fenced write.
+time judges the ledger (``locks.status``) and writes the incidents, inside its fenced write.
 Each email is claimed on its incident row first (a conditional UPDATE), then sent: at most
 one opening and one recovery email per incident; one that could not be sent is unclaimed and
 sent by the next run.
@@ -18,14 +18,12 @@ from django.core.mail import mail_admins
 from django.db.models import Max
 from django.db.models.functions import Now
 
-from locks.claims import Lease, iso
-from locks.leases import fenced
-from locks.ledger import MISSED, Ledger, job_ledgers
+from locks.db import error_text
+from locks.lease import Lease, fenced, iso
 from locks.models import Incident, JobPause, SyncLock
-from locks.pausing import ensure_lock_row
+from locks.operator import ensure_lock_row
 from locks.registry import Job, jobs
-from locks.selectors import jobs_health
-from locks.text import error_text
+from locks.status import MISSED, Ledger, job_ledgers, jobs_health
 
 logger = logging.getLogger(__name__)
 

@@ -1,5 +1,5 @@
 """The locks app's system checks: one id per problem, each message a constant here or in
-``locks.registry`` (the ``LOCKS_JOBS`` entries). Tagged ``locks`` (``TAG``): ``run_job``
+``locks.registry`` (the ``LOCKS_JOBS`` entries). Tagged ``locks`` (``CHECK_TAG``): ``run_job``
 runs these before every run, and so any other check a project tags the same (docs/jobs.md,
 Checks).
 """
@@ -8,10 +8,10 @@ from django.conf import settings
 from django.core.checks import Error, Tags, Warning, register
 from django.utils.module_loading import import_string
 
+from locks.db import error_text
 from locks.registry import PATH_KEYS, error, job_setting_errors, job_settings
-from locks.text import error_text
 
-TAG = "locks"
+CHECK_TAG = "locks"
 MIN_TOKEN_LENGTH = 32
 
 # Settings that are whole numbers: id, the least value allowed, its unit, a hint.
@@ -71,7 +71,7 @@ SAME_TOKENS = "LOCKS_HEALTHZ_TOKEN is the same as LOCKS_TRIGGER_TOKEN."
 SAME_TOKENS_HINT = "Give monitors a token of their own: the trigger token can start forced runs."
 
 
-@register(TAG)
+@register(CHECK_TAG)
 def check_lock_settings(app_configs=None, **kwargs) -> list[Error]:
     errors = []
     for name, (code, least, unit, hint) in NUMBERS.items():
@@ -82,7 +82,7 @@ def check_lock_settings(app_configs=None, **kwargs) -> list[Error]:
     return errors
 
 
-@register(TAG)
+@register(CHECK_TAG)
 def check_metrics_collectors(app_configs=None, **kwargs) -> list[Error]:
     """``LOCKS_METRICS_COLLECTORS``: each a dotted path of a function that ``/metrics`` calls."""
     paths = settings.LOCKS_METRICS_COLLECTORS
@@ -98,7 +98,7 @@ def check_metrics_collectors(app_configs=None, **kwargs) -> list[Error]:
     return errors
 
 
-@register(TAG)
+@register(CHECK_TAG)
 def check_jobs_setting(app_configs=None, **kwargs) -> list[Error]:
     """``LOCKS_JOBS`` (``locks.registry``), and each dotted path it names imported."""
     entries = job_settings()  # the app's own check_jobs too

@@ -40,7 +40,7 @@ settings.LOCKS_CRONTAB_ENV_VARIABLES = getattr(
         *("LOCKS_DEFAULT_TTL", "LOCKS_TICK_WINDOW", "LOCKS_MAX_CLOCK_SKEW", "LOCKS_RUN_RETENTION_DAYS"),
     ),
 )
-# The jobs the app registers itself (locks.builtin: check_jobs); False: none.
+# The jobs the app registers itself (locks.registry: check_jobs); False: none.
 settings.LOCKS_CHECK_JOBS = getattr(settings, "LOCKS_CHECK_JOBS", True)
 # How many recent slots of each job the tick ledger shows (locks ticks, the admin, /metrics).
 settings.LOCKS_LEDGER_SLOTS = getattr(settings, "LOCKS_LEDGER_SLOTS", 48)

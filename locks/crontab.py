@@ -18,7 +18,7 @@ import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from locks.builtin import with_builtin_jobs
+from locks.registry import with_builtin_jobs
 
 HEADER = (
     "# Written by `python manage.py crontab_env`; sourced by the crontab line (set -a).\n"
@@ -42,7 +42,7 @@ def cron_escape(text: str) -> str:
 def cronjobs(jobs: Mapping[str, Mapping], *, log_dir: Path, check_jobs: bool = True) -> list[tuple]:
     """One line per job, running ``run_job NAME --requested-by cron`` (through ``run``) and
     appending to ``log_dir/NAME.log``; with ``check_jobs`` (pass ``LOCKS_CHECK_JOBS``), the
-    app's own ``check_jobs`` too (``locks.builtin``).
+    app's own ``check_jobs`` too (``locks.registry``).
 
     The lock makes the line safe on every host: one run per tick. A malformed entry
     is left out, not an error here: the system checks name it (and ``crontab add``

@@ -27,7 +27,7 @@ IN_FORCE_Q = Q(locked_until__gte=Now())
 # as long left as it has been silent: now - heartbeat_at > 2 * (locked_until - now).
 OVERDUE_Q = IN_FORCE_Q & Q(heartbeat_at__lt=Now() - (F("locked_until") - Now()) - (F("locked_until") - Now()))
 STUCK_Q = EXPIRED_Q | OVERDUE_Q
-# An operator's pause, on SyncLock (locks.pausing); while paused_at is set no run acquires.
+# An operator's pause, on SyncLock (locks.operator); while paused_at is set no run acquires.
 PAUSE_FIELDS = ("paused_by", "paused_at", "paused_note")
 
 
@@ -83,7 +83,7 @@ class SyncLockQuerySet(models.QuerySet):
 class SyncLock(models.Model):
     """One row per job: the current lease and a summary of the last run.
 
-    Written only through ``locks.leases``; every write is a conditional UPDATE.
+    Written only through ``locks.lease``; every write is a conditional UPDATE.
     """
 
     job_name = models.CharField("job", max_length=100, unique=True)
@@ -138,7 +138,7 @@ class SyncLock(models.Model):
     last_finished_at = models.DateTimeField(null=True, blank=True)
     last_status = models.CharField(max_length=20, choices=RunStatus.choices, blank=True)
     last_error = models.TextField(blank=True)
-    # An operator's pause (locks.pausing): while paused_at is set, acquire's compare-and-set
+    # An operator's pause (locks.operator): while paused_at is set, acquire's compare-and-set
     # refuses every contender, forced or not (docs/architecture.md, "Operating the jobs").
     paused_at = models.DateTimeField(
         "paused at", null=True, blank=True, help_text="Paused since (database clock); empty: not paused."
@@ -221,7 +221,7 @@ class JobRun(models.Model):
 
 
 class Throttle(models.Model):
-    """One row per rate-limited key of the HTTP trigger; written only by ``locks.throttle``.
+    """One row per rate-limited key of the HTTP trigger; written only by ``locks.views``.
 
     The key is the primary key, so the first claim is a unique insert and every
     later one a conditional UPDATE: no auto field, the same on every backend.
@@ -244,7 +244,7 @@ class Throttle(models.Model):
 class JobPause(models.Model):
     """One row per pause of a job, closed when it is resumed: the pause history the tick
     ledger reads (a slot whose chance passed entirely inside a pause is ``paused``).
-    Written only by ``locks.pausing``, with the ``SyncLock`` row's own pause fields."""
+    Written only by ``locks.operator``, with the ``SyncLock`` row's own pause fields."""
 
     job_name = models.CharField("job", max_length=100)
     paused_at = models.DateTimeField("paused at")

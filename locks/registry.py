@@ -1,10 +1,4 @@
-"""The jobs a project registers in ``LOCKS_JOBS``: validating the setting, reading it into ``Job``s.
-
-``LOCKS_JOBS`` is the one list of jobs: django-crontab's ``CRONJOBS``, the admin's
-summary, ``locks status``, ``/healthz``, the HTTP trigger and ``run_job`` all read it
-(docs/jobs.md). Dotted paths are imported only when a job runs (and by the system check,
-``locks.checks``), so reading the registry never imports the apps whose jobs it runs.
-"""
+"""The jobs a project registers in ``LOCKS_JOBS`` (and the app's own, ``check_jobs``): validating the setting, reading it into ``Job``s. The one list of jobs: cron, the scheduler, the admin, ``locks status``, ``/healthz`` and the trigger read it (docs/jobs.md). Dotted paths are imported only when a job runs, and nothing here touches settings at import: the settings module reads the built-in jobs through ``locks.crontab``."""
 
 from __future__ import annotations
 
@@ -20,8 +14,30 @@ from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from locks import schedule
-from locks.builtin import with_builtin_jobs
 
+# --- from builtin.py ---
+
+BUILTIN_JOBS = {
+    "check_jobs": {
+        "schedule": "* * * * *",
+        "callable": "locks.alerts.check_jobs",
+        "ttl": 120,
+        "max_run_time": 300,
+        "expected_errors": ["locks.alerts.AlertNotSent"],
+    }
+}
+
+
+def with_builtin_jobs(jobs, *, enabled: bool = True):
+    """``jobs`` (a ``LOCKS_JOBS`` value) with the app's own jobs added unless ``enabled`` is
+    false or ``jobs`` names them itself; anything but a dict is returned as it is (the checks
+    refuse it)."""
+    if not enabled or not isinstance(jobs, dict):
+        return jobs
+    return {**jobs, **{name: entry for name, entry in BUILTIN_JOBS.items() if name not in jobs}}
+
+
+# --- from registry.py ---
 
 class UnknownJob(LookupError):
     """No job (or no lock) of that name."""
@@ -86,7 +102,7 @@ def tick_window() -> timedelta:
 
 
 def job_settings() -> dict:
-    """``LOCKS_JOBS`` with the app's own jobs added (``locks.builtin``), as every reader sees it."""
+    """``LOCKS_JOBS`` with the app's own jobs added (``locks.registry``), as every reader sees it."""
     return with_builtin_jobs(settings.LOCKS_JOBS, enabled=settings.LOCKS_CHECK_JOBS)
 
 

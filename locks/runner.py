@@ -1,7 +1,4 @@
-"""Running a job under a lease: ``run_job`` (a registered job, the one way every caller
-runs one), ``run_locked`` (any function), the heartbeat, the outcome, the ``JobRun`` record
-(docs/architecture.md, "The lock").
-"""
+"""A run of a job under its lease: ``run_job`` (a registered job, the one way every caller runs one), ``run_locked`` (any function), the heartbeat, the ``JobRun`` record, and ``RunResult``: what a run came to, its one log line, its exit code and HTTP status (docs/architecture.md, "The lock")."""
 
 from __future__ import annotations
 
@@ -9,7 +6,9 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Literal
 
 from django.conf import settings
 from django.db import Error, OperationalError, ProgrammingError, connections, router
@@ -18,14 +17,86 @@ from django.db.models.functions import Concat, Now
 from django.utils import timezone
 
 from locks import schedule
-from locks.bounds import RowLocked
-from locks.claims import Lease, LockLost, Skip, iso, make_holder, validate_ttl
-from locks.leases import CommitUnknown, LockError, acquire, read_back_commit, release, renew
+from locks.db import RowLocked, error_text, safe_text, traceback_text
+from locks.lease import (
+    CommitUnknown,
+    Lease,
+    LockError,
+    LockLost,
+    Skip,
+    acquire,
+    iso,
+    make_holder,
+    read_back_commit,
+    release,
+    renew,
+    validate_ttl,
+)
 from locks.models import JobRun, RunStatus, SyncLock, now_plus
 from locks.registry import ALL, Job, get_job, tick_window
-from locks.results import RunResult
 from locks.schedule import InvalidTick
-from locks.text import error_text, safe_text, traceback_text
+
+# --- from results.py ---
+
+Outcome = Literal["succeeded", "failed", "lost_lock", "skipped"]
+
+
+@dataclass
+class RunResult:
+    job: str
+    tick: datetime | None
+    holder: str
+    outcome: Outcome
+    token: int | None = None
+    skip: Skip | None = None
+    reason: str = ""
+    stats: dict = field(default_factory=dict)
+    error: str = ""
+    traceback: str = ""  # an unexpected exception's, bounded (locks.db.traceback_text)
+    duration: float = 0.0
+    attempt: int | None = None  # its number among its tick's attempts, of attempts (rule 12)
+    attempts: int | None = None
+    # After a failed attempt: how long until the next may start; None: it was the last one.
+    retry_after: timedelta | None = None
+    unreachable: bool = False  # skipped: the database could not be reached (costs no attempt)
+    behind: bool = False  # catch_up "all": it was for a slot older than the current one
+    # What made the run fail or be skipped for an unreachable database, so callers
+    # can tell causes apart (an HTTP trigger maps them to status codes).
+    exception: BaseException | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome in {"succeeded", "skipped"}
+
+    @property
+    def next_due_now(self) -> bool:
+        """Under catch_up "all", whether a slot behind the current one is settled (this run
+        succeeded, or had the slot's last attempt; or another host settled it meanwhile): then
+        the next slot is due at once."""
+        if not self.behind:
+            return False
+        if self.outcome in {"failed", "lost_lock"}:
+            return self.retry_after is None
+        settled_elsewhere = self.skip is not None and self.skip.reason in {"attempts_used", "tick_claimed"}
+        return self.outcome == "succeeded" or settled_elsewhere
+
+    def describe(self) -> str:
+        parts = [f"job={self.job}", f"tick={iso(self.tick) or 'forced'}", f"holder={self.holder}"]
+        parts.append(f"outcome={self.outcome}")
+        if self.token is not None:
+            parts.append(f"token={self.token}")
+        if self.attempt is not None:
+            parts.append(f"attempt={self.attempt}" + (f"/{self.attempts}" if self.attempts else ""))
+        parts.extend(f"{key}={value}" for key, value in self.stats.items())
+        if self.reason:
+            parts.append(f"reason={self.reason}")
+        if self.error:
+            parts.append(f"error={self.error}")
+        parts.append(f"duration={self.duration:.2f}s")
+        return " ".join(parts)
+
+
+# --- from runner.py ---
 
 # The name the lock's log lines have always carried (operators filter on it).
 logger = logging.getLogger("locks.api")

@@ -30,8 +30,7 @@ from django.utils import timezone
 
 from locks import schedule
 from locks.registry import ALL, Job
-from locks.results import RunResult
-from locks.runner import run_job
+from locks.runner import RunResult, run_job
 from locks.schedule import InvalidTick
 
 logger = logging.getLogger(__name__)

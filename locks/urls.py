@@ -3,7 +3,7 @@
 from django.urls import path
 
 from locks import views
-from locks.metrics import metrics_view
+from locks.views import metrics_view
 
 urlpatterns = [
     path("api/jobs/<str:job>/run", views.trigger_job, name="job-trigger"),

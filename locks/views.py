@@ -1,27 +1,152 @@
-"""``POST /api/jobs/<job>/run`` for external schedulers, and ``GET /healthz`` (``locks.urls``)."""
+"""The lock's HTTP endpoints: ``POST /api/jobs/<job>/run`` for outside schedulers (bearer token, rate limit shared by every host), ``GET /healthz`` and ``GET /metrics`` (Prometheus text, computed from the database at scrape time); a project includes them with ``locks.urls``."""
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import ipaddress
 import logging
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 from django.conf import settings
 from django.db import Error as DBError  # DatabaseError and InterfaceError
+from django.db import IntegrityError, router, transaction
+from django.db.models import Count
+from django.db.models.functions import Now
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponsePermanentRedirect, JsonResponse
+from django.utils import timezone
+from django.utils.module_loading import import_string
 from django.views.decorators.cache import never_cache
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST, require_safe
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from locks.auth import bearer_token_matches, boolean, client_address
-from locks.claims import iso
-from locks.leases import LockError
-from locks.models import Incident
+from locks.db import error_text
+from locks.lease import LockError, iso
+from locks.models import HELD, OVERDUE, Incident, JobRun, RunStatus, Throttle, database_now, now_plus
 from locks.registry import Job, UnknownJob, get_job
-from locks.results import RunResult
-from locks.runner import run_job
-from locks.selectors import Freshness, jobs_freshness
-from locks.text import error_text
-from locks.throttle import throttle_claim
+from locks.registry import jobs as registered_jobs
+from locks.runner import RunResult, run_job
+from locks.schedule import next_tick
+from locks.status import OUTCOMES, Freshness, job_ledgers, jobs_freshness, jobs_health
+
+# --- from auth.py ---
+
+if TYPE_CHECKING:
+    from django.http import HttpRequest
+
+
+# The words for yes and no: a trigger's ?force= here, every boolean variable in config/env.py.
+TRUE_WORDS = ("1", "true", "yes", "on")
+FALSE_WORDS = ("0", "false", "no", "off")
+
+
+def boolean(word: str) -> bool | None:
+    """``word`` as yes (True) or no (False), case and spaces aside; None when it is neither."""
+    word = word.strip().lower()
+    if word in TRUE_WORDS:
+        return True
+    if word in FALSE_WORDS:
+        return False
+    return None
+
+
+def bearer_token_matches(request: HttpRequest, expected: str) -> bool:
+    """``Authorization: Bearer <expected>``, compared in constant time.
+
+    Both sides are hashed first so neither the content nor the length of the
+    token shows in the timing. An empty ``expected`` never matches.
+    """
+    scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+    if scheme.lower() != "bearer":
+        given = ""
+    match = hmac.compare_digest(_digest(given.strip()), _digest(expected))
+    return match and bool(expected)
+
+
+def _digest(value: str) -> bytes:
+    return hashlib.sha256(value.encode()).digest()
+
+
+# The longest textual IPv6 address is 45 characters; a zone id adds a few. Anything
+# longer is not an address (and would not fit the rate limit's key).
+MAX_ADDRESS_LENGTH = 64
+
+
+def client_address(request: HttpRequest) -> str:
+    """The address of the client, not spoofable by default.
+
+    With ``LOCKS_TRUSTED_PROXY_COUNT = 0`` it is the TCP peer (``REMOTE_ADDR``) and
+    X-Forwarded-For is ignored. With N trusted proxies, each appends the address
+    it saw, so the client is the N-th entry from the right; entries further left
+    were written by the client and are never used. That entry is parsed and
+    written in one canonical form, so one client is one rate-limit key; anything
+    that is not an address falls back to the TCP peer.
+    """
+    remote = request.META.get("REMOTE_ADDR", "")
+    proxies = settings.LOCKS_TRUSTED_PROXY_COUNT
+    if proxies > 0:
+        hops = [hop.strip() for hop in request.META.get("HTTP_X_FORWARDED_FOR", "").split(",")]
+        hops = [hop for hop in hops if hop]
+        if hops:
+            candidate = canonical_address(hops[-min(proxies, len(hops))])
+            if candidate is not None:
+                return candidate
+    return remote
+
+
+def canonical_address(value: str) -> str | None:
+    """``value`` as an address in its canonical form, or None if it is not one.
+
+    IPv6 zone ids (``fe80::1%eth0``) are dropped: they name an interface of the
+    proxy, not a different client. An IPv4-mapped IPv6 address is its IPv4 one.
+    """
+    if len(value) > MAX_ADDRESS_LENGTH:
+        return None
+    try:
+        address = ipaddress.ip_address(value)
+    except ValueError:
+        return None
+    if isinstance(address, ipaddress.IPv6Address):
+        address = address.ipv4_mapped or ipaddress.IPv6Address(address.packed)  # packed has no zone
+    return str(address)
+
+
+# --- from throttle.py ---
+
+@dataclass(frozen=True)
+class Claim:
+    allowed: bool
+    retry_after: int = 0  # whole seconds until the key can be claimed again
+
+
+def throttle_claim(*, key: str, window: timedelta) -> Claim:
+    """Claim ``key`` for ``window`` if nobody claimed it within the last ``window``.
+
+    Raises ``DatabaseError`` when the database cannot be used.
+    """
+    until = now_plus(window)
+    if Throttle.objects.filter(key=key, until__lte=Now()).update(until=until):
+        return Claim(allowed=True)
+    try:
+        with transaction.atomic(using=router.db_for_write(Throttle)):
+            Throttle.objects.create(key=key, until=until)
+    except IntegrityError:
+        pass  # the key exists and its window is still open
+    else:
+        return Claim(allowed=True)
+    row = Throttle.objects.filter(key=key).annotate(db_now=Now()).values_list("until", "db_now").first()
+    remaining = (row[0] - row[1]).total_seconds() if row else 0.0
+    return Claim(allowed=False, retry_after=max(1, math.ceil(remaining)))
+
+
+# --- from views.py ---
 
 logger = logging.getLogger(__name__)
 
@@ -198,3 +323,116 @@ def _job_health(health: Freshness, *, trusted: bool) -> dict:
         hidden = {"job", "db_now"} if trusted else {"job", "db_now", "holder", "last_error"}
         body["lock"] = {key: value for key, value in lock.as_json().items() if key not in hidden}
     return body
+
+
+# --- from metrics.py ---
+
+@never_cache
+def metrics_view(request: HttpRequest) -> HttpResponse:
+    """Disabled (404, whatever the method) without LOCKS_METRICS_TOKEN, like the trigger."""
+    if not settings.LOCKS_METRICS_TOKEN:
+        raise Http404("/metrics is disabled: LOCKS_METRICS_TOKEN is not set.")
+    return _metrics(request)
+
+
+@require_safe
+def _metrics(request: HttpRequest) -> HttpResponse:
+    if not bearer_token_matches(request, settings.LOCKS_METRICS_TOKEN):
+        response = HttpResponse("authentication required\n", status=401, content_type="text/plain")
+        response["WWW-Authenticate"] = 'Bearer realm="metrics"'
+        return response
+    try:
+        body = generate_latest(scrape_registry())
+    except DBError as exc:
+        return HttpResponse(
+            f"database unreachable: {error_text(exc)}\n", status=503, content_type="text/plain"
+        )
+    return HttpResponse(body, content_type=CONTENT_TYPE_LATEST)
+
+
+class _Families:
+    """A collector over metric families already computed (prometheus_client's custom collectors)."""
+
+    def __init__(self, families: Iterable[Metric]) -> None:
+        self.families = list(families)
+
+    def collect(self) -> Iterable[Metric]:
+        return self.families
+
+
+def scrape_registry() -> CollectorRegistry:
+    """A registry holding this scrape's metrics; raises ``DatabaseError`` when the database
+    cannot be read."""
+    registry = CollectorRegistry(auto_describe=True)
+    registry.register(_Families(job_metrics()))
+    for path in settings.LOCKS_METRICS_COLLECTORS:
+        registry.register(_Families(import_string(path)()))
+    return registry
+
+
+def _gauge(name: str, documentation: str, labels: list[str]) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, documentation, labels=labels)
+
+
+def job_metrics() -> list[Metric]:
+    """The locks_* families, for every registered job."""
+    registered = registered_jobs()
+    health = jobs_health(jobs=registered)
+    ledgers = job_ledgers(jobs=registered.values())
+    open_incidents = set(
+        Incident.objects.open().filter(job_name__in=registered).values_list("job_name", flat=True)
+    )
+    runs = (
+        JobRun.objects.filter(job_name__in=registered)
+        .order_by()
+        .values("job_name", "status")
+        .annotate(count=Count("pk"))
+        .values_list("job_name", "status", "count")
+    )
+    last_success = _gauge(
+        "locks_job_last_success_timestamp_seconds", "When the job's last successful run ended.", ["job"]
+    )
+    next_slot = _gauge("locks_job_next_tick_timestamp_seconds", "The job's next slot (UTC).", ["job"])
+    paused = _gauge("locks_job_paused", "1 while an operator has paused the job.", ["job"])
+    incident = _gauge(
+        "locks_job_incident_open", "1 while check_jobs has an incident open for the job.", ["job"]
+    )
+    run_counts = _gauge(
+        "locks_job_runs",
+        "Runs of the job in the run history (LOCKS_RUN_RETENTION_DAYS), by status.",
+        ["job", "status"],
+    )
+    duration = _gauge(
+        "locks_job_last_duration_seconds", "How long the job's last finished run took.", ["job"]
+    )
+    held = _gauge("locks_lease_held", "1 while a holder's lease on the job is in force.", ["job"])
+    ticks = _gauge(
+        "locks_ticks",
+        "The job's slots in the tick ledger (LOCKS_LEDGER_SLOTS), by outcome.",
+        ["job", "outcome"],
+    )
+    db_now = database_now()
+    for name, job in registered.items():
+        lock = health[name].lock
+        if health[name].last_success_at is not None:
+            last_success.add_metric([name], health[name].last_success_at.timestamp())
+        next_slot.add_metric([name], next_tick(job.schedule, now=db_now).timestamp())
+        paused.add_metric([name], float(ledgers[name].paused))
+        incident.add_metric([name], float(name in open_incidents))
+        held.add_metric([name], float(lock is not None and lock.state in {HELD, OVERDUE}))
+        if (
+            lock is not None
+            and lock.last_finished_at
+            and lock.last_started_at
+            and lock.last_status != RunStatus.RUNNING
+        ):
+            duration.add_metric([name], (lock.last_finished_at - lock.last_started_at).total_seconds())
+        for outcome in OUTCOMES:
+            ticks.add_metric([name, outcome], ledgers[name].counts.get(outcome, 0))
+    seen = {(name, status): count for name, status, count in runs}
+    for name in registered:
+        for status in RunStatus.values:
+            run_counts.add_metric([name, status], seen.get((name, status), 0))
+    skew = _gauge("locks_clock_skew_seconds", "This host's clock minus the database's.", [])
+    skew.add_metric([], (timezone.now() - db_now).total_seconds())
+    return [last_success, next_slot, paused, incident, run_counts, duration, held, ticks, skew]

@@ -26,8 +26,7 @@ from django.contrib.staticfiles.testing import StaticLiveServerTestCase
 from django.test import override_settings
 from django.utils import timezone
 
-from locks.claims import LockLost
-from locks.leases import acquire, release, renew
+from locks.lease import LockLost, acquire, release, renew
 from locks.models import JobPause, JobRun, RunStatus, SyncLock, now_plus
 
 CHROMIUM = Path(os.environ.get("CHROMIUM", "/usr/bin/chromium"))

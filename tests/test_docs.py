@@ -242,10 +242,10 @@ def test_every_module_and_name_a_doc_names_exists(path):
 def test_the_dotted_name_check_can_fail():
     assert "locks.force_release_synclock" in permissions()
     assert unknown_dotted_names(
-        "`locks.runner.run_locked`, `locks.api.run_locked`, `locks.leases.Nope`, `locks.api`"
+        "`locks.runner.run_locked`, `locks.api.run_locked`, `locks.lease.Nope`, `locks.api`"
     ) == {
         "locks.api.run_locked",
-        "locks.leases.Nope",
+        "locks.lease.Nope",
     }
 
 

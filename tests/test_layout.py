@@ -1,6 +1,6 @@
-"""The shape of the code (issue 18): one front door per name, a locks app that knows no other
-app of the project, and a locks app small and shallow enough to read (docs/architecture.md,
-"Module map")."""
+"""The shape of the code: one front door per name (for other apps, the package root), a locks app
+that knows no other app of the project, rooms that import only downward, and a locks app small
+enough to read (docs/architecture.md, "Module map")."""
 
 from __future__ import annotations
 
@@ -13,8 +13,6 @@ import pytest
 from tests.conftest import ROOT
 
 PROJECT = ("locks", "contests", "config", "tests", "bench", "scripts")
-MAX_CHAIN = 5  # modules in the longest chain of imports inside locks/
-MAX_LINES = 400  # lines of any module of locks/
 
 
 def python_files(*tops: str) -> list[Path]:
@@ -57,6 +55,12 @@ def defined_names(path: Path) -> frozenset[str]:
     return frozenset(names)
 
 
+def public_names() -> set[str]:
+    import locks
+
+    return set(locks.__all__)
+
+
 def second_doors(source: str, where: str) -> list[str]:
     """``from locks.X import Y`` where Y is neither defined in locks.X nor a module of it."""
     found = []
@@ -70,6 +74,8 @@ def second_doors(source: str, where: str) -> list[str]:
             found.append(f"{where}:{node.lineno}: no module {node.module}")
             continue
         for alias in node.names:
+            if node.module == "locks" and alias.name in public_names():
+                continue  # the public API: the package root loads it lazily
             if alias.name not in defined_names(path) and module_path(f"{node.module}.{alias.name}") is None:
                 found.append(f"{where}:{node.lineno}: {alias.name} is not defined in {node.module}")
     return found
@@ -147,40 +153,158 @@ def test_the_locks_tests_use_the_host_project_never_contests_or_the_codeforces_s
     assert found == {}
 
 
-# --- the locks app: how deep its imports go, how long its modules are ---------------------
+# --- the locks app: its front door, its layers, its size ------------------------------------
+
+# Each room of locks/ and its layer (docs/architecture.md, "Module map"): a module imports only
+# from a lower layer, or from its own without a cycle. The package root (the public API) and
+# the AppConfig load their names lazily, inside functions, and stand above every layer.
+LAYERS = {
+    "locks.schedule": 0,
+    "locks.db": 0,
+    "locks.conf": 0,
+    "locks.models": 1,
+    "locks.registry": 1,
+    "locks.lease": 2,
+    "locks.checks": 2,
+    "locks.crontab": 2,
+    "locks.runner": 3,
+    "locks.status": 3,
+    "locks.operator": 3,
+    "locks.scheduler": 4,
+    "locks.alerts": 4,
+    "locks.admin": 5,
+    "locks.views": 5,
+    "locks.urls": 6,
+    "locks.management.commands.locks": 6,
+    "locks.management.commands.run_job": 6,
+    "locks.management.commands.run_scheduler": 6,
+    "locks.management.commands.crontab_env": 6,
+}
+ABOVE = {"locks", "locks.apps", "locks.management", "locks.management.commands"}
+MAX_PRODUCT_LINES = 4300  # locks/ without migrations, templates and static files
+MAX_MODULES = 22  # its Python files with code (an empty package marker is not counted)
+MAX_FUNCTION_LINES = 60
+# The apps of the project other than locks: they import the public names from the package root.
+CALLERS = ("contests", "config", "bench", "scripts")
+
+
+def product_files() -> list[Path]:
+    return [path for path in python_files("locks") if "migrations" not in path.parts]
 
 
 def locks_graph() -> dict[str, set[str]]:
-    modules = {module_name(path): path for path in python_files("locks") if "migrations" not in path.parts}
+    modules = {module_name(path): path for path in product_files()}
     return {
         name: {m for m in imported_modules(path.read_text()) if m in modules and m not in {name, "locks"}}
         for name, path in modules.items()
     }
 
 
-def longest_chain(graph: dict[str, set[str]]) -> list[str]:
-    @cache
-    def longest_from(name: str) -> tuple[str, ...]:
-        chains = [longest_from(target) for target in graph[name]]
-        return (name, *max(chains, key=len, default=()))
+def layering_problems(graph: dict[str, set[str]], layers: dict[str, int]) -> list[str]:
+    problems = [f"{name} has no layer" for name in graph if name not in layers and name not in ABOVE]
+    for name, targets in graph.items():
+        if name in ABOVE:
+            continue
+        problems.extend(
+            f"{name} (layer {layers[name]}) imports {target} (layer {layers.get(target, 'above all')})"
+            for target in sorted(targets)
+            if target in ABOVE or layers.get(target, 99) > layers.get(name, 0)
+        )
+    # No cycle among modules of one layer.
+    state: dict[str, str] = {}
 
-    return list(max((longest_from(name) for name in graph), key=len, default=()))
+    def visit(name: str, path: tuple[str, ...]) -> None:
+        if state.get(name) == "done":
+            return
+        if state.get(name) == "open":
+            problems.append("import cycle: " + " -> ".join((*path, name)))
+            return
+        state[name] = "open"
+        for target in sorted(graph.get(name, ())):
+            if target not in ABOVE:
+                visit(target, (*path, name))
+        state[name] = "done"
+
+    for name in sorted(graph):
+        visit(name, ())
+    return problems
 
 
-def test_the_longest_chain_of_imports_inside_locks_is_at_most_five_modules():
-    chain = longest_chain(locks_graph())
-    assert len(chain) <= MAX_CHAIN, " -> ".join(chain)
-    assert len(chain) >= 3  # the measure sees the imports at all
+def test_the_rooms_of_locks_import_only_downward_and_never_in_a_cycle():
+    graph = locks_graph()
+    assert layering_problems(graph, LAYERS) == []
+    assert sum(len(targets) for targets in graph.values()) > 20  # the measure sees the imports at all
 
 
-def test_the_chain_measure_counts_modules():
-    graph = {"a": {"b"}, "b": {"c"}, "c": set(), "d": {"c"}}
-    assert longest_chain(graph) == ["a", "b", "c"]
+def test_the_layering_check_catches_an_upward_import_and_a_cycle():
+    graph = {"a": {"b"}, "b": {"a"}, "c": {"d"}, "d": set()}
+    problems = layering_problems(graph, {"a": 1, "b": 1, "c": 0, "d": 1})
+    assert "c (layer 0) imports d (layer 1)" in problems
+    assert any(problem.startswith("import cycle: a -> b -> a") for problem in problems)
 
 
-@pytest.mark.parametrize("path", python_files("locks"), ids=lambda path: str(path.relative_to(ROOT)))
-def test_no_module_of_locks_is_over_400_lines(path):
-    assert len(path.read_text().splitlines()) <= MAX_LINES
+def test_other_apps_import_locks_from_its_package_root_only():
+    import locks
+
+    found = []
+    for path in python_files(*CALLERS):
+        for node in ast.walk(ast.parse(path.read_text())):
+            where = f"{path.relative_to(ROOT)}:{getattr(node, 'lineno', 0)}"
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                if node.module.startswith("locks."):
+                    found.append(f"{where}: from {node.module} import ...")
+                elif node.module == "locks":
+                    found.extend(
+                        f"{where}: {a.name} is not public" for a in node.names if a.name not in locks.__all__
+                    )
+            elif isinstance(node, ast.Import):
+                found.extend(f"{where}: import {a.name}" for a in node.names if a.name.startswith("locks."))
+    assert found == []
+
+
+def test_every_public_name_resolves():
+    import locks
+
+    assert len(locks.__all__) >= 10
+    for name in locks.__all__:
+        assert getattr(locks, name) is not None, name
+
+
+def test_an_old_module_path_still_imports_with_a_deprecation_warning():
+    import importlib
+    import sys
+
+    sys.modules.pop("locks.claims", None)
+    with pytest.warns(DeprecationWarning, match="locks.claims is deprecated"):
+        old = importlib.import_module("locks.claims")
+    from locks import Lease
+
+    assert old.Lease is Lease
+
+
+def test_locks_is_at_most_4300_product_lines_in_at_most_22_modules():
+    with_code = [path for path in product_files() if path.read_text().strip()]
+    lines = sum(len(path.read_text().splitlines()) for path in with_code)
+    assert len(with_code) <= MAX_MODULES, sorted(str(path.relative_to(ROOT)) for path in with_code)
+    assert lines <= MAX_PRODUCT_LINES
+
+
+def long_functions(source: str, *, most: int = MAX_FUNCTION_LINES) -> list[str]:
+    return [
+        f"{node.name}: {node.end_lineno - node.lineno + 1} lines"
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.end_lineno - node.lineno + 1 > most
+    ]
+
+
+@pytest.mark.parametrize("path", product_files(), ids=lambda path: str(path.relative_to(ROOT)))
+def test_no_function_of_locks_is_over_60_lines(path):
+    assert long_functions(path.read_text()) == []
+
+
+def test_the_function_length_check_can_fail():
+    assert long_functions("def f():\n" + "    x = 1\n" * 3, most=2) == ["f: 4 lines"]
 
 
 # --- settings ------------------------------------------------------------------------------

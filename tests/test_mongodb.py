@@ -356,8 +356,7 @@ def step_state() -> dict:
 
 
 def step_acquire(*, job: str, ttl: float) -> dict:
-    from locks.claims import Skip
-    from locks.leases import LockError, acquire
+    from locks.lease import LockError, Skip, acquire
 
     try:
         got = acquire(job=job, tick=None, ttl=timedelta(seconds=ttl))
@@ -369,7 +368,7 @@ def step_acquire(*, job: str, ttl: float) -> dict:
 
 
 def step_hold(*, job: str, ttl: float, work: float) -> dict:
-    from locks.claims import Lease
+    from locks.lease import Lease
     from locks.runner import run_locked
 
     def work_while_holding(lease: Lease) -> dict:
@@ -383,8 +382,7 @@ def step_hold(*, job: str, ttl: float, work: float) -> dict:
 
 
 def step_renew_release(*, job: str, holder: str, token: int, ttl: float) -> dict:
-    from locks.claims import Lease, LockLost
-    from locks.leases import release, renew
+    from locks.lease import Lease, LockLost, release, renew
 
     lease = Lease(
         job=job,
@@ -403,7 +401,7 @@ def step_renew_release(*, job: str, holder: str, token: int, ttl: float) -> dict
 
 
 def step_force_release(*, job: str) -> dict:
-    from locks.operations import force_release
+    from locks.operator import force_release
 
     released = force_release(job=job, by="tests.test_mongodb")
     return {"was_held": released.was_held, "previous_token": released.previous_token, "token": released.token}

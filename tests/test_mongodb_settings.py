@@ -322,13 +322,13 @@ UNSUPPORTED_NAMES = {"RawSQL": "raw SQL", "FilteredRelation": "not supported on 
 ALLOWED = {
     # FOR UPDATE NOWAIT waits out a transaction still open on the server (SQL databases);
     # on MongoDB, which has none to wait for, the plain read is what is wanted.
-    ("locks/leases.py", "read_back_commit", "select_for_update"),
+    ("locks/lease.py", "read_back_commit", "select_for_update"),
     # Only where the connection has SKIP LOCKED and NOWAIT (SQL databases that lock rows);
     # elsewhere the rows are returned unchanged: MongoDB locks no rows to wait for.
-    ("locks/bounds.py", "unlocked", "select_for_update"),
+    ("locks/db.py", "unlocked", "select_for_update"),
     # set_config() of the server's timeouts, only when the vendor is PostgreSQL.
-    ("locks/bounds.py", "bound_transaction", "cursor"),
-    ("locks/bounds.py", "bound_transaction", "execute"),
+    ("locks/db.py", "bound_transaction", "cursor"),
+    ("locks/db.py", "bound_transaction", "execute"),
 }
 UNSUPPORTED_KEYWORDS = {
     "update_conflicts": "INSERT … ON CONFLICT",
@@ -378,8 +378,8 @@ def _violations(source: str, relative: str) -> list[str]:
 def test_the_checked_modules_include_the_lock_and_the_sync():
     names = {path.relative_to(ROOT).as_posix() for path in CHECKED_MODULES}
 
-    assert {"locks/leases.py", "locks/operations.py", "locks/runner.py", "locks/selectors.py"} <= names
-    assert {"locks/throttle.py", "locks/views.py"} <= names  # the trigger's rate limit, /healthz
+    assert {"locks/lease.py", "locks/operator.py", "locks/runner.py", "locks/status.py"} <= names
+    assert {"locks/views.py"} <= names  # the trigger's rate limit, /healthz
     assert "locks/models.py" in names
     assert "contests/services.py" in names
     assert {"contests/models.py", "contests/jobs.py"} <= names
@@ -413,7 +413,7 @@ def test_the_static_check_catches_what_it_looks_for():
         """
     )
 
-    found = _violations(sample, "locks/leases.py")
+    found = _violations(sample, "locks/lease.py")
 
     assert len(found) == 10, found
     assert any("select_for_update" in line for line in found)

@@ -15,8 +15,8 @@ import pytest
 from django.urls import reverse
 
 from contests.codeforces import EXAMPLES, MAX_VALUES, CodeforcesError, parse_contest_list
+from contests.text import LIMIT, safe_text, without_userinfo
 from locks.models import JobRun, SyncLock
-from locks.text import LIMIT, safe_text, without_userinfo
 from tests.conftest import ROOT, manage, project_env, spawn
 
 TICK = "2026-11-30T14:00:00+00:00"

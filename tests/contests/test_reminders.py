@@ -28,7 +28,7 @@ from contests.reminders import (
     deliver_due_reminders,
     retry_reminders,
 )
-from locks.claims import Lease, LockLost
+from locks.lease import Lease, LockLost
 from tests.conftest import ROOT, manage, project_env
 from tests.contests.reminder_data import (
     due_reminders,

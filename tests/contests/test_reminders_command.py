@@ -23,7 +23,7 @@ from django.utils import timezone
 from contests.models import Reminder
 from contests.reminders import RECORD_EVERY
 from locks.models import JobRun
-from locks.operations import force_release
+from locks.operator import force_release
 from tests.conftest import ROOT, manage, project_env, spawn
 from tests.contests.reminder_data import (
     due_reminders,

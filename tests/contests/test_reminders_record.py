@@ -26,7 +26,7 @@ from django.db import connection
 
 from contests.models import Reminder
 from contests.reminders import RECORD_EVERY
-from locks.operations import force_release
+from locks.operator import force_release
 from tests.conftest import manage, project_env, spawn
 from tests.contests.reminder_data import due_reminders, make_contest
 from tests.contests.test_reminders_command import expire_claims, lock_lines

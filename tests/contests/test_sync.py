@@ -12,10 +12,9 @@ from django.utils import timezone
 from contests.codeforces import MAX_CONTEST_ID, CodeforcesClient, CodeforcesError
 from contests.models import Contest, Reminder
 from contests.services import sync_codeforces_contests
-from locks.claims import LockLost
-from locks.leases import acquire
+from locks.lease import LockLost, acquire
 from locks.models import JobRun, SyncLock
-from locks.operations import force_release
+from locks.operator import force_release
 from tests.conftest import manage, project_env
 from tests.contests.conftest import shift_to_now, upcoming_ids
 

@@ -18,8 +18,7 @@ from django.utils import timezone
 from contests.codeforces import CodeforcesClient
 from contests.models import Contest, Reminder
 from contests.services import BATCH_SIZE, prune_stale_reminders, sync_codeforces_contests
-from locks.claims import Lease
-from locks.leases import acquire
+from locks.lease import Lease, acquire
 from tests.contests.conftest import shift_to_now, upcoming_ids
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -9,7 +9,7 @@ import pytest
 
 from contests.models import Contest
 from locks.models import EXPIRED, JobRun, SyncLock
-from locks.selectors import lock_states
+from locks.status import lock_states
 from tests.faults.support import wait_until
 
 TICK_1 = "2026-03-01T10:00:00+00:00"

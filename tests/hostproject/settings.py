@@ -12,8 +12,8 @@ from pathlib import Path
 
 import environ
 
-from locks.builtin import BUILTIN_JOBS
 from locks.crontab import command_prefix, cronjobs
+from locks.registry import BUILTIN_JOBS
 
 ROOT = Path(__file__).resolve().parents[2]
 VAR = Path(os.environ.get("HOSTPROJECT_VAR", ROOT / "var" / "hostproject"))  # its database, logs, cron env

@@ -7,7 +7,7 @@ import os
 import time
 from pathlib import Path
 
-from locks.leases import fenced
+from locks.lease import fenced
 from tests.jobsapp.models import SlotWrite
 
 

@@ -5,10 +5,9 @@ from datetime import timedelta
 
 import pytest
 
-from locks.claims import Lease, LockLost, Skip
-from locks.leases import acquire, fenced, release, renew
+from locks.lease import Lease, LockLost, Skip, acquire, fenced, release, renew
 from locks.models import SyncLock, database_now
-from locks.operations import force_release, reset_tick
+from locks.operator import force_release, reset_tick
 from locks.registry import UnknownJob
 from locks.runner import run_locked
 from tests.locks.conftest import TICK

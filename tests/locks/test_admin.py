@@ -17,10 +17,9 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
-from locks.claims import Lease, LockLost
-from locks.leases import acquire, release, renew
+from locks.lease import Lease, LockLost, acquire, release, renew
 from locks.models import JobRun, RunStatus, SyncLock, now_plus
-from locks.operations import force_release
+from locks.operator import force_release
 from locks.runner import prune_runs, run_locked
 from tests.locks.conftest import TICK, reschedule
 

@@ -14,7 +14,7 @@ from django.core.checks import run_checks
 
 from locks.alerts import AlertNotSent
 from locks.models import Incident, JobRun, RunStatus, SyncLock, database_now, now_plus
-from locks.pausing import pause_job, resume_job
+from locks.operator import pause_job, resume_job
 from locks.runner import run_job
 from locks.schedule import previous_slots
 from tests.conftest import project_env

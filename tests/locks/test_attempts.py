@@ -14,10 +14,9 @@ from itertools import pairwise
 
 import pytest
 
-from locks.claims import Lease, Skip
-from locks.leases import acquire, release
+from locks.lease import Lease, Skip, acquire, release
 from locks.models import JobRun, SyncLock, database_now
-from locks.operations import reset_tick
+from locks.operator import reset_tick
 from locks.runner import run_locked
 from locks.schedule import next_tick
 from tests.conftest import ROOT, project_env, spawn

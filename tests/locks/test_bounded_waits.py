@@ -23,12 +23,12 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import connection
 
-from locks import leases, operations
-from locks.bounds import RowLocked
-from locks.claims import Lease, Skip
-from locks.leases import acquire, fenced, release, renew
+from locks import lease as leases
+from locks import operator as operations
+from locks.db import RowLocked
+from locks.lease import Lease, Skip, acquire, fenced, release, renew
 from locks.models import JobRun, SyncLock
-from locks.operations import force_release, reset_tick
+from locks.operator import force_release, reset_tick
 from tests.conftest import ROOT, database_url, project_env
 from tests.jobsapp.models import SlotWrite
 

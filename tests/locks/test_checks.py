@@ -10,7 +10,7 @@ from django.core.management import call_command
 from django.core.management.base import SystemCheckError
 
 from locks import checks, registry
-from locks.checks import TAG
+from locks.checks import CHECK_TAG
 from locks.registry import jobs
 
 
@@ -27,7 +27,7 @@ def test_a_host_that_sets_no_lock_setting_passes_every_check(settings):
     from tests.hostproject import settings as host
 
     assert not set(checks.NUMBERS) & set(vars(host))
-    assert [m.id for m in run_checks(tags=[TAG]) if m.id.startswith("locks.")] == []
+    assert [m.id for m in run_checks(tags=[CHECK_TAG]) if m.id.startswith("locks.")] == []
 
 
 @pytest.mark.parametrize("ttl", [0, -1])
@@ -92,14 +92,14 @@ def test_a_bad_tick_window_fails_the_check(settings, window):
 )
 def test_each_numeric_setting_has_its_own_check(settings, name, value, code, message):
     setattr(settings, name, value)
-    assert [(m.id, m.msg) for m in run_checks(tags=[TAG]) if m.id.startswith("locks.")] == [(code, message)]
+    assert [(m.id, m.msg) for m in run_checks(tags=[CHECK_TAG]) if m.id.startswith("locks.")] == [(code, message)]
 
 
 def test_the_checks_are_tagged_locks_and_run_job_selects_that_tag(settings):
     """run_job runs the `locks` checks (the lock's, and any a project tags the same), not
     every check: a bad LOCKS_JOBS stops it before it runs anything."""
     settings.LOCKS_DEFAULT_TTL = 0
-    assert "locks.E001" in {m.id for m in run_checks(tags=[TAG])}
+    assert "locks.E001" in {m.id for m in run_checks(tags=[CHECK_TAG])}
     assert "locks.E001" not in {m.id for m in run_checks(tags=["compatibility"])}
     with pytest.raises(SystemCheckError, match=r"\(locks\.E001\) LOCKS_DEFAULT_TTL must be"):
         call_command("run_job", "record", "--dry-run", skip_checks=False)

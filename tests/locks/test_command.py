@@ -9,10 +9,9 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from locks.claims import Lease, LockLost, Skip
-from locks.leases import acquire, release, renew
+from locks.lease import Lease, LockLost, Skip, acquire, release, renew
 from locks.models import SyncLock
-from locks.operations import force_release, reset_tick
+from locks.operator import force_release, reset_tick
 from locks.runner import run_locked
 from tests.conftest import manage, project_env
 from tests.locks.conftest import TICK
@@ -39,7 +38,7 @@ def test_status_lists_registered_jobs_that_never_ran():
 
     rows = {line.split()[0]: line.split() for line in lines[1:]}
     assert list(rows) == [
-        "check_jobs",  # the app's own (locks/builtin.py)
+        "check_jobs",  # the app's own (locks/registry.py)
         "held_job",
         "linger",
         "record",

@@ -15,12 +15,12 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from locks.leases import acquire
+from locks.db import TRACEBACK_LIMIT, traceback_text
+from locks.lease import acquire
 from locks.models import JobRun, RunStatus, SyncLock, database_now
-from locks.pausing import pause_job
+from locks.operator import pause_job
 from locks.runner import run_job, run_locked
 from locks.schedule import previous_slots
-from locks.text import TRACEBACK_LIMIT, traceback_text
 from tests.locks.conftest import TICK, register, reschedule, wait_for
 
 pytestmark = pytest.mark.django_db

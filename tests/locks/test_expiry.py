@@ -4,8 +4,7 @@ from datetime import timedelta
 
 import pytest
 
-from locks.claims import Lease, LockLost, Skip
-from locks.leases import acquire, fenced, release, renew
+from locks.lease import Lease, LockLost, Skip, acquire, fenced, release, renew
 from locks.models import EXPIRED, FREE, HELD, OVERDUE, SyncLock, now_plus
 from tests.locks.conftest import TICK
 

@@ -13,7 +13,7 @@ import pytest
 import requests
 from django.core.checks import run_checks
 
-from locks.leases import acquire
+from locks.lease import acquire
 from locks.models import JobRun, RunStatus, database_now, now_plus
 from locks.runner import run_job
 from locks.schedule import slot_at_or_before

@@ -16,10 +16,10 @@ from django.core.management.base import CommandError
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from locks.ledger import build_ledger, chance_end, job_ledgers
 from locks.models import JobPause, JobRun, RunStatus, SyncLock, database_now
 from locks.registry import get_job
 from locks.schedule import previous_slots
+from locks.status import build_ledger, chance_end, job_ledgers
 from tests.locks.conftest import reschedule
 
 NOW = datetime(2026, 12, 2, 10, 31, 0, tzinfo=UTC)  # the injected database clock

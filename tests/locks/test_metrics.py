@@ -13,9 +13,9 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from prometheus_client.parser import text_string_to_metric_families
 
-from locks.leases import acquire
+from locks.lease import acquire
 from locks.models import Incident, JobRun, RunStatus, SyncLock, database_now, now_plus
-from locks.pausing import pause_job
+from locks.operator import pause_job
 from locks.runner import run_job
 from locks.schedule import next_tick, previous_slots
 
@@ -98,7 +98,7 @@ def test_every_family_from_the_database(client, enabled, settings):
     assert value(samples, "locks_ticks", job="record", outcome="missed") == 47  # the 48 slots of the ledger
     assert value(samples, "locks_ticks", job="record", outcome="pending") == 1
     assert abs(value(samples, "locks_clock_skew_seconds")) < 5
-    # check_jobs is a registered job like the others (locks/builtin.py).
+    # check_jobs is a registered job like the others (locks/registry.py).
     assert value(samples, "locks_job_paused", job="check_jobs") == 0
 
 

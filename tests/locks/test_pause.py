@@ -14,10 +14,9 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from locks.claims import Lease, Skip
-from locks.leases import acquire, release
+from locks.lease import Lease, Skip, acquire, release
 from locks.models import JobPause, JobRun, RunStatus, SyncLock
-from locks.pausing import pause_job, resume_job
+from locks.operator import pause_job, resume_job
 from locks.registry import UnknownJob
 from locks.runner import run_job
 from tests.conftest import manage, project_env

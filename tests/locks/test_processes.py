@@ -7,10 +7,9 @@ from datetime import timedelta
 
 import pytest
 
-from locks.claims import Lease, Skip
-from locks.leases import acquire, release
+from locks.lease import Lease, Skip, acquire, release
 from locks.models import JobRun, SyncLock
-from locks.operations import force_release
+from locks.operator import force_release
 from locks.runner import run_locked
 from tests.conftest import project_env, spawn
 from tests.locks.conftest import TICK

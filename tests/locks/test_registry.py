@@ -21,7 +21,7 @@ from tests.hostproject import settings as host  # the module: what the tests' ov
 from tests.locks.conftest import TICK, register
 
 HOST_JOBS = ["write_slot", "record", "refuse", "linger", "slow_write"]
-WITH_BUILTIN = [*HOST_JOBS, "check_jobs"]  # the locks app registers check_jobs itself (locks/builtin.py)
+WITH_BUILTIN = [*HOST_JOBS, "check_jobs"]  # the locks app registers check_jobs itself (locks/registry.py)
 
 
 def test_only_schedule_and_callable_are_required(settings):

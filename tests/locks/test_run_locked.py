@@ -7,10 +7,9 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from locks.claims import Lease, Skip
-from locks.leases import acquire, fenced, renew
+from locks.lease import Lease, Skip, acquire, fenced, renew
 from locks.models import JobRun, SyncLock, database_now
-from locks.operations import force_release
+from locks.operator import force_release
 from locks.runner import run_locked
 from tests.locks.conftest import TICK
 

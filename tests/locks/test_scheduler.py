@@ -19,10 +19,10 @@ from itertools import pairwise
 
 import pytest
 
-from locks.claims import Skip
+from locks.lease import Skip
 from locks.models import JobRun
 from locks.registry import Job, jobs
-from locks.results import RunResult
+from locks.runner import RunResult
 from locks.schedule import InvalidTick
 from locks.scheduler import Scheduler
 from tests.hostproject.settings import RECORD

@@ -12,8 +12,7 @@ import pytest
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
-from locks.claims import Lease, Skip
-from locks.leases import acquire, release, renew
+from locks.lease import Lease, Skip, acquire, release, renew
 from locks.models import SyncLock
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -14,10 +14,10 @@ import pytest
 import requests
 from django.test import Client, RequestFactory
 
-from locks.auth import client_address
-from locks.leases import acquire
+from locks.lease import acquire
 from locks.models import JobRun, RunStatus, SyncLock, Throttle, now_plus
 from locks.registry import get_job
+from locks.views import client_address
 from tests.conftest import ROOT, gunicorn, project_env
 from tests.jobsapp.models import SlotWrite
 
@@ -323,7 +323,7 @@ SETUP_AND_RUN = "import sys, django; django.setup(); exec(sys.argv[1])"
 CLAIM = """
 import pathlib, sys, time
 from datetime import timedelta
-from locks.throttle import throttle_claim
+from locks.views import throttle_claim
 pathlib.Path(sys.argv[-2]).touch()
 go = pathlib.Path(sys.argv[-1])
 while not go.exists():

@@ -41,8 +41,7 @@ def main() -> None:
     import django
 
     django.setup()
-    from locks.claims import Lease
-    from locks.leases import fenced
+    from locks.lease import Lease, fenced
     from locks.runner import run_locked
 
     if args.go:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from locks.leases import fenced
+from locks.lease import fenced
 from tests.jobsapp.models import SlotWrite
 from tests.soak import timing
 

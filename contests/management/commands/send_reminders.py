@@ -1,7 +1,7 @@
-from locks.management.commands import run_job
+from locks import RunJobCommand
 
 
-class Command(run_job.Command):
+class Command(RunJobCommand):
     help = (
         "Email every due reminder once, at most one run per scheduled tick across every host. "
         "Exit 0 when it ran or skipped; 1 when a run that held the lock failed; 2 for bad arguments."

@@ -1,7 +1,7 @@
-from locks.management.commands import run_job
+from locks import RunJobCommand
 
 
-class Command(run_job.Command):
+class Command(RunJobCommand):
     help = (
         "Sync the Codeforces contest list, at most once per scheduled tick across every host. "
         "Exit 0 when it synced or skipped; 1 when a sync that held the lock failed; 2 for bad arguments."

@@ -7,15 +7,12 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import Error as DBError  # DatabaseError and InterfaceError
 from django.utils.formats import date_format
 
-from locks.bounds import RowLocked
-from locks.claims import iso
-from locks.leases import LockError
-from locks.ledger import job_ledgers
+from locks.db import RowLocked
+from locks.lease import LockError, iso
 from locks.management.commands.run_job import tick_argument
-from locks.operations import force_release, reset_tick
-from locks.pausing import pause_job, resume_job
+from locks.operator import force_release, pause_job, reset_tick, resume_job
 from locks.registry import UnknownJob, get_job
-from locks.selectors import job_states
+from locks.status import job_ledgers, job_states
 
 
 class Command(BaseCommand):

@@ -7,9 +7,9 @@ from datetime import UTC, datetime
 from django.core.management.base import BaseCommand, CommandError
 from django.db import Error as DBError  # DatabaseError and InterfaceError
 
-from locks.checks import TAG
+from locks.checks import CHECK_TAG
 from locks.crontab import CrontabEnvError, check_env_file
-from locks.leases import LockError
+from locks.lease import LockError
 from locks.registry import NoDryRun, UnknownJob, get_job
 from locks.runner import run_due, run_job
 from locks.schedule import InvalidTick, check_tick
@@ -27,7 +27,7 @@ class Command(BaseCommand):
     # The checks tagged `locks` (the lock's, and those a project tags so for its jobs) run;
     # the URL and admin checks would import every admin module on each start (about 23 ms
     # of a skipping copy's ~250 ms, docs/benchmarks.md).
-    requires_system_checks = [TAG]
+    requires_system_checks = [CHECK_TAG]
     job_name: str | None = None  # set by an alias: the job it runs
     dry_run_help = "Show what a run would do; write nothing (if the job can)."
     dry_run_done = "dry run, nothing written"
@@ -132,3 +132,7 @@ def tick_argument(value: str) -> datetime:
         ) from None
     # Slots are UTC (locks.schedule), so a tick without an offset is read as UTC.
     return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed
+
+
+# The base of a project's own command for one job (``from locks import RunJobCommand``).
+RunJobCommand = Command

@@ -1,12 +1,19 @@
-"""Text from outside (an API's answer, an exception, a URL from the environment) made safe
-to log, store or return: no control character that could forge a log line, no unbounded
-length, no credentials (docs/security.md, "What is protected, and by what")."""
+"""The project's text from outside (an API's answer, an exception, a URL from the environment)
+made safe to log, store or return: no control character that could forge a log line, no
+unbounded length, no credentials (docs/security.md, "What is protected, and by what"). The
+locks app keeps its own few helpers (``locks.db``); this is the project's, for contests and config.
+"""
 
 from __future__ import annotations
 
 import re
 import reprlib
 import traceback
+
+# The words for yes and no of every boolean environment variable (config/env.py); the HTTP
+# trigger's ?force= reads the same words (locks.views).
+TRUE_WORDS = ("1", "true", "yes", "on")
+FALSE_WORDS = ("0", "false", "no", "off")
 
 # Characters of outside text kept in a log line, a stored error or a JSON answer.
 LIMIT = 500
@@ -56,7 +63,7 @@ def without_userinfo(url: str) -> str:
 
 def error_text(exc: BaseException) -> str:
     """ "OperationalError: no such table: x": on one line, control characters escaped, at
-    most ``locks.text.LIMIT`` characters of the text (it may come from outside)."""
+    most ``LIMIT`` characters of the text (it may come from outside)."""
     return f"{type(exc).__name__}: {safe_text(_WHITESPACE.sub(' ', str(exc)).strip()) or 'no details'}"
 
 

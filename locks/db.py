@@ -1,21 +1,18 @@
-"""Bounded waits on a lock row (docs/architecture.md, "The rules": 11).
-
-No statement of the lock waits on a locked ``SyncLock`` row without a bound, and on
-PostgreSQL a transaction that holds one (a fenced write) cannot outlive its lease by more
-than its TTL: the server ends it, its write rolls back and another host takes the tick over.
-SQLite has one write lock for the whole file; its busy timeout (``timeout`` in the database
-``OPTIONS``) bounds every wait for it, and nothing can end a frozen writer's transaction but
-its process ending. MongoDB locks no rows here (``atomic()`` does nothing).
-"""
+"""Every difference between the database backends, in one place (docs/architecture.md, "The rules": 11): waits on a lock row that are never unbounded (SKIP LOCKED, NOWAIT and a short bounded retry; the server's timeouts of a fenced write on PostgreSQL), telling a missing table or a locked row by its error, and database errors (or any outside text) made safe to log and store."""
 
 from __future__ import annotations
 
+import re
+import reprlib
 import time
+import traceback
 from collections.abc import Callable
 from typing import TypeVar
 
 from django.db import OperationalError, connections, transaction
 from django.db.models import QuerySet
+
+# --- from bounds.py ---
 
 T = TypeVar("T")
 
@@ -85,3 +82,50 @@ def without_waiting(operation: Callable[[], T], *, using: str, within: float, wh
                 raise RowLocked(f"{what}: the lock row is locked by a write in progress{waited}") from exc
         time.sleep(pause)
         pause = min(pause * 2, 1.0)
+
+
+# --- from text.py ---
+
+# Characters of outside text kept in a log line, a stored error or a JSON answer.
+LIMIT = 500
+# Characters of a traceback kept on its JobRun: its end, where the exception is raised.
+TRACEBACK_LIMIT = 10_000
+
+_repr = reprlib.Repr()
+_repr.maxstring = _repr.maxother = LIMIT
+_WHITESPACE = re.compile(r"\s+")
+
+
+def safe_text(value: object, *, limit: int = LIMIT, quote: bool = False) -> str:
+    """``value`` with every non-printable character escaped (a newline as ``\\n``, ESC as
+    ``\\x1b``), cut to ``limit`` characters followed by "… (N more)".
+
+    ``quote``: in quotes, as ``repr()`` shows a string. A value that is not a string is
+    shown by a ``repr()`` whose size is bounded too (``reprlib``)."""
+    if not isinstance(value, str):
+        return _repr.repr(value)
+    head, more = value[:limit], len(value) - limit
+    if quote:
+        shown = repr(head)
+    else:
+        shown = "".join(char if char.isprintable() else repr(char)[1:-1] for char in head)
+    return f"{shown}… ({more} more)" if more > 0 else shown
+
+
+def error_text(exc: BaseException) -> str:
+    """ "OperationalError: no such table: x": on one line, control characters escaped, at
+    most ``locks.db.LIMIT`` characters of the text (it may come from outside)."""
+    return f"{type(exc).__name__}: {safe_text(_WHITESPACE.sub(' ', str(exc)).strip()) or 'no details'}"
+
+
+def traceback_text(exc: BaseException, *, limit: int = TRACEBACK_LIMIT) -> str:
+    """``exc``'s formatted traceback, at most ``limit`` characters: when longer, its end
+    (the innermost frames and the exception itself), after a line saying how much was cut.
+    Control characters other than newlines are escaped (a message may come from outside)."""
+    text = "".join(traceback.format_exception(exc))
+    text = "\n".join(safe_text(line, limit=len(line)) for line in text.splitlines())
+    if len(text) <= limit:
+        return text
+    cut = len(text) - limit
+    tail = text[cut:]
+    return f"… ({cut} characters cut)\n{tail[tail.find(chr(10)) + 1 :] if chr(10) in tail else tail}"

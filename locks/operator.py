@@ -1,27 +1,26 @@
-"""The operator's two writes on a job lock, force release and reset of the claimed tick
-(``manage.py locks release`` and the admin's actions, ``locks.actions``, call them).
-
-Like every lease change they are compare-and-sets on the row, judged by the database
-clock, and each acts only while the row still shows what the operator saw: the fencing
-token, and for a reset the claimed tick (docs/architecture.md, "The rules": 9). Neither
-waits on a lock row locked by a write in progress longer than ``OPERATOR_WAIT``.
-"""
+"""The operator's writes on a job: pause, resume, force release, reset of the claimed tick and run now. Each is a compare-and-set on what the operator saw, never waits on a lock row locked by a write in progress longer than ``OPERATOR_WAIT``, names who acted the same way everywhere (``admin:alice``, ``cli:root``) and logs one WARNING; the admin adds a ``LogEntry`` (docs/architecture.md, "The rules": 9 and 14)."""
 
 from __future__ import annotations
 
 import logging
+import os
+import subprocess
+import sys
+import threading
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.db import router
+from django.conf import settings
+from django.db import IntegrityError, router, transaction
 from django.db.models import F
 from django.db.models.functions import Now
 
-from locks.bounds import RowLocked, unlocked, without_waiting
-from locks.claims import iso
-from locks.leases import LockError
-from locks.models import EXPIRED, FREE, HELD, OVERDUE, JobRun, RunStatus, SyncLock
-from locks.registry import UnknownJob
+from locks.db import RowLocked, safe_text, unlocked, without_waiting
+from locks.lease import LockError, iso
+from locks.models import EXPIRED, FREE, HELD, OVERDUE, PAUSE_FIELDS, JobPause, JobRun, RunStatus, SyncLock
+from locks.registry import UnknownJob, get_job
+
+# --- from operations.py ---
 
 # The name the lock's log lines have always carried (operators filter on it).
 logger = logging.getLogger("locks.api")
@@ -204,3 +203,129 @@ def _reset_tick(*, job: str, using: str, shown: dict, by: str) -> TickReset:
         )
     logger.warning("job=%s claimed tick reset by %s; it was %s (%s)", job, by, iso(tick), state)
     return TickReset(job, tick, done, was_reset=True)
+
+
+# --- from pausing.py ---
+
+# The name the lock's log lines have always carried (operators filter on it).
+logger = logging.getLogger("locks.api")
+
+NOTE_LIMIT = 500  # characters of a note kept: it is repeated on every skip line
+
+
+@dataclass(frozen=True)
+class PauseState:
+    """A job's pause after ``pause_job`` or ``resume_job``; ``changed``: this call changed it
+    (False: it was already paused, or not paused)."""
+
+    job: str
+    changed: bool
+    paused_at: datetime | None
+    paused_by: str
+    paused_note: str
+
+    @property
+    def paused(self) -> bool:
+        return self.paused_at is not None
+
+    def describe(self) -> str:
+        if not self.paused:
+            return f"{self.job} is not paused"
+        note = f": {self.paused_note}" if self.paused_note else ""
+        return f"{self.job} is paused by {self.paused_by} since {iso(self.paused_at)}{note}"
+
+
+def ensure_lock_row(*, job: str) -> None:
+    """The job's lock row, created free if it has none yet (as its first run would)."""
+    if SyncLock.objects.for_job(job).exists():
+        return
+    try:
+        with transaction.atomic(using=router.db_for_write(SyncLock)):
+            SyncLock.objects.create(job_name=job)
+    except IntegrityError:
+        pass  # another process created it first
+
+
+def pause_job(*, job: str, by: str, note: str = "") -> PauseState:
+    """Pause the registered ``job`` (``UnknownJob`` otherwise) with ``note``; a job already
+    paused keeps its pause, who and note included."""
+    get_job(job)
+    note = safe_text(" ".join(note.split()), limit=NOTE_LIMIT)  # one line: it goes into log lines
+    ensure_lock_row(job=job)
+    rows = SyncLock.objects.for_job(job)
+    with transaction.atomic(using=router.db_for_write(SyncLock)):
+        changed = bool(
+            rows.filter(paused_at__isnull=True).update(paused_at=Now(), paused_by=by, paused_note=note)
+        )
+        row = rows.values(*PAUSE_FIELDS).get()
+        if changed:
+            JobPause.objects.create(job_name=job, paused_at=row["paused_at"], paused_by=by, note=note)
+    state = PauseState(job, changed, row["paused_at"], row["paused_by"], row["paused_note"])
+    if changed:
+        logger.warning(
+            "job=%s paused by %s: no copy runs it until it is resumed (note: %s)", job, by, note or "-"
+        )
+    return state
+
+
+def resume_job(*, job: str, by: str) -> PauseState:
+    """Resume the registered ``job``: its next slot runs as usual, and so does a slot whose
+    chance is not over yet; slots whose chance passed while it was paused stay ``paused``."""
+    get_job(job)
+    rows = SyncLock.objects.for_job(job)
+    with transaction.atomic(using=router.db_for_write(SyncLock)):
+        row = rows.values(*PAUSE_FIELDS).first()
+        changed = bool(
+            row is not None
+            and row["paused_at"] is not None
+            # Not on the time read: SQLite keeps Now() with three decimals, a Python value with six.
+            and rows.filter(paused_at__isnull=False).update(paused_at=None, paused_by="", paused_note="")
+        )
+        if changed:
+            JobPause.objects.filter(job_name=job, resumed_at__isnull=True).update(
+                resumed_at=Now(), resumed_by=by
+            )
+    if changed:
+        logger.warning(
+            "job=%s resumed by %s; it was paused by %s since %s",
+            job,
+            by,
+            row["paused_by"],
+            iso(row["paused_at"]),
+        )
+    return PauseState(job, changed, None, "", "")
+
+
+# --- from run_now.py ---
+
+logger = logging.getLogger("locks.api")
+
+
+def run_now_command(*, job: str, requested_by: str) -> list[str]:
+    """This interpreter's ``python -m django run_job …`` under this process's settings module
+    (overridden settings, as in tests, name none: then the environment's)."""
+    module = settings.SETTINGS_MODULE or os.environ.get("DJANGO_SETTINGS_MODULE")
+    return [
+        sys.executable,
+        *("-m", "django", "run_job", job, "--force", "--requested-by", requested_by),
+        *(("--settings", module) if module else ()),
+    ]
+
+
+def start_run_now(*, job: str, requested_by: str) -> int:
+    """Start a forced run of ``job`` in the background and return its pid; raises ``OSError`` when
+    it cannot be started. It inherits this process's environment and import path (so it reaches
+    the same database), runs in a session of its own (a worker that restarts does not stop it),
+    and writes its log line to this process's stderr; a thread waits for it, so it leaves no zombie."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(path for path in sys.path if path)}
+    process = subprocess.Popen(
+        run_now_command(job=job, requested_by=requested_by),
+        cwd=os.getcwd(),
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    threading.Thread(target=process.wait, name=f"run-now-{job}-{process.pid}", daemon=True).start()
+    logger.warning("job=%s run now requested by %s: started pid %s", job, requested_by, process.pid)
+    return process.pid

@@ -1,0 +1,380 @@
+"""The read side, on the database clock: lock states (``locks status``), job health and freshness (``/healthz``), the admin's summary, and the tick ledger (each recent slot's one outcome: ``locks ticks``, the admin's strip, ``/metrics``, ``check_jobs``). One read model; nothing here writes."""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field, fields
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+from django.db.models import Count, Max, Q
+from django.db.models.functions import Coalesce, Now
+from django.utils import timezone
+
+from locks.lease import iso
+from locks.models import STUCK_Q, JobPause, JobRun, RunStatus, SyncLock, database_now
+from locks.registry import Job
+from locks.registry import jobs as registered_jobs
+from locks.schedule import next_tick, previous_slots
+
+# --- from selectors.py ---
+
+# A registered job without a lock row: it creates its lock on its first run.
+NEVER_RUN = "never run"
+
+
+@dataclass(frozen=True)
+class LockState:
+    job: str
+    state: str
+    holder: str
+    token: int | None  # None: never run
+    locked_until: datetime | None
+    heartbeat_at: datetime | None
+    tick: datetime | None
+    last_status: str
+    last_started_at: datetime | None
+    last_finished_at: datetime | None
+    last_error: str
+    db_now: datetime | None
+    paused_at: datetime | None = None  # an operator's pause (locks.operator)
+    paused_by: str = ""
+    paused_note: str = ""
+
+    @property
+    def paused(self) -> bool:
+        return self.paused_at is not None
+
+    def as_json(self) -> dict:
+        values = {
+            key: iso(value) if isinstance(value, datetime) else value for key, value in asdict(self).items()
+        }
+        return {**values, "paused": self.paused}
+
+
+def lock_states() -> list[LockState]:
+    """Every lock with its state, in one query."""
+    return [_lock_state_of(row) for row in SyncLock.objects.with_state().order_by("job_name")]
+
+
+def job_states() -> list[LockState]:
+    """Every lock, and every job in ``LOCKS_JOBS`` that never ran, by job name; one query."""
+    states = {state.job: state for state in lock_states()}
+    for name in registered_jobs():
+        states.setdefault(name, _never_run(name))
+    return [states[name] for name in sorted(states)]
+
+
+def _never_run(job: str) -> LockState:
+    return LockState(job, NEVER_RUN, "", None, None, None, None, "", None, None, "", None)
+
+
+def _lock_state_of(row: SyncLock) -> LockState:
+    """``row`` must come from ``SyncLock.objects.with_state()``: every other field is its namesake."""
+    values = {field.name: getattr(row, field.name) for field in fields(LockState) if field.name != "job"}
+    return LockState(job=row.job_name, **values)
+
+
+@dataclass(frozen=True)
+class JobHealth:
+    """When ``job`` last succeeded, and its lock, read against the database clock."""
+
+    job: str
+    db_now: datetime | None
+    last_success_at: datetime | None
+    lock: LockState | None
+
+    @property
+    def last_success_age(self) -> timedelta | None:
+        if self.last_success_at is None or self.db_now is None:
+            return None
+        return self.db_now - self.last_success_at
+
+
+def job_health(*, job: str) -> JobHealth:
+    return jobs_health(jobs=[job])[job]
+
+
+def jobs_health(*, jobs: Iterable[str]) -> dict[str, JobHealth]:
+    """Two queries whatever the number of jobs: their lock rows, and each one's last
+    success (the newest end of a succeeded run: the one definition), with the database's now."""
+    jobs = list(jobs)
+    locks = {
+        row.job_name: _lock_state_of(row) for row in SyncLock.objects.filter(job_name__in=jobs).with_state()
+    }
+    successes = {
+        row["job_name"]: row
+        for row in JobRun.objects.filter(job_name__in=jobs, finished_at__isnull=False)
+        .succeeded()
+        .order_by()
+        .values("job_name")
+        .annotate(last_success_at=Max("finished_at"), db_now=Max(Now()))
+    }
+    any_now = next(
+        (row["db_now"] for row in successes.values()),
+        next((lock.db_now for lock in locks.values()), None),
+    )
+    health = {}
+    for job in jobs:
+        success = successes.get(job, {})
+        health[job] = JobHealth(
+            job=job,
+            db_now=success.get("db_now") or any_now,
+            last_success_at=success.get("last_success_at"),
+            lock=locks.get(job),
+        )
+    return health
+
+
+# --- freshness (/healthz) --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Freshness:
+    job: JobHealth
+    schedule: str
+    # The oldest success that still counts as fresh: the slot before the latest
+    # slot at or before the database's now.
+    fresh_since: datetime
+
+    @property
+    def fresh(self) -> bool:
+        return self.job.last_success_at is not None and self.job.last_success_at >= self.fresh_since
+
+    @property
+    def stale_after(self) -> datetime | None:
+        """When the last success stops being fresh: at the second slot after it."""
+        if self.job.last_success_at is None:
+            return None
+        return next_tick(self.schedule, now=next_tick(self.schedule, now=self.job.last_success_at))
+
+
+def jobs_freshness() -> dict[str, Freshness]:
+    """Each job of ``LOCKS_JOBS``: fresh unless two of its slots passed without a
+    success, that is, its last success is at or after the slot before its latest
+    slot, which suits uneven schedules too (``0 8,9 * * *`` at 11:00, ``0 9 * * 1-5``
+    over a weekend).
+
+    Slots are taken at the database's now, like the lock's clock; two queries
+    whatever the number of jobs. Raises ``DatabaseError`` when the database cannot
+    be read.
+    """
+    registered = registered_jobs()
+    health = jobs_health(jobs=registered)
+    freshness = {}
+    for name, job in registered.items():
+        now = health[name].db_now or timezone.now()
+        _latest, before_latest = previous_slots(job.schedule, now=now, count=2)
+        freshness[name] = Freshness(job=health[name], schedule=job.schedule, fresh_since=before_latest)
+    return freshness
+
+
+# --- the summary above the admin's list of locks ----------------------------------
+
+
+@dataclass(frozen=True)
+class ScheduledJob:
+    job: str
+    last_success: datetime | None
+    next_tick: datetime
+
+
+@dataclass(frozen=True)
+class Summary:
+    jobs: list[ScheduledJob]
+    stuck: int
+    db_now: datetime
+    error: str = ""  # LOCKS_JOBS is invalid: the jobs cannot be listed
+
+
+def lock_summary() -> Summary:
+    """Last success and next tick of each job in ``LOCKS_JOBS``, and the number of
+    stuck locks; three queries whatever the number of jobs."""
+    # An aggregate answers with one row even when there are no locks yet.
+    locks = SyncLock.objects.aggregate(stuck=Count("pk", filter=STUCK_Q), db_now=Coalesce(Max(Now()), Now()))
+    db_now = locks["db_now"]
+    try:
+        registered = registered_jobs()
+    except ImproperlyConfigured as exc:  # the page still shows the locks, and why no jobs
+        return Summary(jobs=[], stuck=locks["stuck"], db_now=db_now, error=str(exc))
+    health = jobs_health(jobs=registered)
+    jobs = [
+        ScheduledJob(name, health[name].last_success_at, next_tick(job.schedule, now=db_now))
+        for name, job in registered.items()
+    ]
+    return Summary(jobs=jobs, stuck=locks["stuck"], db_now=db_now)
+
+
+# --- from ledger.py ---
+
+SUCCEEDED, RUNNING, FAILED, MISSED, PAUSED, PENDING = (
+    "succeeded",
+    "running",
+    "failed",
+    "missed",
+    "paused",
+    "pending",
+)
+OUTCOMES = (SUCCEEDED, RUNNING, FAILED, MISSED, PAUSED, PENDING)
+SETTLED = (SUCCEEDED, FAILED, MISSED, PAUSED)  # outcomes that no longer change
+RUN_FIELDS = ("job_name", "tick", "token", "status", "holder", "started_at", "finished_at", "error")
+
+
+@dataclass(frozen=True)
+class Slot:
+    tick: datetime
+    outcome: str
+    runs: tuple[dict, ...] = ()  # the JobRuns of this tick, oldest first (RUN_FIELDS + requested_by)
+
+    @property
+    def attempts(self) -> int:
+        return len(self.runs)
+
+    def describe(self) -> str:
+        """ "2026-12-02 09:00 UTC failed (2 attempts)": a cell's title, a line of an email."""
+        text = f"{self.tick:%Y-%m-%d %H:%M} UTC {self.outcome}"
+        if self.outcome == FAILED:
+            text += f" ({self.attempts} attempt{'s' if self.attempts != 1 else ''})"
+        return text
+
+    def as_json(self) -> dict:
+        runs = [
+            {key: value.isoformat() if isinstance(value, datetime) else value for key, value in run.items()}
+            for run in self.runs
+        ]
+        return {
+            "tick": self.tick.isoformat(),
+            "outcome": self.outcome,
+            "attempts": self.attempts,
+            "runs": runs,
+        }
+
+
+@dataclass(frozen=True)
+class Ledger:
+    job: str
+    db_now: datetime
+    slots: list[Slot]  # newest first
+    paused: bool = False
+    counts: Counter = field(default_factory=Counter)
+
+    def settled(self, *, since: datetime | None = None) -> list[Slot]:
+        """The slots whose outcome can no longer change (not pending, not running), newest
+        first; with ``since``, only those at or after it."""
+        return [
+            slot for slot in self.slots if slot.outcome in SETTLED and (since is None or slot.tick >= since)
+        ]
+
+    def failed_in_a_row(self, *, since: datetime | None = None) -> list[Slot]:
+        """The failed slots in a row, counted back from the newest settled one."""
+        streak = []
+        for slot in self.settled(since=since):
+            if slot.outcome != FAILED:
+                break
+            streak.append(slot)
+        return streak
+
+
+def ledger_slots() -> int:
+    return settings.LOCKS_LEDGER_SLOTS
+
+
+def job_ledgers(*, jobs: Iterable[Job], slots: int | None = None) -> dict[str, Ledger]:
+    """Each job's ledger of its last ``slots`` slots (default ``LOCKS_LEDGER_SLOTS``), by name."""
+    jobs = list(jobs)
+    if not jobs:
+        return {}
+    count = slots or ledger_slots()
+    db_now = database_now()
+    windows = {job.name: previous_slots(job.schedule, now=db_now, count=count) for job in jobs}
+    names = [job.name for job in jobs]
+    oldest = {name: ticks[-1] for name, ticks in windows.items()}
+    runs_of = defaultdict(lambda: defaultdict(list))
+    in_window = Q()
+    for name, since in oldest.items():
+        in_window |= Q(job_name=name, tick__gte=since)
+    for run in JobRun.objects.filter(in_window).order_by("started_at").values(*RUN_FIELDS, "requested_by"):
+        runs_of[run["job_name"]][run["tick"]].append(run)
+    locks = {
+        row["job_name"]: row
+        for row in SyncLock.objects.filter(job_name__in=names).values(
+            "job_name", "token", "locked_until", "tick", "paused_at"
+        )
+    }
+    pauses = defaultdict(list)
+    for pause in JobPause.objects.filter(
+        Q(resumed_at__isnull=True) | Q(resumed_at__gte=min(oldest.values())), job_name__in=names
+    ).values_list("job_name", "paused_at", "resumed_at"):
+        pauses[pause[0]].append((pause[1], pause[2]))
+    return {
+        job.name: build_ledger(
+            job,
+            ticks=windows[job.name],
+            runs=runs_of[job.name],
+            lock=locks.get(job.name, {}),
+            pauses=pauses[job.name],
+            db_now=db_now,
+        )
+        for job in jobs
+    }
+
+
+def build_ledger(
+    job: Job, *, ticks: list[datetime], runs: dict, lock: dict, pauses: list, db_now: datetime
+) -> Ledger:
+    """The ledger of ``job`` over ``ticks`` (newest first), from its runs by tick, its lock row's
+    ``token``, ``locked_until``, ``tick`` and ``paused_at``, and its pauses (``(paused_at,
+    resumed_at or None)``), judged at ``db_now``: no query (tests inject every part)."""
+    slots = [_slot(job, tick, runs.get(tick, []), lock=lock, pauses=pauses, db_now=db_now) for tick in ticks]
+    return Ledger(
+        job=job.name,
+        db_now=db_now,
+        slots=slots,
+        paused=lock.get("paused_at") is not None,
+        counts=Counter(slot.outcome for slot in slots),
+    )
+
+
+def _slot(job: Job, tick: datetime, runs: list[dict], *, lock: dict, pauses: list, db_now: datetime) -> Slot:
+    """The one outcome of ``tick`` (the design notes' definitions, docs/architecture.md)."""
+    runs = tuple({key: value for key, value in run.items() if key != "job_name"} for run in runs)
+    if any(run["status"] == RunStatus.SUCCEEDED for run in runs):
+        return Slot(tick, SUCCEEDED, runs)
+    in_force = lock.get("locked_until") is not None and lock["locked_until"] >= db_now
+    if any(run["status"] == RunStatus.RUNNING and in_force and run["token"] == lock["token"] for run in runs):
+        return Slot(tick, RUNNING, runs)
+    ends = chance_end(job, tick)
+    over = db_now >= ends or len(runs) >= 1 + len(job.retry_delays)
+    if job.catch_up == "latest" and lock.get("tick") is not None and lock["tick"] > tick:
+        over = True  # superseded: a later slot was claimed (a copy may claim one a little early)
+    if not over:
+        return Slot(tick, PENDING, runs)
+    if runs:
+        return Slot(tick, FAILED, runs)
+    if _covered(pauses, start=tick, end=min(ends, db_now)):
+        return Slot(tick, PAUSED, runs)
+    return Slot(tick, MISSED, runs)
+
+
+def chance_end(job: Job, tick: datetime) -> datetime:
+    """When ``tick``'s chance is over (if attempts remain): the next slot under the ``latest``
+    catch-up policy, ``catch_up_window`` after the slot under ``all``."""
+    if job.catch_up == "all":
+        return tick + job.catch_up_window
+    return next_tick(job.schedule, now=tick)
+
+
+def _covered(pauses: list[tuple[datetime, datetime | None]], *, start: datetime, end: datetime) -> bool:
+    """Whether the pauses (``(paused_at, resumed_at or None)``) cover all of ``[start, end)``."""
+    reached = start
+    for paused_at, resumed_at in sorted(pauses, key=lambda pause: pause[0]):
+        if paused_at > reached:
+            break
+        if resumed_at is None:
+            return True
+        reached = max(reached, resumed_at)
+        if reached >= end:
+            return True
+    return reached >= end
