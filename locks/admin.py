@@ -22,7 +22,7 @@ from django.utils.translation import gettext_lazy as _
 
 from locks.db import RowLocked
 from locks.lease import LockError, iso
-from locks.models import EXPIRED, FREE, HELD, OVERDUE, Incident, JobPause, JobRun, RunStatus, SyncLock
+from locks.models import EXPIRED, FREE, HELD, OVERDUE, Incident, JobPause, JobRun, Outcome, SyncLock
 from locks.operator import force_release, pause_job, reset_tick, resume_job, start_run_now
 from locks.registry import UnknownJob, get_job
 from locks.registry import jobs as registered_jobs
@@ -92,7 +92,7 @@ def tick_progress(lock) -> str:
 def status_badge(status: str) -> str:
     if not status:
         return "—"
-    return badge(RunStatus(status).label, status)
+    return badge(Outcome(status).label, status)
 
 
 def outcome_badge(outcome: str) -> str:
@@ -696,7 +696,7 @@ class SyncLockAdmin(JobControlsMixin, LeaseActionsMixin, ReadOnlyAdminMixin, Sty
 
     @admin.display(description=_("last duration"))
     def last_duration(self, lock: SyncLock) -> str:
-        if lock.last_status == RunStatus.RUNNING and lock.last_started_at is not None:
+        if lock.last_status == Outcome.RUNNING and lock.last_started_at is not None:
             if lock.state == EXPIRED:
                 return gettext("did not finish")
             return gettext("running for %(time)s") % {"time": timesince(lock.last_started_at, lock.db_now)}

@@ -22,7 +22,7 @@ from django.db.models.lookups import GreaterThanOrEqual
 from django.utils import timezone
 
 from locks.db import bound_transaction, error_text, unlocked, without_waiting
-from locks.models import PAUSE_FIELDS, JobRun, RunStatus, SyncLock, database_now, now_plus
+from locks.models import PAUSE_FIELDS, JobRun, Outcome, SyncLock, database_now, now_plus
 
 # --- from claims.py ---
 
@@ -181,7 +181,7 @@ READ_BACK_SECONDS = 30
 RELEASE_WAIT = 5.0
 CONTENDER_PAUSES = (0.05, 0.1, 0.0)
 # The outcomes after which a tick may be tried again, once its retry delay has passed.
-RETRIED = frozenset({RunStatus.FAILED, RunStatus.LOST_LOCK})
+RETRIED = frozenset({Outcome.FAILED, Outcome.LOST_LOCK})
 
 
 def acquire(
@@ -215,7 +215,7 @@ def acquire(
         "locked_until": now_plus(ttl),
         "heartbeat_at": Now(),
         "last_started_at": Now(),
-        "last_status": RunStatus.RUNNING,
+        "last_status": Outcome.RUNNING,
         "last_error": "",
     }
     if tick is not None:
@@ -496,7 +496,7 @@ def release(*, lease: Lease, status: str, error: str = "") -> bool:
     values = {}
     if status in RETRIED and lease.retry_delay is not None:
         values["retry_at"] = now_plus(lease.retry_delay)
-    if lease.tick is not None and status == RunStatus.SUCCEEDED:
+    if lease.tick is not None and status == Outcome.SUCCEEDED:
         values["tick_done"] = True
     elif (
         not lease.committed and not connections[router.db_for_write(SyncLock)].features.supports_transactions

@@ -6,13 +6,22 @@ from django.db.models.functions import Now
 from django.utils import timezone
 
 
-class RunStatus(models.TextChoices):
+class Outcome(models.TextChoices):
+    """What a run came to: the one outcome type. ``JobRun.status`` and ``SyncLock.last_status``
+    store it (never ``skipped``: a skip took no lease); ``RunResult.outcome`` is one; exit codes,
+    HTTP statuses and log levels are looked up from it in ``locks.runner.ANSWERS``."""
+
     RUNNING = "running", "running"
     SUCCEEDED = "succeeded", "succeeded"
     FAILED = "failed", "failed"
+    UNKNOWN = "unknown", "unknown (COMMIT unanswered)"
     LOST_LOCK = "lost_lock", "lost lock"
     RELEASED = "released", "force-released"
     ABANDONED = "abandoned", "abandoned"
+    SKIPPED = "skipped", "skipped"
+
+
+RunStatus = Outcome  # the name of the last release
 
 
 # The states of a lease, judged by the database clock. Each is one filter, so
@@ -136,7 +145,7 @@ class SyncLock(models.Model):
     )
     last_started_at = models.DateTimeField(null=True, blank=True)
     last_finished_at = models.DateTimeField(null=True, blank=True)
-    last_status = models.CharField(max_length=20, choices=RunStatus.choices, blank=True)
+    last_status = models.CharField(max_length=20, choices=Outcome.choices, blank=True)
     last_error = models.TextField(blank=True)
     # An operator's pause (locks.operator): while paused_at is set, acquire's compare-and-set
     # refuses every contender, forced or not (docs/architecture.md, "Operating the jobs").
@@ -152,6 +161,17 @@ class SyncLock(models.Model):
     )
     paused_note = models.TextField(
         "pause note", blank=True, default="", help_text="Why, in the operator's words."
+    )
+    # Run now (locks.operator.run_now): set by one compare-and-set before the background run
+    # starts, so a second request while one is pending or running starts nothing.
+    run_requested_at = models.DateTimeField(
+        "run requested at",
+        null=True,
+        blank=True,
+        help_text="An operator asked for a run now (database clock); empty once that run has started and ended.",
+    )
+    run_requested_by = models.CharField(
+        "run requested by", max_length=200, blank=True, default="", help_text="Who asked: admin:<user>."
     )
 
     created_at = models.DateTimeField(
@@ -180,7 +200,7 @@ class JobRunQuerySet(models.QuerySet):
         return self.filter(job_name=job)
 
     def succeeded(self) -> "JobRunQuerySet":
-        return self.filter(status=RunStatus.SUCCEEDED)
+        return self.filter(status=Outcome.SUCCEEDED)
 
 
 class JobRun(models.Model):
@@ -195,7 +215,7 @@ class JobRun(models.Model):
     token = models.PositiveBigIntegerField("fencing token")
     started_at = models.DateTimeField()
     finished_at = models.DateTimeField(null=True, blank=True)
-    status = models.CharField(max_length=20, choices=RunStatus.choices, default=RunStatus.RUNNING)
+    status = models.CharField(max_length=20, choices=Outcome.choices, default=Outcome.RUNNING)
     stats = models.JSONField(default=dict, blank=True)
     error = models.TextField(blank=True)
     requested_by = models.CharField(

@@ -17,7 +17,7 @@ from django.db.models.functions import Now
 
 from locks.db import RowLocked, safe_text, unlocked, without_waiting
 from locks.lease import LockError, iso
-from locks.models import EXPIRED, FREE, HELD, OVERDUE, PAUSE_FIELDS, JobPause, JobRun, RunStatus, SyncLock
+from locks.models import EXPIRED, FREE, HELD, OVERDUE, PAUSE_FIELDS, JobPause, JobRun, Outcome, SyncLock
 from locks.registry import UnknownJob, get_job
 
 # --- from operations.py ---
@@ -120,14 +120,14 @@ def _force_release(*, job: str, using: str, expected_token: int | None, by: str)
                 locked_until=None,
                 token=F("token") + 1,
                 last_finished_at=Now(),
-                last_status=RunStatus.RELEASED,
+                last_status=Outcome.RELEASED,
                 last_error=f"force-released by {by}; holder was {holder}",
             )
         ):
             # The released holder's run can no longer finish under its lease; if the
             # holder is alive its own bookkeeping may still overwrite this.
-            JobRun.objects.for_job(job).filter(token=token, status=RunStatus.RUNNING).update(
-                status=RunStatus.LOST_LOCK, finished_at=Now(), error=f"force-released by {by}"
+            JobRun.objects.for_job(job).filter(token=token, status=Outcome.RUNNING).update(
+                status=Outcome.LOST_LOCK, finished_at=Now(), error=f"force-released by {by}"
             )
             logger.warning(
                 "job=%s force-released by %s; previous holder %s (token %s), new token %s",

@@ -32,7 +32,7 @@ from locks.lease import (
     renew,
     validate_ttl,
 )
-from locks.models import JobRun, RunStatus, SyncLock, now_plus
+from locks.models import JobRun, Outcome, SyncLock, now_plus
 from locks.registry import ALL, Job, get_job, tick_window
 from locks.schedule import InvalidTick
 
@@ -281,17 +281,17 @@ def _record_start(lease: Lease, *, requested_by: str) -> int | None:
     this run. A dead holder whose fenced write had committed (``lease.prior_commit``)
     succeeded: its work is done, only its record was not."""
     try:
-        runs = JobRun.objects.for_job(lease.job).filter(status=RunStatus.RUNNING, token__lt=lease.token)
+        runs = JobRun.objects.for_job(lease.job).filter(status=Outcome.RUNNING, token__lt=lease.token)
         if lease.prior_commit is not None:
             runs.filter(token=lease.prior_commit).update(
-                status=RunStatus.SUCCEEDED,
+                status=Outcome.SUCCEEDED,
                 finished_at=Now(),
                 error=_dead_holder(
                     f"committed its fenced write, then stopped before recording it; token {lease.token} took over"
                 ),
             )
         runs.update(
-            status=RunStatus.ABANDONED,
+            status=Outcome.ABANDONED,
             finished_at=Now(),
             error=_dead_holder(f"stopped renewing; its lease expired and token {lease.token} took over"),
         )
@@ -315,16 +315,16 @@ def _dead_holder(what: str) -> Concat:
 
 
 def _record_finish(lease: Lease, run_id, result: RunResult) -> None:
-    status = RunStatus(result.outcome)  # succeeded, failed or lost_lock
+    status = Outcome(result.outcome)  # succeeded, failed or lost_lock
     released: bool | None = None
     for attempt in range(2):
         try:
             if released is None:
                 released = release(lease=lease, status=status, error=result.error)
-                if not released and status == RunStatus.SUCCEEDED and not lease.committed:
+                if not released and status == Outcome.SUCCEEDED and not lease.committed:
                     # The job finished, but the lease had changed hands meanwhile: its
                     # work may have overlapped another holder's.
-                    status, result.outcome = RunStatus.LOST_LOCK, "lost_lock"
+                    status, result.outcome = Outcome.LOST_LOCK, "lost_lock"
                     result.error = (
                         f"lease on {lease.job} (token {lease.token}) was taken over before the run finished"
                     )

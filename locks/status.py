@@ -14,7 +14,7 @@ from django.db.models.functions import Coalesce, Now
 from django.utils import timezone
 
 from locks.lease import iso
-from locks.models import STUCK_Q, JobPause, JobRun, RunStatus, SyncLock, database_now
+from locks.models import STUCK_Q, JobPause, JobRun, Outcome, SyncLock, database_now
 from locks.registry import Job
 from locks.registry import jobs as registered_jobs
 from locks.schedule import next_tick, previous_slots
@@ -340,10 +340,10 @@ def build_ledger(
 def _slot(job: Job, tick: datetime, runs: list[dict], *, lock: dict, pauses: list, db_now: datetime) -> Slot:
     """The one outcome of ``tick`` (the design notes' definitions, docs/architecture.md)."""
     runs = tuple({key: value for key, value in run.items() if key != "job_name"} for run in runs)
-    if any(run["status"] == RunStatus.SUCCEEDED for run in runs):
+    if any(run["status"] == Outcome.SUCCEEDED for run in runs):
         return Slot(tick, SUCCEEDED, runs)
     in_force = lock.get("locked_until") is not None and lock["locked_until"] >= db_now
-    if any(run["status"] == RunStatus.RUNNING and in_force and run["token"] == lock["token"] for run in runs):
+    if any(run["status"] == Outcome.RUNNING and in_force and run["token"] == lock["token"] for run in runs):
         return Slot(tick, RUNNING, runs)
     ends = chance_end(job, tick)
     over = db_now >= ends or len(runs) >= 1 + len(job.retry_delays)

@@ -29,7 +29,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from locks.db import error_text
 from locks.lease import LockError, iso
-from locks.models import HELD, OVERDUE, Incident, JobRun, RunStatus, Throttle, database_now, now_plus
+from locks.models import HELD, OVERDUE, Incident, JobRun, Outcome, Throttle, database_now, now_plus
 from locks.registry import Job, UnknownJob, get_job
 from locks.registry import jobs as registered_jobs
 from locks.runner import RunResult, run_job
@@ -424,14 +424,14 @@ def job_metrics() -> list[Metric]:
             lock is not None
             and lock.last_finished_at
             and lock.last_started_at
-            and lock.last_status != RunStatus.RUNNING
+            and lock.last_status != Outcome.RUNNING
         ):
             duration.add_metric([name], (lock.last_finished_at - lock.last_started_at).total_seconds())
         for outcome in OUTCOMES:
             ticks.add_metric([name, outcome], ledgers[name].counts.get(outcome, 0))
     seen = {(name, status): count for name, status, count in runs}
     for name in registered:
-        for status in RunStatus.values:
+        for status in Outcome.values:
             run_counts.add_metric([name, status], seen.get((name, status), 0))
     skew = _gauge("locks_clock_skew_seconds", "This host's clock minus the database's.", [])
     skew.add_metric([], (timezone.now() - db_now).total_seconds())
