@@ -23,6 +23,7 @@ _API = {
     "LockLost": "lease",
     "LockError": "lease",
     "CommitUnknown": "lease",
+    "NotCommitted": "lease",
     "acquire": "lease",
     "renew": "lease",
     "fenced": "lease",

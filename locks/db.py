@@ -9,7 +9,7 @@ import traceback
 from collections.abc import Callable
 from typing import TypeVar
 
-from django.db import OperationalError, connections, transaction
+from django.db import OperationalError, ProgrammingError, connections, transaction
 from django.db.models import QuerySet
 
 # --- from bounds.py ---
@@ -18,6 +18,20 @@ T = TypeVar("T")
 
 # PostgreSQL's SQLSTATE for "could not obtain lock on row" (NOWAIT, lock_timeout).
 LOCK_NOT_AVAILABLE = "55P03"
+
+
+# PostgreSQL's SQLSTATE for "relation does not exist".
+UNDEFINED_TABLE = "42P01"
+
+
+def missing_table(exc: BaseException) -> bool:
+    """Whether a database error says a table does not exist (``migrate`` was not run): by its
+    SQLSTATE on PostgreSQL; SQLite gives only a generic error code, so by its text there."""
+    if not isinstance(exc, ProgrammingError | OperationalError):
+        return False
+    if getattr(exc.__cause__, "sqlstate", None) == UNDEFINED_TABLE:
+        return True
+    return "no such table" in str(exc).lower()
 
 
 def row_locked(exc: BaseException) -> bool:

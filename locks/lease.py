@@ -26,6 +26,7 @@ from locks.models import PAUSE_FIELDS, JobRun, Outcome, SyncLock, database_now, 
 
 # --- from claims.py ---
 
+
 class LockLost(RuntimeError):
     """The lease was taken over or could not be renewed; stop before writing."""
 
@@ -167,6 +168,11 @@ class LockError(Exception):
     """The lock cannot be used at all (for example, its table is missing)."""
 
 
+class NotCommitted(RuntimeError):
+    """A fenced write that is not in the database: its block was rolled back without raising, or
+    the row does not show it (a failover lost it). The run failed; its tick stays open."""
+
+
 class CommitUnknown(RuntimeError):
     """The COMMIT of a fenced write got no answer and the lock row could not be read back
     to tell whether it committed (docs/architecture.md, "The rules": 10, unknown is not failed)."""
@@ -181,7 +187,7 @@ READ_BACK_SECONDS = 30
 RELEASE_WAIT = 5.0
 CONTENDER_PAUSES = (0.05, 0.1, 0.0)
 # The outcomes after which a tick may be tried again, once its retry delay has passed.
-RETRIED = frozenset({Outcome.FAILED, Outcome.LOST_LOCK})
+RETRIED = frozenset({Outcome.FAILED, Outcome.LOST_LOCK, Outcome.UNKNOWN})
 
 
 def acquire(
@@ -404,28 +410,28 @@ def _renew(lease: Lease, *, rows, values: dict) -> None:
 
 @contextmanager
 def fenced(lease: Lease) -> Iterator[None]:
-    """The write phase of a run: one durable ``transaction.atomic()`` block whose first
-    UPDATE renews ``lease`` (``LockLost`` before any write if it is gone), records its
-    token as ``committed_token`` and marks a scheduled tick done, so both are true exactly
-    when the writes commit; then ``lease.committed`` is true. An error on the COMMIT
-    itself is resolved by ``read_back_commit`` (``CommitUnknown`` when it cannot tell).
-    While inside, ``lease.writing`` is set: on SQLite a ``database is locked`` error of
-    the heartbeat is this process's own write lock. docs/architecture.md, "The rules"
-    (6 and 10; MongoDB, where ``atomic()`` does nothing, too).
+    """The write phase of a run: one durable ``transaction.atomic()`` block whose first UPDATE
+    renews ``lease`` (``LockLost`` before any write if it is gone), records its token as
+    ``committed_token`` and marks its tick done (the tick re-asserted), so all are true exactly
+    when the writes commit; then ``lease.committed`` is true. A block Django rolls back without
+    raising (``set_rollback(True)``, an ``IntegrityError`` caught inside) is ``NotCommitted``.
+    An error on the COMMIT itself is resolved by ``read_back_commit`` (``CommitUnknown`` when it
+    cannot tell). While inside, ``lease.writing`` is set: the heartbeat leaves the row alone.
+    docs/architecture.md, "The rules" (6, 10 and 15; MongoDB, where ``atomic()`` does nothing, too).
     """
     lease.check()
     values = {"committed_token": lease.token}
     if lease.tick is not None:
-        values["tick_done"] = True
+        values.update(tick=lease.tick, tick_done=True)
     lease.writing.set()
-    body_done = False
+    body_done = rolled_back = False
     using = router.db_for_write(SyncLock)
     try:
         with transaction.atomic(using=using, durable=True):
             bound_transaction(using=using, seconds=lease.ttl.total_seconds())
             _renew(lease, rows=SyncLock.objects.using(using).for_job(lease.job), values=values)
             yield
-            body_done = True
+            body_done, rolled_back = True, transaction.get_rollback(using=using)
     except Error as exc:
         if not body_done:
             raise  # the block failed and was rolled back: nothing was written
@@ -437,15 +443,14 @@ def fenced(lease: Lease) -> Iterator[None]:
             ) from exc
         logger.warning(
             "job=%s token=%s the COMMIT of its fenced write got no answer (%s); the lock row says it %s",
-            lease.job,
-            lease.token,
-            error_text(exc),
-            "committed" if committed else "did not commit",
+            *(lease.job, lease.token, error_text(exc), "committed" if committed else "did not commit"),
         )
         if not committed:
             raise
     finally:
         lease.writing.clear()
+    if rolled_back:
+        raise NotCommitted(f"the fenced block of {lease.job} (token {lease.token}) was rolled back")
     lease.committed = True
 
 
@@ -483,42 +488,50 @@ def read_back_commit(lease: Lease) -> bool | None:
 
 
 def release(*, lease: Lease, status: str, error: str = "") -> bool:
-    """Give the lease back, recording the outcome. Only the holder's token matches.
+    """Give the lease back, recording the outcome; only the holder's token matches (False: it
+    did not). A released row keeps no holder; the run's holder stays on its JobRun.
 
-    A released row keeps no holder (a holder always has an expiry); the run's holder
-    stays on its JobRun. A scheduled run's tick becomes done when it succeeded; a failed
-    one's next attempt may start after its retry delay (``retry_at``). A failure never
-    reopens the tick on SQL databases; on MongoDB, where the done mark of a failed block
-    stays, one without a committed fenced write does (docs/architecture.md, "The rules": 10
-    and 12). A lock row locked by another transaction is waited for ``RELEASE_WAIT`` at most
-    (``RowLocked``; the lease then expires by itself).
+    A scheduled run's tick becomes done when it succeeded; a failed or unknown one's next
+    attempt may start after its retry delay (``retry_at``). A lease whose fenced write committed
+    succeeds only while the row shows that write (``committed_token``): otherwise it is released
+    ``failed`` and ``NotCommitted`` raised, the tick left open (rule 15: a failover may have lost
+    the write). A failure never reopens the tick on SQL databases; on MongoDB, where the done
+    mark of a failed block stays, one without a committed fenced write does (rules 10 and 12).
+    A lock row locked by another transaction is waited for ``RELEASE_WAIT`` at most (``RowLocked``;
+    the lease then expires by itself).
     """
+    using = router.db_for_write(SyncLock)
     values = {}
     if status in RETRIED and lease.retry_delay is not None:
         values["retry_at"] = now_plus(lease.retry_delay)
     if lease.tick is not None and status == Outcome.SUCCEEDED:
-        values["tick_done"] = True
-    elif (
-        not lease.committed and not connections[router.db_for_write(SyncLock)].features.supports_transactions
-    ):
+        values.update(tick=lease.tick, tick_done=True)
+    elif not lease.committed and not connections[using].features.supports_transactions:
         values["committed_token"] = None
         if lease.tick is not None:
             values["tick_done"] = False
-    using = router.db_for_write(SyncLock)
     rows = SyncLock.objects.using(using).for_job(lease.job).filter(token=lease.token)
+    if status == Outcome.SUCCEEDED and lease.committed:
+        rows = rows.filter(committed_token=lease.token)
     update = dict(
-        holder="",
-        locked_until=None,
-        last_finished_at=Now(),
-        last_status=status,
-        last_error=error[:2000],
-        **values,
+        holder="", locked_until=None, last_finished_at=Now(), last_status=status, last_error=error[:2000]
     )
-    return bool(
-        without_waiting(
-            lambda: unlocked(rows, using=using, skip=False).update(**update),
-            using=using,
-            within=RELEASE_WAIT,
-            what=f"releasing the lease on {lease.job} (token {lease.token})",
-        )
-    )
+
+    def write(rows=rows, update=update) -> int:
+        return unlocked(rows, using=using, skip=False).update(**update)
+
+    what = f"releasing the lease on {lease.job} (token {lease.token})"
+    if without_waiting(
+        lambda: write(update={**update, **values}), using=using, within=RELEASE_WAIT, what=what
+    ):
+        return True
+    if status != Outcome.SUCCEEDED or not lease.committed:
+        return False
+    missing = f"its fenced write (token {lease.token}) is not in this database's history"
+    failed = {**update, "last_status": Outcome.FAILED, "last_error": missing}
+    if lease.retry_delay is not None:
+        failed["retry_at"] = now_plus(lease.retry_delay)
+    rows = SyncLock.objects.using(using).for_job(lease.job).filter(token=lease.token)
+    if not without_waiting(lambda: write(rows, failed), using=using, within=RELEASE_WAIT, what=what):
+        return False
+    raise NotCommitted(missing)

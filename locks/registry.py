@@ -39,6 +39,7 @@ def with_builtin_jobs(jobs, *, enabled: bool = True):
 
 # --- from registry.py ---
 
+
 class UnknownJob(LookupError):
     """No job (or no lock) of that name."""
 

@@ -1,4 +1,8 @@
-"""A run of a job under its lease: ``run_job`` (a registered job, the one way every caller runs one), ``run_locked`` (any function), the heartbeat, the ``JobRun`` record, and ``RunResult``: what a run came to, its one log line, its exit code and HTTP status (docs/architecture.md, "The lock")."""
+"""A run of a job under its lease: ``run_job`` (a registered job, the one way every caller runs
+one), ``run_locked`` (any function), the heartbeat, the ``JobRun`` record, and ``RunResult``: what
+a run came to, its one log line, and (``ANSWERS``) its exit code, HTTP status and log level
+(docs/architecture.md, "The lock").
+"""
 
 from __future__ import annotations
 
@@ -8,21 +12,21 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Literal
 
 from django.conf import settings
-from django.db import Error, OperationalError, ProgrammingError, connections, router
+from django.db import Error, OperationalError, connections, router
 from django.db.models import TextField, Value
 from django.db.models.functions import Concat, Now
 from django.utils import timezone
 
 from locks import schedule
-from locks.db import RowLocked, error_text, safe_text, traceback_text
+from locks.db import RowLocked, error_text, missing_table, safe_text, traceback_text
 from locks.lease import (
     CommitUnknown,
     Lease,
     LockError,
     LockLost,
+    NotCommitted,
     Skip,
     acquire,
     iso,
@@ -36,23 +40,45 @@ from locks.models import JobRun, Outcome, SyncLock, now_plus
 from locks.registry import ALL, Job, get_job, tick_window
 from locks.schedule import InvalidTick
 
-# --- from results.py ---
+# The name the lock's log lines have always carried (operators filter on it).
+logger = logging.getLogger("locks.api")
 
-Outcome = Literal["succeeded", "failed", "lost_lock", "skipped"]
+# Characters of an expected error's message kept (SyncLock.last_error keeps as many).
+ERROR_LIMIT = 2000
+# The most runs one run_due makes to catch up slots behind (a day of minutes, and then some).
+MAX_CATCH_UP = 2000
+
+# What each kind of result means to every interface, in one place: exit code (run_job and its
+# aliases, cron), HTTP status (the trigger) and log level. ``RunResult.kind`` names the row.
+ANSWERS = {
+    "succeeded": (0, 200, logging.INFO),
+    "succeeded_then_failed": (0, 200, logging.ERROR),  # its fenced write committed, then an error
+    "skipped": (0, 409, logging.INFO),
+    "tick_ahead": (0, 409, logging.WARNING),  # nothing stored: most likely this host's clock
+    "unreachable": (0, 503, logging.WARNING),  # costs no attempt; asked again
+    "failed": (1, 500, logging.ERROR),  # a bug (its traceback is kept) or a block rolled back
+    "failed_expected": (1, 502, logging.ERROR),  # an outside system, as the job's expected_errors say
+    "failed_database": (1, 503, logging.ERROR),
+    "lost_lock": (1, 500, logging.ERROR),
+    "unknown": (1, 503, logging.ERROR),  # the COMMIT got no answer: the next run resolves it
+}
 
 
 @dataclass
 class RunResult:
+    """What one run came to. Plain values: the scheduler, the trigger and the commands read it
+    without the database."""
+
     job: str
     tick: datetime | None
     holder: str
-    outcome: Outcome
+    outcome: Outcome = Outcome.SKIPPED
     token: int | None = None
     skip: Skip | None = None
     reason: str = ""
     stats: dict = field(default_factory=dict)
     error: str = ""
-    traceback: str = ""  # an unexpected exception's, bounded (locks.db.traceback_text)
+    traceback: str = ""  # an unexpected exception's, bounded
     duration: float = 0.0
     attempt: int | None = None  # its number among its tick's attempts, of attempts (rule 12)
     attempts: int | None = None
@@ -60,13 +86,35 @@ class RunResult:
     retry_after: timedelta | None = None
     unreachable: bool = False  # skipped: the database could not be reached (costs no attempt)
     behind: bool = False  # catch_up "all": it was for a slot older than the current one
-    # What made the run fail or be skipped for an unreachable database, so callers
-    # can tell causes apart (an HTTP trigger maps them to status codes).
+    expected: bool = False  # failed the way its job expects (one of its expected_errors)
     exception: BaseException | None = field(default=None, repr=False, compare=False)
 
     @property
     def ok(self) -> bool:
-        return self.outcome in {"succeeded", "skipped"}
+        return self.outcome in {Outcome.SUCCEEDED, Outcome.SKIPPED}
+
+    @property
+    def kind(self) -> str:
+        """The row of ``ANSWERS`` this result is."""
+        if self.outcome == Outcome.SUCCEEDED:
+            return "succeeded_then_failed" if self.error else "succeeded"
+        if self.outcome == Outcome.SKIPPED:
+            if self.unreachable:
+                return "unreachable"
+            return "tick_ahead" if self.skip is not None and self.skip.reason == "tick_ahead" else "skipped"
+        if self.outcome == Outcome.FAILED and self.expected:
+            return "failed_expected"
+        if self.outcome == Outcome.FAILED and isinstance(self.exception, Error):
+            return "failed_database"
+        return self.outcome if self.outcome in {Outcome.LOST_LOCK, Outcome.UNKNOWN} else "failed"
+
+    @property
+    def exit_code(self) -> int:
+        return ANSWERS[self.kind][0]
+
+    @property
+    def http_status(self) -> int:
+        return ANSWERS[self.kind][1]
 
     @property
     def next_due_now(self) -> bool:
@@ -75,10 +123,10 @@ class RunResult:
         the next slot is due at once."""
         if not self.behind:
             return False
-        if self.outcome in {"failed", "lost_lock"}:
+        if self.outcome in {Outcome.FAILED, Outcome.LOST_LOCK, Outcome.UNKNOWN}:
             return self.retry_after is None
         settled_elsewhere = self.skip is not None and self.skip.reason in {"attempts_used", "tick_claimed"}
-        return self.outcome == "succeeded" or settled_elsewhere
+        return self.outcome == Outcome.SUCCEEDED or settled_elsewhere
 
     def describe(self) -> str:
         parts = [f"job={self.job}", f"tick={iso(self.tick) or 'forced'}", f"holder={self.holder}"]
@@ -95,16 +143,11 @@ class RunResult:
         parts.append(f"duration={self.duration:.2f}s")
         return " ".join(parts)
 
-
-# --- from runner.py ---
-
-# The name the lock's log lines have always carried (operators filter on it).
-logger = logging.getLogger("locks.api")
-
-# Characters of an expected error's message kept (SyncLock.last_error keeps as many).
-ERROR_LIMIT = 2000
-# The most runs one run_due makes to catch up slots behind (a day of minutes, and then some).
-MAX_CATCH_UP = 2000
+    def log(self) -> None:
+        unexpected = bool(self.traceback)  # the exception itself: outside its except block
+        logger.log(
+            ANSWERS[self.kind][2], "%s", self.describe(), exc_info=self.exception if unexpected else None
+        )
 
 
 class _Heartbeat(threading.Thread):
@@ -192,108 +235,123 @@ def run_locked(
     validate_ttl(ttl)
     if max_run_time is not None and max_run_time <= timedelta(0):
         raise ValueError(f"max_run_time must be positive, got {max_run_time}")
-    holder = holder or make_holder()
     started = time.monotonic()
-    result = RunResult(job=job, tick=tick, holder=holder, outcome="skipped")
+    result = RunResult(job=job, tick=tick, holder=holder or make_holder())
     try:
         connections[router.db_for_write(SyncLock)].ensure_connection()
-        got = acquire(job=job, tick=tick, ttl=ttl, holder=holder, horizon=horizon, retry_delays=retry_delays)
+        got = acquire(
+            job=job, tick=tick, ttl=ttl, holder=result.holder, horizon=horizon, retry_delays=retry_delays
+        )
     except Error as exc:
         return _unreachable(result, exc, started)
-
     if isinstance(got, Skip):
         result.skip, result.reason = got, str(got)
+        if got.reason == "tick_ahead":  # nothing was stored; most likely this host's clock (or a --tick)
+            result.reason += f"; this host's clock is {(timezone.now() - got.db_now).total_seconds():+.0f} s off the database clock"
         result.duration = time.monotonic() - started
-        if got.reason == "tick_ahead":
-            # Nothing was stored; most likely this host's clock (or a --tick) is wrong.
-            offset = (timezone.now() - got.db_now).total_seconds()
-            result.reason += f"; this host's clock is {offset:+.0f} s off the database clock"
-            logger.warning("%s", result.describe())
-        else:
-            logger.info("%s", result.describe())
+        result.log()
         return result
-
     lease = got
     result.token, result.attempt = lease.token, lease.attempt
-    result.attempts = (
-        1 + len(retry_delays) if lease.attempt is not None and retry_delays is not None else None
-    )
+    if lease.attempt is not None and retry_delays is not None:
+        result.attempts = 1 + len(retry_delays)
     run_id = _record_start(lease, requested_by=requested_by)
     heartbeat = _Heartbeat(lease, max_run_time=max_run_time, started=started)
     heartbeat.start()
-    unexpected = False
-    interrupted: BaseException | None = None
     try:
-        result.stats = dict(fn(lease) or {})
-        lease.check()
-        result.outcome = "succeeded"
-    except LockLost as exc:
-        result.outcome, result.error, result.exception = "lost_lock", str(exc) or lease.lost_reason, exc
-    except CommitUnknown as exc:  # a database fault: no traceback
-        result.outcome, result.error, result.exception = "failed", f"outcome unknown: {exc}", exc
-    except Error as exc:
-        result.outcome, result.error, result.exception = "failed", f"database error: {error_text(exc)}", exc
-    except expected_errors as exc:  # its message may quote an outside system: bounded, one line
-        result.outcome, result.error, result.exception = "failed", safe_text(str(exc), limit=ERROR_LIMIT), exc
-    except Exception as exc:
-        result.outcome, result.error, result.exception, unexpected = "failed", error_text(exc), exc, True
-        result.traceback = traceback_text(exc)
-    except BaseException as exc:  # KeyboardInterrupt, SystemExit (SIGTERM): record, then go on
-        result.outcome, result.error, interrupted = "failed", f"interrupted: {error_text(exc)}", exc
+        interrupted = _run_body(fn, lease, result, expected_errors)
     finally:
         heartbeat.stop()
-    if isinstance(result.exception, CommitUnknown) and read_back_commit(lease):
-        lease.committed = True  # the database answers again: the write had committed
-    after_commit = lease.committed and result.outcome != "succeeded"
-    if after_commit:
-        # Rule 6: its fenced write committed under the lease, so the work is done; what
-        # went wrong afterwards is kept on the run and logged as an ERROR.
-        result.outcome = "succeeded"
-        result.error = f"after its fenced write committed: {result.error}"
-    if result.outcome in {"failed", "lost_lock"}:
-        result.retry_after = lease.retry_delay
+    _settle(lease, result)
     result.duration = time.monotonic() - started
     _record_finish(lease, run_id, result)
-    level = logging.INFO if result.outcome == "succeeded" and not after_commit else logging.ERROR
-    # The exception itself: outside its except block, exc_info=True would log "NoneType: None".
-    logger.log(level, "%s", result.describe(), exc_info=result.exception if unexpected else None)
+    result.log()
     if interrupted is not None:
         raise interrupted
     return result
 
 
+def _run_body(fn, lease: Lease, result: RunResult, expected_errors) -> BaseException | None:
+    """``fn(lease)``, its outcome, error and exception on ``result``; an interruption (SIGTERM's
+    SystemExit, KeyboardInterrupt) is returned, to be raised once the run is recorded."""
+    outcome, error, caught = Outcome.FAILED, "", None
+    try:
+        result.stats = dict(fn(lease) or {})
+        lease.check()
+        outcome = Outcome.SUCCEEDED
+    except LockLost as exc:
+        outcome, error, caught = Outcome.LOST_LOCK, str(exc) or lease.lost_reason, exc
+    except CommitUnknown as exc:
+        outcome, error, caught = Outcome.UNKNOWN, f"outcome unknown: {exc}", exc
+    except NotCommitted as exc:
+        error, caught = str(exc), exc
+    except Error as exc:
+        error, caught = f"database error: {error_text(exc)}", exc
+    except expected_errors as exc:  # its message may quote an outside system: bounded, one line
+        error, caught, result.expected = safe_text(str(exc), limit=ERROR_LIMIT), exc, True
+    except Exception as exc:
+        error, caught, result.traceback = error_text(exc), exc, traceback_text(exc)
+    except BaseException as exc:  # KeyboardInterrupt, SystemExit (SIGTERM): record, then go on
+        result.outcome, result.error = Outcome.FAILED, f"interrupted: {error_text(exc)}"
+        return exc
+    result.outcome, result.error, result.exception = outcome, error, caught
+    return None
+
+
+def _settle(lease: Lease, result: RunResult) -> None:
+    """Rule 6: a run whose fenced write committed under the lease is a success, whatever went
+    wrong afterwards (kept on the run, logged as an ERROR). An unknown COMMIT is read back once
+    more: the database may answer again."""
+    if result.outcome == Outcome.UNKNOWN and read_back_commit(lease):
+        lease.committed = True
+    if lease.committed and result.outcome != Outcome.SUCCEEDED:
+        result.outcome, result.error = Outcome.SUCCEEDED, f"after its fenced write committed: {result.error}"
+    if result.outcome in {Outcome.FAILED, Outcome.LOST_LOCK, Outcome.UNKNOWN}:
+        result.retry_after = lease.retry_delay
+
+
 def _unreachable(result: RunResult, exc: Exception, started: float) -> RunResult:
     """A skip for a database that cannot be reached; ``LockError`` for one without the lock's table."""
-    if isinstance(exc, ProgrammingError | OperationalError) and _missing_table(exc):
+    if missing_table(exc):
         raise LockError(
             f"the lock table is missing ({error_text(exc)}): run `python manage.py migrate`"
         ) from exc
     result.reason = f"database unreachable: {error_text(exc)}"
     result.exception, result.unreachable = exc, True
     result.duration = time.monotonic() - started
-    logger.warning("%s", result.describe())
+    result.log()
     return result
 
 
 def _record_start(lease: Lease, *, requested_by: str) -> int | None:
-    """Close the runs of earlier tokens still marked ``running`` (their holders died:
-    this lease could only be won once theirs expired or was released), then record
-    this run. A dead holder whose fenced write had committed (``lease.prior_commit``)
-    succeeded: its work is done, only its record was not."""
+    """Settle the runs of earlier tokens, then record this one. Those still ``running`` lost their
+    holder (this lease could only be won once theirs expired or was released): ``abandoned``, or
+    ``succeeded`` for the one whose fenced write had committed (``lease.prior_commit``). Those
+    ``unknown`` (their COMMIT got no answer) are resolved from the row: ``succeeded`` when their
+    token is the last committed one, else ``failed`` (rule 15)."""
     try:
-        runs = JobRun.objects.for_job(lease.job).filter(status=Outcome.RUNNING, token__lt=lease.token)
+        runs = JobRun.objects.for_job(lease.job).filter(token__lt=lease.token)
+        running, unknown = runs.filter(status=Outcome.RUNNING), runs.filter(status=Outcome.UNKNOWN)
         if lease.prior_commit is not None:
-            runs.filter(token=lease.prior_commit).update(
+            running.filter(token=lease.prior_commit).update(
                 status=Outcome.SUCCEEDED,
                 finished_at=Now(),
                 error=_dead_holder(
                     f"committed its fenced write, then stopped before recording it; token {lease.token} took over"
                 ),
             )
-        runs.update(
+            unknown.filter(token=lease.prior_commit).update(
+                status=Outcome.SUCCEEDED,
+                error=f"resolved by token {lease.token}: the lock row shows its fenced write committed",
+            )
+        running.update(
             status=Outcome.ABANDONED,
             finished_at=Now(),
             error=_dead_holder(f"stopped renewing; its lease expired and token {lease.token} took over"),
+        )
+        unknown.filter(token__gt=lease.prior_commit or 0).update(
+            status=Outcome.FAILED,
+            error=f"resolved by token {lease.token}: the lock row shows its fenced write did not commit",
         )
         return JobRun.objects.create(
             job_name=lease.job,
@@ -315,23 +373,15 @@ def _dead_holder(what: str) -> Concat:
 
 
 def _record_finish(lease: Lease, run_id, result: RunResult) -> None:
-    status = Outcome(result.outcome)  # succeeded, failed or lost_lock
     released: bool | None = None
     for attempt in range(2):
         try:
             if released is None:
-                released = release(lease=lease, status=status, error=result.error)
-                if not released and status == Outcome.SUCCEEDED and not lease.committed:
-                    # The job finished, but the lease had changed hands meanwhile: its
-                    # work may have overlapped another holder's.
-                    status, result.outcome = Outcome.LOST_LOCK, "lost_lock"
-                    result.error = (
-                        f"lease on {lease.job} (token {lease.token}) was taken over before the run finished"
-                    )
+                released = _release(lease, result)
             if run_id is not None:
                 JobRun.objects.filter(pk=run_id).update(
                     finished_at=Now(),
-                    status=status,
+                    status=result.outcome,
                     stats=result.stats,
                     error=result.error,
                     traceback=result.traceback,
@@ -340,19 +390,30 @@ def _record_finish(lease: Lease, run_id, result: RunResult) -> None:
             return
         except (Error, RowLocked) as exc:
             if attempt == 0:
-                # A fault (network cut, server restart) can leave this connection dead
-                # while the database is reachable again: try once more on a new one.
-                # The statements match on the token or the run's key, so repeating is harmless.
+                # A fault (network cut, server restart) can leave this connection dead while the
+                # database is reachable again: once more on a new one. The statements match on the
+                # token or the run's key, so repeating is harmless.
                 connections[router.db_for_write(SyncLock)].close()
                 continue
-            # The lease expires on its own after its TTL (docs/architecture.md, "The lock").
             logger.warning(
                 "job=%s token=%s could not record outcome %s: %s; the lease expires by itself",
-                lease.job,
-                lease.token,
-                status,
-                error_text(exc),
+                *(lease.job, lease.token, result.outcome, error_text(exc)),
             )
+
+
+def _release(lease: Lease, result: RunResult) -> bool:
+    """Release the lease with the run's outcome, which it may correct: a success whose lease
+    changed hands meanwhile without a committed fenced write is ``lost_lock``; one whose fenced
+    write the row does not show is ``failed`` (``NotCommitted``)."""
+    try:
+        released = release(lease=lease, status=result.outcome, error=result.error)
+    except NotCommitted as exc:
+        result.outcome, result.error, result.retry_after = Outcome.FAILED, str(exc), lease.retry_delay
+        return True
+    if not released and result.outcome == Outcome.SUCCEEDED and not lease.committed:
+        result.outcome = Outcome.LOST_LOCK
+        result.error = f"lease on {lease.job} (token {lease.token}) was taken over before the run finished"
+    return released
 
 
 def prune_runs(*, job: str) -> int:
@@ -360,11 +421,6 @@ def prune_runs(*, job: str) -> int:
     cutoff = now_plus(-timedelta(days=settings.LOCKS_RUN_RETENTION_DAYS))
     deleted, _ = JobRun.objects.for_job(job).filter(started_at__lt=cutoff).delete()
     return deleted
-
-
-def _missing_table(exc: Exception) -> bool:
-    text = str(exc).lower()
-    return "no such table" in text or ("relation" in text and "does not exist" in text)
 
 
 # --- a registered job (LOCKS_JOBS) --------------------------------------------------------
@@ -405,7 +461,7 @@ def run_job(
         try:
             pending = _pending_tick(job, due=claim)
         except Error as exc:
-            skipped = RunResult(job=name, tick=claim, holder=make_holder(), outcome="skipped")
+            skipped = RunResult(job=name, tick=claim, holder=make_holder(), outcome=Outcome.SKIPPED)
             return _unreachable(skipped, exc, time.monotonic())
         if tick is not None and tick > pending:
             raise InvalidTick(

@@ -291,7 +291,7 @@ class Scheduler:
         plan.backoff = timedelta(0)
         if result.next_due_now:
             return timedelta(0)  # catch_up "all": that slot is settled, the next one is due
-        if result.outcome in {"failed", "lost_lock"}:
+        if result.outcome in {"failed", "lost_lock", "unknown"}:
             return result.retry_after  # None: the tick had its last attempt
         if skip is None:
             return None  # succeeded

@@ -209,15 +209,11 @@ def lock_summary() -> Summary:
 
 # --- from ledger.py ---
 
-SUCCEEDED, RUNNING, FAILED, MISSED, PAUSED, PENDING = (
-    "succeeded",
-    "running",
-    "failed",
-    "missed",
-    "paused",
-    "pending",
+SUCCEEDED, RUNNING, FAILED, MISSED, PAUSED, PENDING, UNKNOWN = (
+    *("succeeded", "running", "failed", "missed", "paused", "pending"),
+    "unknown",  # its run's COMMIT got no answer: neither a success nor a failure until resolved
 )
-OUTCOMES = (SUCCEEDED, RUNNING, FAILED, MISSED, PAUSED, PENDING)
+OUTCOMES = (SUCCEEDED, RUNNING, FAILED, MISSED, PAUSED, PENDING, UNKNOWN)
 SETTLED = (SUCCEEDED, FAILED, MISSED, PAUSED)  # outcomes that no longer change
 RUN_FIELDS = ("job_name", "tick", "token", "status", "holder", "started_at", "finished_at", "error")
 
@@ -345,6 +341,8 @@ def _slot(job: Job, tick: datetime, runs: list[dict], *, lock: dict, pauses: lis
     in_force = lock.get("locked_until") is not None and lock["locked_until"] >= db_now
     if any(run["status"] == Outcome.RUNNING and in_force and run["token"] == lock["token"] for run in runs):
         return Slot(tick, RUNNING, runs)
+    if any(run["status"] == Outcome.UNKNOWN for run in runs):
+        return Slot(tick, UNKNOWN, runs)
     ends = chance_end(job, tick)
     over = db_now >= ends or len(runs) >= 1 + len(job.retry_delays)
     if job.catch_up == "latest" and lock.get("tick") is not None and lock["tick"] > tick:

@@ -30,7 +30,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from locks.db import error_text
 from locks.lease import LockError, iso
 from locks.models import HELD, OVERDUE, Incident, JobRun, Outcome, Throttle, database_now, now_plus
-from locks.registry import Job, UnknownJob, get_job
+from locks.registry import UnknownJob, get_job
 from locks.registry import jobs as registered_jobs
 from locks.runner import RunResult, run_job
 from locks.schedule import next_tick
@@ -120,6 +120,7 @@ def canonical_address(value: str) -> str | None:
 
 # --- from throttle.py ---
 
+
 @dataclass(frozen=True)
 class Claim:
     allowed: bool
@@ -170,7 +171,7 @@ def _trigger(request: HttpRequest, job: str) -> JsonResponse:
         return response
     # After the token: only a caller that may run jobs learns which ones exist.
     try:
-        registered = get_job(job)
+        get_job(job)
     except UnknownJob as exc:
         return JsonResponse({"error": exc.args[0]}, status=404)
     given = request.GET.get("force", "").strip()
@@ -207,26 +208,14 @@ def _trigger(request: HttpRequest, job: str) -> JsonResponse:
         result = run_job(name=job, force=force, requested_by="trigger")
     except LockError as exc:  # the lock table is missing: a deployment without `migrate`
         return JsonResponse({"job": job, "outcome": "failed", "error": str(exc)}, status=503)
-    return JsonResponse(_run_payload(result), status=_run_status(result, registered))
-
-
-def _run_status(result: RunResult, job: Job) -> int:
-    if result.outcome == "succeeded":
-        return 200
-    if result.outcome == "skipped":
-        return 409 if result.skip is not None else 503  # no Skip: the database was unreachable
-    if isinstance(result.exception, job.error_classes()):
-        return 502  # an outside system failed the way the job expects (its expected_errors)
-    if isinstance(result.exception, DBError):
-        return 503
-    return 500  # the lease was lost mid-run, or a bug (logged with its traceback)
+    return JsonResponse(_run_payload(result), status=result.http_status)
 
 
 def _run_payload(result: RunResult) -> dict:
     payload = {
         "job": result.job,
         # lost_lock is a failure to the caller; the JobRun row keeps the detail.
-        "outcome": "failed" if result.outcome == "lost_lock" else result.outcome,
+        "outcome": Outcome.FAILED if result.outcome == Outcome.LOST_LOCK else result.outcome,
         "tick": iso(result.tick),
         "forced": result.tick is None,
         "holder": result.holder,
@@ -326,6 +315,7 @@ def _job_health(health: Freshness, *, trusted: bool) -> dict:
 
 
 # --- from metrics.py ---
+
 
 @never_cache
 def metrics_view(request: HttpRequest) -> HttpResponse:

@@ -78,7 +78,7 @@ class Command(BaseCommand):
             # and the run recorded instead of left to expire.
             signal.signal(signal.SIGTERM, _terminate)
             # Once; under catch_up "all" (without --tick or --force) also each slot still behind.
-            ok = True
+            status = 0  # the worst exit code of its runs (locks.runner.ANSWERS)
             for result in (
                 run_due(name=name, requested_by=requested_by)
                 if not (force or tick)
@@ -86,15 +86,15 @@ class Command(BaseCommand):
             ):
                 if options["verbosity"] >= 1:
                     self.stdout.write(result.describe())
-                ok = ok and result.ok
+                status = max(status, result.exit_code)
         except UnknownJob as exc:
             raise CommandError(exc.args[0], returncode=2) from exc
         except InvalidTick as exc:
             raise CommandError(f"--tick: {exc}", returncode=2) from exc
         except LockError as exc:
             raise CommandError(str(exc)) from exc
-        if not ok:
-            sys.exit(1)
+        if status:
+            sys.exit(status)
 
     def preview(self, job: str, *, expected: tuple[type[BaseException], ...]) -> None:
         try:
