@@ -23,12 +23,10 @@ from django.utils.translation import gettext_lazy as _
 from locks.db import RowLocked
 from locks.lease import LockError, iso
 from locks.models import EXPIRED, FREE, HELD, OVERDUE, Incident, JobPause, JobRun, Outcome, SyncLock
-from locks.operator import force_release, pause_job, reset_tick, resume_job, start_run_now
-from locks.registry import UnknownJob, get_job
+from locks.operator import admin_name, force_release, pause_job, reset_tick, resume_job, run_now
+from locks.registry import UnknownJob
 from locks.registry import jobs as registered_jobs
 from locks.status import Ledger, job_ledgers, lock_summary
-
-# --- from display.py ---
 
 STATE_LABELS = {
     FREE: _("free"),
@@ -131,138 +129,207 @@ def counts(stats: dict, *, zeros: bool = True) -> str:
     )
 
 
-# --- from actions.py ---
+# --- the operator's writes: actions, buttons, one confirmation page ---------------------------
 
-SHOWN_INPUT = "shown-%s"  # the fencing token shown, one hidden input per lock
-SHOWN_TICK_INPUT = "shown-tick-%s"  # the claimed tick shown (ISO 8601, empty: none), and
-SHOWN_DONE_INPUT = "shown-done-%s"  # whether it was done (1 or 0): reset_tick's guard
+SHOWN = {"token": "shown-%s", "tick": "shown-tick-%s", "done": "shown-done-%s"}  # what the page showed
+NOTE_FIELD = "note"
+# operation: (permission, title, whether it asks first)
+OPERATIONS = {
+    "force_release": ("force_release", _("Force-release job locks?"), True),
+    "reset_tick": ("force_release", _("Reset the claimed tick of job locks?"), True),
+    "pause_jobs": ("pause", _("Pause jobs?"), True),
+    "resume_jobs": ("pause", None, False),
+    "run_now": ("run", None, False),
+}
 
 
-class LeaseActionsMixin:
-    """For ``SyncLockAdmin``: the actions, the detail page's button and its view."""
+def _operation(name: str, description: str):
+    @admin.action(description=description, permissions=[OPERATIONS[name][0]])
+    def act(modeladmin, request: HttpRequest, queryset) -> HttpResponse | None:
+        return modeladmin.operate(request, list(queryset), name, action=True)
+
+    act.__name__ = name
+    return act
+
+
+force_release_action = _operation("force_release", _("Force-release the selected locks"))
+reset_tick_action = _operation("reset_tick", _("Reset the claimed tick"))
+pause_action = _operation("pause_jobs", _("Pause the selected jobs"))
+resume_action = _operation("resume_jobs", _("Resume the selected jobs"))
+run_now_action = _operation("run_now", _("Run the selected jobs now"))
+
+
+def _shown(request: HttpRequest, lock: SyncLock) -> dict:
+    """What the confirmation page showed of ``lock`` (its token; the claimed tick and whether it
+    was done), as the operator's compare-and-set takes it; a missing or bad token matches no lease."""
+    token, tick, done = (request.POST.get(SHOWN[key] % lock.pk) for key in ("token", "tick", "done"))
+    try:
+        shown = {"expected_token": int(token) if token is not None else None}
+    except ValueError:
+        shown = {"expected_token": -1}
+    try:
+        if tick is not None and done in {"0", "1"}:
+            shown.update(
+                expected_tick=datetime.fromisoformat(tick) if tick else None, expected_done=done == "1"
+            )
+    except ValueError:
+        pass
+    return shown
+
+
+class OperatorAdminMixin:
+    """For ``SyncLockAdmin``: each operator's write as a list action and a button on a lock's page,
+    permission-gated, confirmed first where it can harm, its outcome a message and a ``LogEntry``."""
 
     def has_force_release_permission(self, request: HttpRequest, obj: SyncLock | None = None) -> bool:
         return request.user.has_perm(f"{self.opts.app_label}.force_release_synclock")
 
+    def has_pause_permission(self, request: HttpRequest, obj: SyncLock | None = None) -> bool:
+        return request.user.has_perm(f"{self.opts.app_label}.pause_synclock")
+
+    def has_run_permission(self, request: HttpRequest, obj: SyncLock | None = None) -> bool:
+        return request.user.has_perm(f"{self.opts.app_label}.run_synclock")
+
     def get_urls(self):
-        view = self.admin_site.admin_view(self.force_release_view)
-        return [
-            path("<path:object_id>/force-release/", view, name="locks_synclock_force_release"),
-            *super().get_urls(),
-        ]
+        buttons = {
+            "force-release": "force_release",
+            "pause": "pause_jobs",
+            "resume": "resume_jobs",
+            "run_now": "run_now",
+        }
 
-    @admin.action(description=_("Force-release the selected locks"), permissions=["force_release"])
-    def force_release(self, request: HttpRequest, queryset) -> HttpResponse | None:
-        if request.POST.get("post") == "yes":
-            self._release(request, list(queryset))
-            return None  # back to the list, with the messages
-        return self._confirm(request, list(queryset), operation="force_release", action=True)
+        def view(segment: str, operation: str):
+            def button(request: HttpRequest, object_id: str) -> HttpResponse:
+                return self.button_view(request, object_id, operation)
 
-    @admin.action(description=_("Reset the claimed tick"), permissions=["force_release"])
-    def reset_tick(self, request: HttpRequest, queryset) -> HttpResponse | None:
-        if request.POST.get("post") == "yes":
-            self._reset(request, list(queryset))
-            return None
-        return self._confirm(request, list(queryset), operation="reset_tick", action=True)
+            name = "force_release" if segment == "force-release" else segment
+            return path(
+                f"<path:object_id>/{segment}/",
+                self.admin_site.admin_view(button),
+                name=f"locks_synclock_{name}",
+            )
 
-    def force_release_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
-        lock = self.get_object(request, unquote(object_id))
+        return [*(view(segment, operation) for segment, operation in buttons.items()), *super().get_urls()]
+
+    def button_view(self, request: HttpRequest, object_id: str, operation: str) -> HttpResponse:
+        """A button of a lock's page: the confirmation page on GET (where the operation asks first),
+        the operation on POST, then back to the lock (the list, after a force release)."""
+        asks = OPERATIONS[operation][2]
+        if request.method != "POST" and not asks:
+            return HttpResponseNotAllowed(["POST"])
+        lock = self.get_queryset(request).filter(pk=unquote(object_id)).first()
         if lock is None:
             return self._get_obj_does_not_exist_redirect(request, self.opts, object_id)
-        if not self.has_force_release_permission(request, lock):
+        if not getattr(self, f"has_{OPERATIONS[operation][0]}_permission")(request, lock):
             raise PermissionDenied
-        if request.method == "POST":
-            self._release(request, [lock])
+        response = self.operate(request, [lock], operation, action=False)
+        if response is not None:
+            return response
+        if operation == "force_release":
             return HttpResponseRedirect(reverse("admin:locks_synclock_changelist"))
-        return self._confirm(request, [lock], operation="force_release", action=False)
+        return HttpResponseRedirect(reverse("admin:locks_synclock_change", args=[lock.pk]))
 
-    def _confirm(
-        self, request: HttpRequest, locks: list[SyncLock], *, operation: str, action: bool
-    ) -> TemplateResponse:
-        titles = {
-            "force_release": gettext("Force-release job locks?"),
-            "reset_tick": gettext("Reset the claimed tick of job locks?"),
-        }
+    def operate(self, request: HttpRequest, locks: list[SyncLock], operation: str, *, action: bool):
+        """Confirm first (a GET, or an action not yet confirmed), else do it for each lock."""
+        confirmed = request.POST.get("post") == "yes" if action else request.method == "POST"
+        if OPERATIONS[operation][2] and not confirmed:
+            return self.confirmation(request, locks, operation, action=action)
+        by = admin_name(request.user)
+        if operation == "reset_tick":
+            self._reset(request, locks, by)
+            return None
+        for lock in locks:
+            try:
+                self._one(request, lock, operation, by)
+            except (UnknownJob, LockError, RowLocked) as exc:
+                self.message_user(request, str(exc), messages.ERROR)
+        return None
+
+    def confirmation(self, request: HttpRequest, locks: list[SyncLock], operation: str, *, action: bool):
+        rows = [
+            {
+                "lock": lock,
+                "state": self.state(lock),
+                "lease": self.lease(lock),
+                "tick": self.tick_at(lock),
+                "fields": [
+                    (SHOWN["token"] % lock.pk, lock.token),
+                    (SHOWN["tick"] % lock.pk, iso(lock.tick) or ""),
+                    (SHOWN["done"] % lock.pk, int(lock.tick_done)),
+                ],
+            }
+            for lock in locks
+        ]
         context = {
             **self.admin_site.each_context(request),
-            "title": titles[operation],
+            "title": OPERATIONS[operation][1],
             "operation": operation,
             "opts": self.opts,
-            "locks": [
-                {
-                    "lock": lock,
-                    "state": self.state(lock),
-                    "lease": self.lease(lock),
-                    "tick": self.tick_at(lock),
-                    "token_field": SHOWN_INPUT % lock.pk,
-                    "tick_field": SHOWN_TICK_INPUT % lock.pk,
-                    "shown_tick": iso(lock.tick) or "",
-                    "done_field": SHOWN_DONE_INPUT % lock.pk,
-                    "shown_done": int(lock.tick_done),
-                }
-                for lock in locks
-            ],
+            "locks": rows,
             "action": action,
+            "note_field": NOTE_FIELD,
             "action_checkbox_name": admin.helpers.ACTION_CHECKBOX_NAME,
             "media": self.media,
         }
-        return TemplateResponse(request, "admin/locks/synclock/force_release_confirmation.html", context)
+        return TemplateResponse(request, "admin/locks/synclock/confirmation.html", context)
 
-    def _release(self, request: HttpRequest, locks: list[SyncLock]) -> None:
-        by = f"admin user {request.user.get_username()}"
-        for lock in locks:
-            try:
-                result = force_release(job=lock.job_name, expected_token=_shown_token(request, lock), by=by)
-            except (UnknownJob, LockError, RowLocked) as exc:
-                self.message_user(request, str(exc), messages.ERROR)
-                continue
+    def _one(self, request: HttpRequest, lock: SyncLock, operation: str, by: str) -> None:
+        job = lock.job_name
+        if operation == "force_release":
+            done = force_release(job=job, expected_token=_shown(request, lock)["expected_token"], by=by)
             values = {
-                "job": result.job,
-                "holder": result.previous_holder or "—",
-                "old": result.previous_token,
-                "new": result.token,
-                "detail": result.detail,
+                "job": job,
+                "holder": done.previous_holder or "—",
+                "old": done.previous_token,
+                "new": done.token,
             }
-            if not result.was_held:
-                if result.detail:
-                    message = gettext("Nothing released: %(detail)s.") % values
-                else:
-                    message = gettext("Nothing to release: %(job)s was not held.") % values
-                self.message_user(request, message, messages.WARNING)
-                continue
-            self.log_change(
-                request,
-                lock,
-                gettext("Force-released; previous holder %(holder)s (token %(old)s), new token %(new)s.")
-                % values,
+            ok = _(
+                "Released %(job)s: holder was %(holder)s (token %(old)s); new token %(new)s. "
+                "The old holder can no longer renew or release it."
             )
-            self.message_user(
-                request,
-                gettext(
-                    "Released %(job)s: holder was %(holder)s (token %(old)s); new token %(new)s. "
-                    "The old holder can no longer renew or release it."
-                )
-                % values,
-                messages.SUCCESS,
+            log = _("Force-released; previous holder %(holder)s (token %(old)s), new token %(new)s.")
+            idle = _("Nothing to release: %(job)s was not held.")
+        elif operation == "pause_jobs":
+            done = pause_job(job=job, by=by, note=request.POST.get(NOTE_FIELD, ""))
+            values = {"job": job, "state": done.describe(), "note": done.paused_note or gettext("no note")}
+            ok = _(
+                "Paused %(job)s: no copy runs it (cron, scheduler, run_job, --force, trigger) until it is resumed."
             )
+            log, idle = _("Paused: %(note)s"), _("Already paused: %(state)s.")
+        elif operation == "resume_jobs":
+            done, values = resume_job(job=job, by=by), {"job": job}
+            ok, log, idle = (
+                _("Resumed %(job)s: its next slot runs as usual."),
+                _("Resumed."),
+                _("Not paused: %(job)s."),
+            )
+        else:
+            done = run_now(job=job, by=by)
+            values = {"job": job, "pid": done.pid}
+            ok = _(
+                "Started a run of %(job)s in the background (pid %(pid)s): it runs under the lease; "
+                "its outcome appears in the run history."
+            )
+            log, idle = _("Run now requested (background process %(pid)s)."), ""
+        if done.changed:
+            self.log_change(request, lock, str(log) % values)
+            self.message_user(request, str(ok) % values, messages.SUCCESS)
+        elif done.detail:
+            prefix = gettext("Nothing released: ") if operation == "force_release" else ""
+            self.message_user(request, f"{prefix}{done.detail}.", messages.WARNING)
+        else:
+            self.message_user(request, str(idle) % values, messages.WARNING)
 
-    def _reset(self, request: HttpRequest, locks: list[SyncLock]) -> None:
-        by = f"admin user {request.user.get_username()}"
+    def _reset(self, request: HttpRequest, locks: list[SyncLock], by: str) -> None:
         reset = untouched = 0
         for lock in locks:
-            shown = _shown_tick(request, lock)
-            if shown is None:
+            shown = _shown(request, lock)
+            if "expected_tick" not in shown:
                 message = gettext("Nothing reset for %(job)s: the request did not say which tick was shown.")
                 self.message_user(request, message % {"job": lock.job_name}, messages.ERROR)
                 continue
             try:
-                result = reset_tick(
-                    job=lock.job_name,
-                    expected_tick=shown[0],
-                    expected_done=shown[1],
-                    expected_token=_shown_token(request, lock),
-                    by=by,
-                )
+                result = reset_tick(job=lock.job_name, by=by, **shown)
             except (UnknownJob, LockError, RowLocked) as exc:
                 self.message_user(request, str(exc), messages.ERROR)
                 continue
@@ -272,18 +339,13 @@ class LeaseActionsMixin:
                     gettext("Nothing reset: %(detail)s.") % {"detail": result.detail},
                     messages.WARNING,
                 )
-                continue
-            if not result.was_reset:
+            elif not result.changed:
                 untouched += 1
-                continue
-            reset += 1
-            state = gettext("done") if result.was_done else gettext("not done")
-            self.log_change(
-                request,
-                lock,
-                gettext("Reset the claimed tick; it was %(tick)s (%(state)s).")
-                % {"tick": iso(result.previous_tick), "state": state},
-            )
+            else:
+                reset += 1
+                state = gettext("done") if result.was_done else gettext("not done")
+                message = gettext("Reset the claimed tick; it was %(tick)s (%(state)s).")
+                self.log_change(request, lock, message % {"tick": iso(result.previous_tick), "state": state})
         if reset:
             message = ngettext(
                 "Reset the claimed tick of %(count)d job lock: its next scheduled run may claim any tick.",
@@ -299,222 +361,6 @@ class LeaseActionsMixin:
             )
             self.message_user(request, message % {"count": untouched}, messages.WARNING)
 
-
-def _shown_tick(request: HttpRequest, lock: SyncLock) -> tuple[datetime | None, bool] | None:
-    """The claimed tick, and whether it was done, that the confirmation page showed for
-    ``lock``; None when the request does not carry them."""
-    tick, done = request.POST.get(SHOWN_TICK_INPUT % lock.pk), request.POST.get(SHOWN_DONE_INPUT % lock.pk)
-    if tick is None or done not in {"0", "1"}:
-        return None
-    try:
-        return (datetime.fromisoformat(tick) if tick else None), done == "1"
-    except ValueError:
-        return None
-
-
-def _shown_token(request: HttpRequest, lock: SyncLock) -> int | None:
-    """The fencing token the confirmation page showed for ``lock``, if it sent one."""
-    value = request.POST.get(SHOWN_INPUT % lock.pk)
-    try:
-        return int(value) if value is not None else None
-    except ValueError:
-        return -1  # matches no lease: nothing is released, and the message says what is there now
-
-
-# --- from controls.py ---
-
-NOTE_FIELD = "note"
-
-
-def admin_requester(request: HttpRequest) -> str:
-    """``admin:<username>``: who paused a job or asked for a run, as runs and pauses record it."""
-    return f"admin:{request.user.get_username()}"
-
-
-class JobControlsMixin:
-    """For ``SyncLockAdmin``: the pause, resume and run-now actions, buttons and views."""
-
-    def has_pause_permission(self, request: HttpRequest, obj: SyncLock | None = None) -> bool:
-        return request.user.has_perm(f"{self.opts.app_label}.pause_synclock")
-
-    def has_run_permission(self, request: HttpRequest, obj: SyncLock | None = None) -> bool:
-        return request.user.has_perm(f"{self.opts.app_label}.run_synclock")
-
-    def get_urls(self):
-        def view(function, name):
-            return path(
-                f"<path:object_id>/{name}/",
-                self.admin_site.admin_view(function),
-                name=f"locks_synclock_{name}",
-            )
-
-        return [
-            view(self.pause_view, "pause"),
-            view(self.resume_view, "resume"),
-            view(self.run_now_view, "run_now"),
-            *super().get_urls(),
-        ]
-
-    # --- list actions
-
-    @admin.action(description=_("Pause the selected jobs"), permissions=["pause"])
-    def pause_jobs(self, request: HttpRequest, queryset) -> HttpResponse | None:
-        if request.POST.get("post") == "yes":
-            self._pause(request, list(queryset), note=request.POST.get(NOTE_FIELD, ""))
-            return None
-        return self._pause_form(request, list(queryset), action=True)
-
-    @admin.action(description=_("Resume the selected jobs"), permissions=["pause"])
-    def resume_jobs(self, request: HttpRequest, queryset) -> None:
-        self._resume(request, list(queryset))
-
-    @admin.action(description=_("Run the selected jobs now"), permissions=["run"])
-    def run_now(self, request: HttpRequest, queryset) -> None:
-        for lock in queryset:  # with_state(): SyncLockAdmin.get_queryset
-            self._run_now(request, lock)
-
-    # --- the buttons' views
-
-    def _lock_for(self, request: HttpRequest, object_id: str, allowed) -> SyncLock | HttpResponse:
-        lock = self.get_queryset(request).filter(pk=unquote(object_id)).first()
-        if lock is None:
-            return self._get_obj_does_not_exist_redirect(request, self.opts, object_id)
-        if not allowed(request, lock):
-            raise PermissionDenied
-        return lock
-
-    def _back(self, lock: SyncLock) -> HttpResponseRedirect:
-        return HttpResponseRedirect(reverse("admin:locks_synclock_change", args=[lock.pk]))
-
-    def pause_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
-        lock = self._lock_for(request, object_id, self.has_pause_permission)
-        if isinstance(lock, HttpResponse):
-            return lock
-        if request.method == "POST":
-            self._pause(request, [lock], note=request.POST.get(NOTE_FIELD, ""))
-            return self._back(lock)
-        return self._pause_form(request, [lock], action=False)
-
-    def resume_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
-        return self._post_only(
-            request, object_id, self.has_pause_permission, lambda lock: self._resume(request, [lock])
-        )
-
-    def run_now_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
-        return self._post_only(
-            request, object_id, self.has_run_permission, lambda lock: self._run_now(request, lock)
-        )
-
-    def _post_only(self, request: HttpRequest, object_id: str, allowed, act) -> HttpResponse:
-        """A button's view: POST only, with its permission, then back to the lock's page."""
-        if request.method != "POST":
-            return HttpResponseNotAllowed(["POST"])
-        lock = self._lock_for(request, object_id, allowed)
-        if isinstance(lock, HttpResponse):
-            return lock
-        act(lock)
-        return self._back(lock)
-
-    # --- what they do
-
-    def _pause_form(self, request: HttpRequest, locks: list[SyncLock], *, action: bool) -> TemplateResponse:
-        context = {
-            **self.admin_site.each_context(request),
-            "title": gettext("Pause jobs?"),
-            "opts": self.opts,
-            "locks": locks,
-            "action": action,
-            "note_field": NOTE_FIELD,
-            "action_checkbox_name": admin.helpers.ACTION_CHECKBOX_NAME,
-            "media": self.media,
-        }
-        return TemplateResponse(request, "admin/locks/synclock/pause_confirmation.html", context)
-
-    def _pause(self, request: HttpRequest, locks: list[SyncLock], *, note: str) -> None:
-        for lock in locks:
-            try:
-                state = pause_job(job=lock.job_name, by=admin_requester(request), note=note)
-            except UnknownJob as exc:
-                self.message_user(request, str(exc), messages.ERROR)
-                continue
-            if not state.changed:
-                self.message_user(
-                    request, gettext("Already paused: %s.") % state.describe(), messages.WARNING
-                )
-                continue
-            self.log_change(request, lock, gettext("Paused: %s") % (state.paused_note or gettext("no note")))
-            self.message_user(
-                request,
-                gettext(
-                    "Paused %(job)s: no copy runs it (cron, scheduler, run_job, --force, trigger) until it is resumed."
-                )
-                % {"job": lock.job_name},
-                messages.SUCCESS,
-            )
-
-    def _resume(self, request: HttpRequest, locks: list[SyncLock]) -> None:
-        for lock in locks:
-            try:
-                state = resume_job(job=lock.job_name, by=admin_requester(request))
-            except UnknownJob as exc:
-                self.message_user(request, str(exc), messages.ERROR)
-                continue
-            if not state.changed:
-                self.message_user(request, gettext("Not paused: %s.") % lock.job_name, messages.WARNING)
-                continue
-            self.log_change(request, lock, gettext("Resumed."))
-            self.message_user(
-                request,
-                gettext("Resumed %(job)s: its next slot runs as usual.") % {"job": lock.job_name},
-                messages.SUCCESS,
-            )
-
-    def _run_now(self, request: HttpRequest, lock: SyncLock) -> None:
-        """Start the run in the background, unless the lock says now that it would only skip."""
-        values = {
-            "job": lock.job_name,
-            "by": lock.paused_by,
-            "since": iso(lock.paused_at),
-            "holder": lock.holder,
-        }
-        try:
-            get_job(lock.job_name)
-        except UnknownJob as exc:
-            self.message_user(request, str(exc), messages.ERROR)
-            return
-        if lock.paused_at is not None:
-            message = gettext(
-                "%(job)s is paused by %(by)s since %(since)s: resume it first; nothing started."
-            )
-            self.message_user(request, message % values, messages.WARNING)
-            return
-        if lock.state in {"held", "heartbeat overdue"}:
-            values["until"] = iso(lock.locked_until)
-            message = gettext("%(job)s is running now (held by %(holder)s until %(until)s); nothing started.")
-            self.message_user(request, message % values, messages.WARNING)
-            return
-        try:
-            values["pid"] = start_run_now(job=lock.job_name, requested_by=admin_requester(request))
-        except OSError as exc:
-            self.message_user(
-                request,
-                gettext("Could not start %(job)s: %(error)s") % {**values, "error": exc},
-                messages.ERROR,
-            )
-            return
-        self.log_change(request, lock, gettext("Run now requested (background process %(pid)s).") % values)
-        self.message_user(
-            request,
-            gettext(
-                "Started a run of %(job)s in the background (pid %(pid)s): it runs under the lease; "
-                "its outcome appears in the run history."
-            )
-            % values,
-            messages.SUCCESS,
-        )
-
-
-# --- from admin.py ---
 
 RECENT_RUNS = 20
 
@@ -594,7 +440,7 @@ class ReadOnlyAdminMixin:
 
 
 @admin.register(SyncLock)
-class SyncLockAdmin(JobControlsMixin, LeaseActionsMixin, ReadOnlyAdminMixin, Styled, admin.ModelAdmin):
+class SyncLockAdmin(OperatorAdminMixin, ReadOnlyAdminMixin, Styled, admin.ModelAdmin):
     empty_value_display = "—"
     list_display = (
         "job_name",
@@ -611,7 +457,7 @@ class SyncLockAdmin(JobControlsMixin, LeaseActionsMixin, ReadOnlyAdminMixin, Sty
     list_display_links = ("job_name",)
     list_filter = (LockStateFilter, "last_status")
     search_fields = ("job_name", "holder")
-    actions = ("run_now", "pause_jobs", "resume_jobs", "force_release", "reset_tick")
+    actions = (run_now_action, pause_action, resume_action, force_release_action, reset_tick_action)
     fieldsets = (
         (
             _("Lease"),

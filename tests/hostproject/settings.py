@@ -12,7 +12,7 @@ from pathlib import Path
 
 import environ
 
-from locks.crontab import command_prefix, cronjobs
+from locks import command_prefix, cronjobs
 from locks.registry import BUILTIN_JOBS
 
 ROOT = Path(__file__).resolve().parents[2]

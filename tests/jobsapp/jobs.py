@@ -7,7 +7,7 @@ import os
 import time
 from pathlib import Path
 
-from locks.lease import fenced
+from locks import fenced
 from tests.jobsapp.models import SlotWrite
 
 

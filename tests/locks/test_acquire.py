@@ -272,14 +272,26 @@ def test_without_a_horizon_a_far_tick_is_claimed_and_reset_tick_clears_it(caplog
     assert isinstance(acquire(job="job", tick=TICK, ttl=TTL), Lease)
 
 
-def test_reset_tick_leaves_a_held_lease_held():
+def test_reset_tick_is_refused_while_the_lease_is_held_so_that_tick_never_runs_twice():
+    """A reset under a holder left the row tick=None, tick_done=True once the holder's fenced write
+    committed, and the next contender claimed the same tick again (issue 25)."""
     lease = acquire(job="job", tick=TICK, ttl=TTL, holder="a:1:x")
 
-    assert reset_tick(job="job", expected_tick=TICK, by="ops").previous_tick == TICK
+    refused = reset_tick(job="job", expected_tick=TICK, by="ops")
 
+    assert not refused.was_reset
+    assert refused.detail.startswith("the lease on job is held by a:1:x (token 1) until ")
+    assert refused.detail.endswith(
+        f": a reset now could let its tick {TICK.isoformat()} run twice; nothing reset"
+    )
     row = SyncLock.objects.get()
-    assert (row.tick, row.holder, row.token) == (None, "a:1:x", 1)
-    renew(lease=lease)  # still its lease
+    assert (row.tick, row.holder, row.token) == (TICK, "a:1:x", 1)
+    with fenced(lease):
+        pass
+    assert release(lease=lease, status="succeeded")
+    again = acquire(job="job", tick=TICK, ttl=TTL, holder="b:2:y")
+    assert isinstance(again, Skip) and again.reason == "tick_claimed"
+    assert reset_tick(job="job", expected_tick=TICK, by="ops").was_reset  # free now: it may
     nothing = reset_tick(job="job", expected_tick=TICK, by="ops")
     assert (nothing.previous_tick, nothing.was_reset, nothing.detail) == (None, False, "")
     with pytest.raises(UnknownJob, match=r"no lock named 'nope' \(known jobs: job\)"):

@@ -92,7 +92,9 @@ def test_a_bad_tick_window_fails_the_check(settings, window):
 )
 def test_each_numeric_setting_has_its_own_check(settings, name, value, code, message):
     setattr(settings, name, value)
-    assert [(m.id, m.msg) for m in run_checks(tags=[CHECK_TAG]) if m.id.startswith("locks.")] == [(code, message)]
+    assert [(m.id, m.msg) for m in run_checks(tags=[CHECK_TAG]) if m.id.startswith("locks.")] == [
+        (code, message)
+    ]
 
 
 def test_the_checks_are_tagged_locks_and_run_job_selects_that_tag(settings):

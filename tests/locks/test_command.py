@@ -11,13 +11,15 @@ from django.core.management.base import CommandError
 
 from locks.lease import Lease, LockLost, Skip, acquire, release, renew
 from locks.models import SyncLock
-from locks.operator import force_release, reset_tick
+from locks.operator import cli_name, force_release, reset_tick
 from locks.runner import run_locked
 from tests.conftest import manage, project_env
 from tests.locks.conftest import TICK
 
 TTL = timedelta(minutes=5)
 pytestmark = pytest.mark.django_db
+
+BY = cli_name()  # who acted from the command line: cli:<OS user>
 
 
 def _call(*args) -> str:
@@ -133,12 +135,11 @@ def test_release_frees_the_lock_bumps_the_token_and_logs(caplog):
     assert out == "Released write_slot: holder was web-1:42:abc (token 1); new token 2.\n"
     lock = SyncLock.objects.get()
     assert (lock.holder, lock.locked_until, lock.token, lock.last_status) == ("", None, 2, "released")
-    assert "force-released by manage.py locks release" in lock.last_error
+    assert f"force-released by {BY}" in lock.last_error
     [record] = [r for r in caplog.records if r.name == "locks.api"]
     assert record.levelno == logging.WARNING
     assert record.getMessage() == (
-        "job=write_slot force-released by manage.py locks release; "
-        "previous holder web-1:42:abc (token 1), new token 2"
+        f"job=write_slot force-released by {BY}; previous holder web-1:42:abc (token 1), new token 2"
     )
     # The old holder can no longer renew or release.
     with pytest.raises(LockLost):
@@ -195,7 +196,7 @@ def test_release_closes_the_released_holders_run(transactional_db):
     _call("release", "write_slot")
 
     closed = JobRun.objects.get(token=lease.token)
-    assert (closed.status, closed.error) == ("lost_lock", "force-released by manage.py locks release")
+    assert (closed.status, closed.error) == ("lost_lock", f"force-released by {BY}")
     assert closed.finished_at is not None
 
 
@@ -264,13 +265,12 @@ def test_release_reset_tick_releases_and_clears_a_far_future_tick(caplog):
     lock = SyncLock.objects.get()
     assert (lock.tick, lock.tick_done, lock.locked_until) == (None, False, None)
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert warnings[-1] == (
-        f"job=write_slot claimed tick reset by manage.py locks release; it was {far.isoformat()} (not done)"
-    )
-    assert isinstance(acquire(job="write_slot", tick=TICK, ttl=TTL), Lease)
-    reset_tick(job="write_slot", expected_tick=TICK, by="test")
+    assert warnings[-1] == (f"job=write_slot claimed tick reset by {BY}; it was {far.isoformat()} (not done)")
+    release(lease=acquire(job="write_slot", tick=TICK, ttl=TTL), status="failed")
+    reset_tick(job="write_slot", expected_tick=TICK, by="test")  # the lease free: a reset may
+    assert isinstance(acquire(job="write_slot", tick=None, ttl=TTL), Lease)
     assert _call("release", "write_slot", "--reset-tick", TICK.isoformat()).endswith(
-        "new token 4.\nwrite_slot has no claimed tick; nothing to reset.\n"
+        "new token 5.\nwrite_slot has no claimed tick; nothing to reset.\n"
     )
 
 

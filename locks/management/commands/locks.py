@@ -1,5 +1,4 @@
 import argparse
-import getpass
 import json
 from datetime import datetime
 
@@ -10,7 +9,7 @@ from django.utils.formats import date_format
 from locks.db import RowLocked
 from locks.lease import LockError, iso
 from locks.management.commands.run_job import tick_argument
-from locks.operator import force_release, pause_job, reset_tick, resume_job
+from locks.operator import cli_name, describe_pause, force_release, pause_job, reset_tick, resume_job
 from locks.registry import UnknownJob, get_job
 from locks.status import job_ledgers, job_states
 
@@ -92,8 +91,9 @@ class Command(BaseCommand):
                 _fmt(s.tick),
                 s.last_status or "-",
                 _fmt(s.last_finished_at),
-                f"by {s.paused_by} since {_fmt(s.paused_at)}"
-                + (f": {s.paused_note}" if s.paused_note else "")
+                describe_pause(s.job, s.paused_by, s.paused_at, s.paused_note).removeprefix(
+                    f"{s.job} is paused "
+                )
                 if s.paused
                 else "-",
             )
@@ -106,7 +106,7 @@ class Command(BaseCommand):
             )
 
     def pause(self, job: str, *, resume: bool, note: str) -> None:
-        by = _cli_user()
+        by = cli_name()
         if resume:
             state = resume_job(job=job, by=by)
             self.stdout.write(
@@ -129,7 +129,7 @@ class Command(BaseCommand):
             self.stdout.write(f"{slot.tick.isoformat():<25}  {slot.outcome:<9}  {slot.attempts:<8}  {runs}")
 
     def release(self, job: str, *, token: int | None, reset: datetime | None) -> None:
-        by = "manage.py locks release"
+        by = cli_name()
         try:
             released = force_release(job=job, expected_token=token, by=by)
             if released.was_held:
@@ -168,14 +168,6 @@ def _positive(value: str) -> int:
     if number < 1:
         raise argparse.ArgumentTypeError(f"{value!r} is not a whole number of slots, 1 or more")
     return number
-
-
-def _cli_user() -> str:
-    """``cli:<OS user>``: who paused or resumed a job from the command line."""
-    try:
-        return f"cli:{getpass.getuser()}"
-    except (KeyError, OSError):  # no user name in this container's environment or passwd
-        return "cli"
 
 
 def _fmt(value) -> str:

@@ -1,4 +1,5 @@
 import argparse
+import contextlib
 import os
 import signal
 import sys
@@ -10,6 +11,7 @@ from django.db import Error as DBError  # DatabaseError and InterfaceError
 from locks.checks import CHECK_TAG
 from locks.crontab import CrontabEnvError, check_env_file
 from locks.lease import LockError
+from locks.operator import end_run_request
 from locks.registry import NoDryRun, UnknownJob, get_job
 from locks.runner import run_due, run_job
 from locks.schedule import InvalidTick, check_tick
@@ -87,6 +89,9 @@ class Command(BaseCommand):
                 if options["verbosity"] >= 1:
                     self.stdout.write(result.describe())
                 status = max(status, result.exit_code)
+            if force and requested_by.startswith("admin:"):  # the admin's Run now: its request is over
+                with contextlib.suppress(DBError):
+                    end_run_request(job=name, by=requested_by)
         except UnknownJob as exc:
             raise CommandError(exc.args[0], returncode=2) from exc
         except InvalidTick as exc:
