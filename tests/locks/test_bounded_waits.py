@@ -27,8 +27,8 @@ from locks import lease as leases
 from locks import operator as operations
 from locks.db import RowLocked
 from locks.lease import Lease, Skip, acquire, fenced, release, renew
-from locks.models import JobRun, SyncLock
-from locks.operator import force_release, reset_tick
+from locks.models import JobPause, JobRun, SyncLock
+from locks.operator import ensure_lock_row, force_release, pause_job, reset_tick, resume_job
 from tests.conftest import ROOT, database_url, project_env
 from tests.jobsapp.models import SlotWrite
 
@@ -99,6 +99,30 @@ def test_the_operators_writes_answer_within_their_bound_and_say_why(locked_row, 
         "force release of job: the lock row is locked by a write in progress"
     )
     assert SyncLock.objects.values().get() == before
+
+
+def test_pause_and_resume_answer_within_five_seconds_while_a_write_holds_the_row(locked_row, monkeypatch):
+    """They were plain UPDATEs: pausing a job whose holder is frozen inside its fenced write waited
+    until the server ended that transaction (up to the TTL: 600 s for the sync), holding an admin
+    request the whole time (issue 25)."""
+    ensure_lock_row(job="write_slot")
+    locked_row("write_slot")
+
+    began = time.monotonic()
+    with pytest.raises(RowLocked) as paused:
+        pause_job(job="write_slot", by="cli:ops", note="mail relay down")
+    took = time.monotonic() - began
+    monkeypatch.setattr(operations, "OPERATOR_WAIT", 0.5)
+    with pytest.raises(CommandError) as command:
+        call_command("locks", "pause", "write_slot")
+    assert not resume_job(job="write_slot", by="cli:ops").changed  # not paused: nothing to wait for
+
+    assert took < 6  # its bound, 5 s, and no wait for the write (60 s here)
+    assert str(paused.value) == (
+        f"pause of write_slot: the lock row is locked by a write in progress for 5 s; {operations.FROZEN_HINT}"
+    )
+    assert str(command.value).startswith("pause of write_slot: the lock row is locked by a write in progress")
+    assert SyncLock.objects.get().paused_at is None and not JobPause.objects.exists()
 
 
 def test_a_fenced_transaction_is_ended_by_the_server_after_its_ttl_of_a_pause(postgres):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from datetime import timedelta
 
 import pytest
@@ -185,6 +186,61 @@ def test_run_now_answers_at_once_and_the_run_finishes_in_the_background(
     assert "Run now requested (background process " in LogEntry.objects.get().get_change_message()
     history = client.get(url("change", "wait_for_release")).content.decode()
     assert "admin:alice" in history
+
+
+@pytest.mark.slow
+def test_two_run_now_clicks_50_ms_apart_start_one_run(
+    client, django_user_model, settings, db_url, tmp_path, monkeypatch
+):
+    """The admin checked "held / paused" and then acted: two quick clicks started two --force
+    processes and the job ran twice, one after the other (issue 25)."""
+    client.force_login(django_user_model.objects.create_superuser("alice", "a@example.com", "pw"))
+    gate = tmp_path / "release"
+    monkeypatch.setenv("DATABASE_URL", db_url)
+    monkeypatch.setenv("RELEASE_FILE", str(gate))
+    register(
+        settings,
+        wait_for_release={"schedule": "0 0 1 1 *", "callable": "tests.jobsapp.jobs.wait_for_release"},
+    )
+    SyncLock.objects.create(job_name="wait_for_release")
+
+    first = messages_of(client.post(url("run_now", "wait_for_release"), follow=True))
+    time.sleep(0.05)
+    second = messages_of(client.post(url("run_now", "wait_for_release"), follow=True))
+
+    assert first[0].startswith("Started a run of wait_for_release in the background")
+    assert len(second) == 1 and second[0].endswith("nothing started."), second
+    assert "was requested by admin:alice at " in second[0] or "is running now" in second[0], second
+    runs = JobRun.objects.filter(job_name="wait_for_release")
+    wait_for(runs.exists, timeout=60, what="the background run to start")
+    gate.touch()
+    wait_for(lambda: not runs.filter(status=RunStatus.RUNNING).exists(), timeout=60, what="the run to finish")
+    wait_for(
+        lambda: SyncLock.objects.get(job_name="wait_for_release").run_requested_at is None,
+        timeout=30,
+        what="the request to end",
+    )
+    assert list(runs.values_list("status", "requested_by")) == [("succeeded", "admin:alice")]
+    third = messages_of(client.post(url("run_now", "wait_for_release"), follow=True))
+    assert third[0].startswith("Started a run")  # the request ended with its run: another may start
+    wait_for(lambda: runs.filter(status=RunStatus.SUCCEEDED).count() == 2, timeout=60, what="the third run")
+
+
+def test_a_run_now_whose_process_cannot_start_leaves_a_failed_run_with_its_error(alice, monkeypatch):
+    """It said "Started" and recorded nothing before."""
+    SyncLock.objects.create(job_name="record")
+    monkeypatch.setattr(
+        "locks.operator.run_now_command", lambda **kwargs: ["/nonexistent/python", "-m", "django"]
+    )
+
+    [message] = messages_of(alice.post(url("run_now"), follow=True))
+
+    assert message.startswith("run now requested by admin:alice could not start: FileNotFoundError: ")
+    run = JobRun.objects.get(job_name="record")
+    assert (run.status, run.requested_by) == ("failed", "admin:alice")
+    assert run.error == message.removesuffix(".")
+    assert SyncLock.objects.get(job_name="record").run_requested_at is None  # the next click may try again
+    assert not LogEntry.objects.exists()
 
 
 # --- the ledger in the admin ----------------------------------------------------------------

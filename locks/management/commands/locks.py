@@ -69,6 +69,8 @@ class Command(BaseCommand):
                 self.status(as_json=options["json"])
         except UnknownJob as exc:
             raise CommandError(exc.args[0], returncode=2) from exc
+        except (LockError, RowLocked) as exc:  # a write in progress held the row past the bound
+            raise CommandError(exc.args[0]) from exc
         except DBError as exc:
             raise CommandError(f"cannot read the locks: {' '.join(str(exc).split())}") from exc
 
