@@ -24,8 +24,6 @@ from django.utils import timezone
 from locks.db import bound_transaction, error_text, unlocked, without_waiting
 from locks.models import PAUSE_FIELDS, JobRun, Outcome, SyncLock, database_now, now_plus
 
-# --- from claims.py ---
-
 
 class LockLost(RuntimeError):
     """The lease was taken over or could not be renewed; stop before writing."""
@@ -158,8 +156,6 @@ class Lease:
         return self.retry_delays[self.attempt - 1] if self.attempt <= len(self.retry_delays) else None
 
 
-# --- from leases.py ---
-
 # The name the lock's log lines have always carried (operators filter on it).
 logger = logging.getLogger("locks.api")
 
@@ -212,43 +208,18 @@ def acquire(
     holder = holder or make_holder()
     db = router.db_for_write(SyncLock)
     rows = SyncLock.objects.using(db).for_job(job)
-    claim = rows.free().filter(paused_at__isnull=True)  # a pause binds every path at once
     most = None if retry_delays is None else 1 + len(retry_delays)
-    values = {
-        "holder": holder,
-        "token": F("token") + 1,
-        "acquired_at": Now(),
-        "locked_until": now_plus(ttl),
-        "heartbeat_at": Now(),
-        "last_started_at": Now(),
-        "last_status": Outcome.RUNNING,
-        "last_error": "",
-    }
-    if tick is not None:
-        again = Q(tick=tick, tick_done=False) & (Q(retry_at__isnull=True) | Q(retry_at__lte=Now()))
-        if most is not None:
-            again &= Q(tick_attempts__lt=most)
-        claim = claim.filter(Q(tick__isnull=True) | Q(tick__lt=tick) | again)
-        attempts = Case(When(tick=tick, then=F("tick_attempts") + 1), default=Value(1))
-        values.update(tick=tick, tick_done=False, tick_attempts=attempts, retry_at=None)
-        if horizon is not None:
-            # tick <= now + horizon, with the database's now.
-            claim = claim.filter(GreaterThanOrEqual(Now(), Value(tick - horizon)))
+    claim, values = _claim(rows, holder=holder, tick=tick, ttl=ttl, horizon=horizon, most=most)
     claim = unlocked(claim, using=db, skip=True)  # a row locked by a write in progress: no match
+    state = None
     for pause in CONTENDER_PAUSES:
-        # No savepoint: nothing here catches an error, so a caller's transaction
-        # (if any) is simply joined.
+        # No savepoint: nothing here catches an error, so a caller's transaction (if any) is joined.
         with transaction.atomic(using=db, savepoint=False):
-            won = None
-            if claim.update(**values):
-                won = (
-                    rows.filter(holder=holder)
-                    .values_list("token", "acquired_at", "committed_token", "tick_attempts")
-                    .first()
-                )
-        if won is not None:
+            won = claim.update(**values) and rows.filter(holder=holder).values_list(*WON).first()
+        if won:
             token, acquired_at, prior_commit, attempt = won
             _warn_on_skew(job=job, db_now=acquired_at)
+            attempt = attempt if tick is not None else None
             return Lease(
                 job,
                 holder,
@@ -257,23 +228,10 @@ def acquire(
                 ttl,
                 acquired_at,
                 prior_commit=prior_commit,
-                attempt=attempt if tick is not None else None,
+                attempt=attempt,
                 retry_delays=retry_delays,
             )
-        state = (
-            rows.annotate(db_now=Now())
-            .values(
-                "holder",
-                "locked_until",
-                "tick",
-                "tick_done",
-                "tick_attempts",
-                "retry_at",
-                "db_now",
-                *PAUSE_FIELDS,
-            )
-            .first()
-        )
+        state = rows.annotate(db_now=Now()).values(*SEEN, *PAUSE_FIELDS).first()
         if state is None:
             if tick is not None and horizon is not None:
                 # Refuse before the job's first row is even inserted: nothing stored.
@@ -291,6 +249,37 @@ def acquire(
     if state is None:
         raise LockError(f"the lock row for {job!r} keeps disappearing; is something deleting it?")
     return _skip(job, tick, state, reason="held", holder=state["holder"], locked=True)
+
+
+# What the winner reads back, and what a contender that lost reads to say why.
+WON = ("token", "acquired_at", "committed_token", "tick_attempts")
+SEEN = ("holder", "locked_until", "tick", "tick_done", "tick_attempts", "retry_at", "db_now")
+
+
+def _claim(rows, *, holder: str, tick, ttl: timedelta, horizon, most) -> tuple:
+    """Acquire's compare-and-set: the filter a row must pass and the values it then gets."""
+    claim = rows.free().filter(paused_at__isnull=True)  # a pause binds every path at once
+    values = {
+        "holder": holder,
+        "token": F("token") + 1,
+        "acquired_at": Now(),
+        "locked_until": now_plus(ttl),
+        "heartbeat_at": Now(),
+        "last_started_at": Now(),
+        "last_status": Outcome.RUNNING,
+        "last_error": "",
+    }
+    if tick is None:
+        return claim, values
+    again = Q(tick=tick, tick_done=False) & (Q(retry_at__isnull=True) | Q(retry_at__lte=Now()))
+    if most is not None:
+        again &= Q(tick_attempts__lt=most)
+    claim = claim.filter(Q(tick__isnull=True) | Q(tick__lt=tick) | again)
+    attempts = Case(When(tick=tick, then=F("tick_attempts") + 1), default=Value(1))
+    values.update(tick=tick, tick_done=False, tick_attempts=attempts, retry_at=None)
+    if horizon is not None:  # tick <= now + horizon, with the database's now
+        claim = claim.filter(GreaterThanOrEqual(Now(), Value(tick - horizon)))
+    return claim, values
 
 
 def _why_not(job: str, tick: datetime | None, state: dict, *, horizon, most) -> Skip | None:
