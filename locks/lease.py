@@ -195,15 +195,11 @@ def acquire(
     horizon: timedelta | None = None,
     retry_delays: tuple[timedelta, ...] | None = None,
 ) -> Lease | Skip:
-    """Take the lease on ``job`` for ``tick`` (None: any tick, a forced run), or learn why not.
-
-    One compare-and-set on the database clock: the job not paused, the lease free and, for a scheduled run,
-    the stored tick empty, earlier, or this one not done with an attempt left whose retry
-    delay has passed (``retry_delays``: 1 + len attempts a tick; None: no limit), and the tick
-    at most ``horizon`` ahead (None: no bound). A lock row locked by a write in progress is
-    never waited for: that is a ``held`` skip. The winner reads its token back in the same
-    transaction (docs/architecture.md, "The rules": 1, 3, 11 and 12).
-    """
+    """Take the lease on ``job`` for ``tick`` (None: any tick, a forced run), or learn why not:
+    one compare-and-set on the database clock (``_claim``; ``retry_delays``: 1 + len attempts a
+    tick, None: no limit; ``horizon``: how far ahead a tick may lie, None: no bound). A row locked
+    by a write in progress is never waited for: a ``held`` skip. The winner reads its token back
+    in the same transaction (docs/architecture.md, "The rules": 1, 3, 11 and 12)."""
     validate_ttl(ttl)
     holder = holder or make_holder()
     db = router.db_for_write(SyncLock)

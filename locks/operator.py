@@ -29,6 +29,7 @@ from locks.models import (
     FREE,
     HELD,
     OVERDUE,
+    PAUSE_FIELDS,
     JobPause,
     JobRun,
     Outcome,
@@ -329,37 +330,7 @@ def run_now(*, job: str, by: str) -> Change:
     get_job(job)
     ensure_lock_row(job=job)
 
-    def request(rows, locked) -> Change:
-        fresh = Q(run_requested_at__isnull=True) | Q(run_requested_at__lt=now_plus(-REQUEST_STALE))
-        if (
-            locked.free()
-            .filter(fresh, paused_at__isnull=True)
-            .update(run_requested_at=Now(), run_requested_by=by)
-        ):
-            return Change(job, True)
-        row = (
-            rows.with_state()
-            .values(
-                "state",
-                "holder",
-                "locked_until",
-                "run_requested_by",
-                "run_requested_at",
-                "paused_at",
-                "paused_by",
-                "paused_note",
-            )
-            .get()
-        )
-        if row["paused_at"] is not None:
-            why = f"{describe_pause(job, row['paused_by'], row['paused_at'], row['paused_note'])}: resume it first"
-        elif row["state"] in {HELD, OVERDUE}:
-            why = f"{job} is running now (held by {row['holder']} until {iso(row['locked_until'])})"
-        else:
-            why = f"a run of {job} was requested by {row['run_requested_by']} at {iso(row['run_requested_at'])} and has not ended"
-        return Change(job, False, f"{why}; nothing started")
-
-    asked = _write(request, job=job, what="run now")
+    asked = _write(lambda rows, locked: _request(job, rows, locked, by), job=job, what="run now")
     if not asked.changed:
         return asked
     try:
@@ -383,6 +354,28 @@ def run_now(*, job: str, by: str) -> Change:
         return Change(job, False, error)
     logger.warning("job=%s run now requested by %s: started pid %s", job, by, pid)
     return Change(job, True, pid=pid)
+
+
+def _request(job: str, rows, locked, by: str) -> Change:
+    """Run now's compare-and-set: the job not paused, its lease free, no request pending."""
+    fresh = Q(run_requested_at__isnull=True) | Q(run_requested_at__lt=now_plus(-REQUEST_STALE))
+    if (
+        locked.free()
+        .filter(fresh, paused_at__isnull=True)
+        .update(run_requested_at=Now(), run_requested_by=by)
+    ):
+        return Change(job, True)
+    fields = ("state", "holder", "locked_until", "run_requested_by", "run_requested_at", *PAUSE_FIELDS)
+    row = rows.with_state().values(*fields).get()
+    if row["paused_at"] is not None:
+        why = (
+            f"{describe_pause(job, row['paused_by'], row['paused_at'], row['paused_note'])}: resume it first"
+        )
+    elif row["state"] in {HELD, OVERDUE}:
+        why = f"{job} is running now (held by {row['holder']} until {iso(row['locked_until'])})"
+    else:
+        why = f"a run of {job} was requested by {row['run_requested_by']} at {iso(row['run_requested_at'])} and has not ended"
+    return Change(job, False, f"{why}; nothing started")
 
 
 def end_run_request(*, job: str, by: str) -> None:

@@ -482,11 +482,8 @@ def run_job(
     )
     result.behind, skip = behind, result.skip
     if tick is not None and skip is not None and skip.reason == "tick_ahead":
-        window = tick_window()
-        message = schedule.tick_ahead_message(
-            job.schedule, tick, db_now=skip.db_now, horizon=skip.horizon, window=window, bound=bound
-        )
-        raise InvalidTick(message)
+        args = {"db_now": skip.db_now, "horizon": skip.horizon, "window": tick_window(), "bound": bound}
+        raise InvalidTick(schedule.tick_ahead_message(job.schedule, tick, **args))
     return result
 
 

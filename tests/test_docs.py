@@ -404,3 +404,40 @@ def test_every_file_the_module_map_names_exists():
 
 def test_the_readme_stays_short():
     assert len((ROOT / "README.md").read_text().splitlines()) <= 200
+
+
+# --- the public API ----------------------------------------------------------------------
+
+
+def public_api_section() -> str:
+    text = (ROOT / "docs" / "jobs.md").read_text()
+    return re.search(r"## The public API\n(.*?)\n## ", text, flags=re.S).group(1)
+
+
+def test_every_public_name_of_locks_is_documented():
+    import locks
+
+    documented = set(re.findall(r"`(\w+)`", public_api_section()))
+    assert set(locks.__all__) - documented == set()
+
+
+def doc_imports_from_inside_locks(text: str) -> list[str]:
+    """``from locks.X import`` in a Python example: another app uses the package root only."""
+    blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
+    return [
+        line.strip()
+        for block in blocks
+        for line in block.splitlines()
+        if re.match(r"\s*from locks\.\w", line)
+    ]
+
+
+@pytest.mark.parametrize("path", DOCS, ids=ids)
+def test_every_doc_example_imports_the_lock_from_its_package_root(path):
+    assert doc_imports_from_inside_locks(path.read_text()) == []
+
+
+def test_the_doc_import_check_can_fail():
+    assert doc_imports_from_inside_locks("```python\nfrom locks.leases import fenced\n```\n") == [
+        "from locks.leases import fenced"
+    ]
