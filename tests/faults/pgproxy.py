@@ -57,6 +57,8 @@ class PgProxy:
         self.port = self.listener.getsockname()[1]
         self.cut = 0  # COMMITs cut so far
         self._plan: list[tuple[bytes, str]] = []
+        self.dropping: bytes | None = None  # a connection that sends a statement holding it is cut
+        self.dropped = 0
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._sockets: list[socket.socket] = []
@@ -71,6 +73,12 @@ class PgProxy:
             raise ValueError(f"mode must be 'after' or 'before', not {mode!r}")
         with self._lock:
             self._plan.extend([(marker, mode)] * times)
+
+    def drop_statements(self, marker: bytes | None) -> None:
+        """Cut every connection, at once, that sends a statement containing ``marker`` (None: stop):
+        to the client, the database is unreachable for that statement."""
+        with self._lock:
+            self.dropping = marker
 
     def disarm(self) -> int:
         """Drop the cuts planned and not made yet; how many there were."""
@@ -185,6 +193,10 @@ class _Link:
                 if statement is None:
                     self._send(self.server, message)
                     continue
+                if self.proxy.dropping is not None and self.proxy.dropping in statement:
+                    with self.proxy._lock:
+                        self.proxy.dropped += 1
+                    return self.close()
                 word = statement.strip().rstrip(b";").strip().upper()
                 if word in {b"COMMIT", b"ROLLBACK", b"END", b"ABORT"}:
                     mode = self.proxy._take(transaction) if word in {b"COMMIT", b"END"} else None

@@ -142,6 +142,13 @@ SCENARIOS = [
         "PostgreSQL only: the server rolls the write back; the run reads the lock row back, finds it did not "
         "commit and fails (exit 1, no traceback); the tick stays open and the next run of it succeeds",
     ),
+    Scenario(
+        "commit-unknown",
+        "the server commits a run's fenced write, a proxy drops the COMMIT's answer, and every read-back "
+        "of the lock row is cut too",
+        "PostgreSQL only: the run is unknown, never failed (exit 1, no traceback); the tick is done, so the "
+        "next run of it skips; the next lease resolves the run as succeeded from the row",
+    ),
 ]
 BY_KEY = {scenario.key: scenario for scenario in SCENARIOS}
 

@@ -104,3 +104,46 @@ def test_a_commit_that_never_reached_the_server_fails_and_the_tick_is_retried(pr
         f"{result['error'][:60]}…`), the row says it did not commit; tick open; the next run succeeded "
         "(token 2); JobRuns failed, succeeded"
     )
+
+
+# The read-back's own statement (locks.lease.read_back_commit): no other statement selects it so.
+READ_BACK = b'SELECT "locks_synclock"."committed_token" AS "committed_token" FROM "locks_synclock"'
+
+
+@pytest.mark.scenario("commit-unknown")
+def test_a_commit_that_cannot_be_read_back_is_unknown_until_the_next_run_resolves_it(procs, proxy, observe):
+    """It was recorded `failed` for good before, though the row showed the write committed: the
+    ledger showed the slot failed and check_jobs counted it (issue 25)."""
+    proxy.cut_commits(marker=FENCED_RENEWAL, mode="after")
+    proxy.drop_statements(READ_BACK)  # every read-back of the row fails: the outcome stays unknown
+
+    first = worker(procs, proxy.url, "--write", "0.1", "--ttl", "3")
+    result = outcome(first)
+
+    assert (proxy.cut, result["outcome"]) == (1, "unknown"), first.transcript()
+    assert result["error"].startswith("outcome unknown: the COMMIT of the fenced write of cut (token 1)")
+    assert proxy.dropped >= 2  # fenced's read-back, then the run's own before it is recorded
+    assert "Traceback" not in first.stderr
+    [run] = JobRun.objects.filter(job_name="cut")
+    assert run.status == "unknown"
+    lock = SyncLock.objects.get(job_name="cut")
+    assert (lock.tick_done, lock.committed_token, lock.last_status) == (True, 1, "unknown")
+
+    proxy.drop_statements(None)
+    second = outcome(worker(procs, proxy.url, "--write", "0.1"))
+
+    assert (second["outcome"], second["skip"]) == ("skipped", "tick_claimed")  # the write had committed
+    run.refresh_from_db()
+    assert run.status == "unknown"  # a skip takes no lease: the next run that takes one resolves it
+    args = ["-m", "tests.locks.worker", "--job", "cut", "--ttl", "30"]  # no --tick: a forced run
+    forced = outcome(procs.start([sys.executable, *args], env=project_env(DATABASE_URL=proxy.url)))
+    assert forced["outcome"] == "succeeded", forced
+    run.refresh_from_db()
+    assert (run.status, run.error) == (
+        "succeeded",
+        "resolved by token 2: the lock row shows its fenced write committed",
+    )
+    observe(
+        f"COMMIT answer dropped and {proxy.dropped} read-backs cut: outcome=unknown (exit 1), JobRun unknown, "
+        "tick done; the next run skipped the slot (done); the next lease resolved the run as succeeded"
+    )
