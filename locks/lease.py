@@ -23,6 +23,7 @@ from django.utils import timezone
 
 from locks.db import bound_transaction, error_text, unlocked, without_waiting
 from locks.models import PAUSE_FIELDS, JobRun, Outcome, SyncLock, database_now, now_plus
+from locks.registry import attempts_of
 
 
 class LockLost(RuntimeError):
@@ -45,6 +46,11 @@ def validate_ttl(ttl: timedelta) -> timedelta:
 def iso(value: datetime | None) -> str | None:
     """The one ISO 8601 form of a time in messages, logs and JSON; None stays None."""
     return value.isoformat() if value is not None else None
+
+
+def pause_text(by: str, since: datetime | None, note: str) -> str:
+    """ "paused by X since T: note", the one wording of a pause (skips, commands, log lines)."""
+    return f"paused by {by} since {iso(since)}" + (f": {note}" if note else "")
 
 
 @dataclass(frozen=True)
@@ -75,8 +81,7 @@ class Skip:
 
     def __str__(self) -> str:
         if self.reason == "paused":
-            note = f": {self.paused_note}" if self.paused_note else ""
-            return f"paused by {self.paused_by} since {iso(self.paused_at)}{note}"
+            return pause_text(self.paused_by, self.paused_at, self.paused_note)
         if self.reason == "held" and self.locked:
             lease = f"lease until {iso(self.locked_until)}" if self.locked_until else "lease released"
             return f"the lock row is locked by a write in progress (last holder {self.holder or 'none'}, {lease})"
@@ -204,7 +209,7 @@ def acquire(
     holder = holder or make_holder()
     db = router.db_for_write(SyncLock)
     rows = SyncLock.objects.using(db).for_job(job)
-    most = None if retry_delays is None else 1 + len(retry_delays)
+    most = attempts_of(retry_delays)
     claim, values = _claim(rows, holder=holder, tick=tick, ttl=ttl, horizon=horizon, most=most)
     claim = unlocked(claim, using=db, skip=True)  # a row locked by a write in progress: no match
     state = None

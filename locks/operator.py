@@ -23,7 +23,7 @@ from django.db.models import F, Q
 from django.db.models.functions import Now
 
 from locks.db import RowLocked, error_text, safe_text, unlocked, without_waiting
-from locks.lease import LockError, iso
+from locks.lease import LockError, iso, pause_text
 from locks.models import (
     EXPIRED,
     FREE,
@@ -97,10 +97,8 @@ class Change:
 
 
 def describe_pause(job: str, by: str, since: datetime | None, note: str) -> str:
-    """ "J is paused by X since T: note", the one wording of a pause."""
-    if since is None:
-        return f"{job} is not paused"
-    return f"{job} is paused by {by} since {iso(since)}" + (f": {note}" if note else "")
+    """ "J is paused by X since T: note" (``pause_text``), or "J is not paused"."""
+    return f"{job} is {pause_text(by, since, note)}" if since is not None else f"{job} is not paused"
 
 
 def _write(operation, *, job: str, what: str):

@@ -71,8 +71,7 @@ class Job:
 
     @property
     def max_attempts(self) -> int:
-        """Attempts a tick gets across every host: the first, then one after each retry delay."""
-        return 1 + len(self.retry_delays)
+        return attempts_of(self.retry_delays)
 
     def function(self) -> Callable[..., Mapping | None]:
         return import_string(self.callable_path)
@@ -96,6 +95,12 @@ class Job:
         if self.alert_after is not None:
             return self.alert_after
         return 2 * schedule.period(self.schedule, now=now) + timedelta(minutes=10)
+
+
+def attempts_of(retry_delays: tuple[timedelta, ...] | None) -> int | None:
+    """The attempts a tick gets across every host: the first, then one after each retry delay
+    (rule 12); None without a retry policy: no limit."""
+    return None if retry_delays is None else 1 + len(retry_delays)
 
 
 def tick_window() -> timedelta:

@@ -37,7 +37,7 @@ from locks.lease import (
     validate_ttl,
 )
 from locks.models import JobRun, Outcome, SyncLock, now_plus
-from locks.registry import ALL, Job, get_job, tick_window
+from locks.registry import ALL, Job, attempts_of, get_job, tick_window
 from locks.schedule import InvalidTick
 
 # The name the lock's log lines have always carried (operators filter on it).
@@ -253,8 +253,8 @@ def run_locked(
         return result
     lease = got
     result.token, result.attempt = lease.token, lease.attempt
-    if lease.attempt is not None and retry_delays is not None:
-        result.attempts = 1 + len(retry_delays)
+    if lease.attempt is not None:
+        result.attempts = attempts_of(retry_delays)
     run_id = _record_start(lease, requested_by=requested_by)
     heartbeat = _Heartbeat(lease, max_run_time=max_run_time, started=started)
     heartbeat.start()

@@ -7,9 +7,9 @@ from django.db import Error as DBError  # DatabaseError and InterfaceError
 from django.utils.formats import date_format
 
 from locks.db import RowLocked
-from locks.lease import LockError, iso
+from locks.lease import LockError, iso, pause_text
 from locks.management.commands.run_job import tick_argument
-from locks.operator import cli_name, describe_pause, force_release, pause_job, reset_tick, resume_job
+from locks.operator import cli_name, force_release, pause_job, reset_tick, resume_job
 from locks.registry import UnknownJob, get_job
 from locks.status import job_ledgers, job_states
 
@@ -93,9 +93,7 @@ class Command(BaseCommand):
                 _fmt(s.tick),
                 s.last_status or "-",
                 _fmt(s.last_finished_at),
-                describe_pause(s.job, s.paused_by, s.paused_at, s.paused_note).removeprefix(
-                    f"{s.job} is paused "
-                )
+                pause_text(s.paused_by, s.paused_at, s.paused_note).removeprefix("paused ")
                 if s.paused
                 else "-",
             )
