@@ -29,7 +29,7 @@ from django.db import close_old_connections, connections, reset_queries
 from django.utils import timezone
 
 from locks import schedule
-from locks.registry import ALL, Job
+from locks.registry import ALL, SLOT_ERRORS, Job
 from locks.runner import RunResult, run_job
 from locks.schedule import InvalidTick
 
@@ -58,6 +58,28 @@ class _Plan:
     again_at: datetime | None = None
     backoff: timedelta = timedelta(0)
     running: bool = False
+    broken: str = ""  # why its slots cannot be computed (logged once): it is never asked
+
+
+def _slot_of(plan: _Plan, now: datetime) -> datetime | None:
+    """The latest slot of ``plan``'s job at or before ``now``; None (logged once) when its
+    schedule has none that can be computed: that job's failure, never the loop's."""
+    try:
+        tick = schedule.slot_at_or_before(plan.job.schedule, now=now)
+    except SLOT_ERRORS as exc:
+        if not plan.broken:
+            logger.error(
+                "scheduler: job=%s outcome=failed: its schedule %r has no slot that can be computed (%s: %s); "
+                "the other jobs go on",
+                plan.job.name,
+                plan.job.schedule,
+                type(exc).__name__,
+                exc,
+            )
+        plan.broken = f"{type(exc).__name__}: {exc}"
+        return None
+    plan.broken = ""
+    return tick
 
 
 def ask(run: Callable[..., RunResult], *, name: str, due: datetime) -> RunResult | str:
@@ -201,7 +223,9 @@ class Scheduler:
             now = self.now()
             # The tick window lets a copy that starts a little early name the slot its
             # peers name; the scheduler itself waits for the slot's own time.
-            tick = schedule.slot_at_or_before(plan.job.schedule, now=now)
+            tick = _slot_of(plan, now)
+            if tick is None:
+                continue
             if tick != plan.tick:
                 plan.tick, plan.again_at, plan.backoff = tick, None, timedelta(0)
             elif plan.again_at is None or plan.again_at > now:
@@ -213,6 +237,8 @@ class Scheduler:
         now = self.now()
         wakes = [now + MAX_SLEEP]
         for plan in self.plans:
+            if plan.broken:
+                continue
             wakes.append(schedule.next_tick(plan.job.schedule, now=now))
             if plan.again_at is not None and not plan.running:
                 wakes.append(plan.again_at)
