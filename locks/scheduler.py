@@ -25,10 +25,12 @@ from datetime import datetime, timedelta
 from functools import partial
 from multiprocessing.connection import wait as wait_for_any
 
+from django.db import Error as DBError
 from django.db import close_old_connections, connections, reset_queries
 from django.utils import timezone
 
 from locks import schedule
+from locks.models import SyncLock
 from locks.registry import ALL, SLOT_ERRORS, Job
 from locks.runner import RunResult, run_job
 from locks.schedule import InvalidTick
@@ -40,6 +42,9 @@ logger = logging.getLogger(__name__)
 MAX_SLEEP = timedelta(seconds=60)
 # Each run it asks for is recorded as the scheduler's (JobRun.requested_by).
 RUN_SCHEDULED = partial(run_job, requested_by="scheduler")
+# While a paused job's slot lasts, how often its lock row is read for a resume (no run is asked
+# meanwhile): a resume at least this long before the slot's chance ends runs the slot.
+PAUSED_POLL = timedelta(seconds=5)
 # Asked again after an unreachable database or a locked lock row: 1 s, doubling, at most 30 s.
 BACKOFF_FIRST, BACKOFF_MOST = timedelta(seconds=1), timedelta(seconds=30)
 # After the grace, how long an interrupted run has to record itself before it is killed.
@@ -59,6 +64,16 @@ class _Plan:
     backoff: timedelta = timedelta(0)
     running: bool = False
     broken: str = ""  # why its slots cannot be computed (logged once): it is never asked
+    paused: bool = False  # its last ask was skipped for a pause: look for a resume first
+
+
+def paused_in_database(name: str) -> bool:
+    """Whether the job's lock row says it is paused: one cheap read; False when the database
+    cannot be read (the run is asked then, and says why it cannot run)."""
+    try:
+        return SyncLock.objects.for_job(name).filter(paused_at__isnull=False).exists()
+    except DBError:
+        return False
 
 
 def _slot_of(plan: _Plan, now: datetime) -> datetime | None:
@@ -195,8 +210,10 @@ class Scheduler:
         stop: threading.Event | None = None,
         forked: bool = False,
         grace: float = 0.0,
+        paused: Callable[[str], bool] = paused_in_database,
     ) -> None:
         self.plans = [_Plan(job) for job in jobs]
+        self.paused = paused
         self.now = now
         self.executor = Forked(run) if forked else Inline(run)
         self.stop = stop or threading.Event()
@@ -229,6 +246,9 @@ class Scheduler:
             if tick != plan.tick:
                 plan.tick, plan.again_at, plan.backoff = tick, None, timedelta(0)
             elif plan.again_at is None or plan.again_at > now:
+                continue
+            elif plan.paused and self.paused(plan.job.name):
+                plan.again_at = self._within_chance(plan, now + PAUSED_POLL)
                 continue
             self._ask(plan)
 
@@ -275,6 +295,9 @@ class Scheduler:
 
     def _settle(self, plan: _Plan, outcome: RunResult | str) -> None:
         plan.running = False
+        plan.paused = (
+            isinstance(outcome, RunResult) and outcome.skip is not None and outcome.skip.reason == "paused"
+        )
         plan.again_at = self._again_at(plan, outcome)
         if plan.again_at is not None:
             logger.info(
@@ -298,7 +321,10 @@ class Scheduler:
             delay = self._delay(plan, outcome)
             if delay is None:
                 return None
-        again = now + delay
+        return self._within_chance(plan, now + delay)
+
+    def _within_chance(self, plan: _Plan, again: datetime) -> datetime | None:
+        """``again`` if it is before the chance of the slot asked for ends, else None."""
         job = plan.job
         over = (
             plan.tick + job.catch_up_window
@@ -328,7 +354,7 @@ class Scheduler:
         if skip.reason == "retry_later":
             return skip.wait  # another copy's attempt failed: the next one, when it may start
         if skip.reason == "paused":
-            return MAX_SLEEP  # resumed while the slot's chance lasts: it runs as usual
+            return PAUSED_POLL  # its lock row is read until a resume, then it is asked at once
         return None  # done elsewhere, a later tick claimed, or no attempt left
 
     def _finish(self) -> None:
