@@ -97,6 +97,28 @@ def recovered(job: Job, ledger: Ledger) -> bool:
     return len(newest) == job.alert_after_recoveries and all(slot.outcome == SUCCEEDED for slot in newest)
 
 
+CLOSE = "close"
+
+
+def decide(
+    job: Job,
+    ledger: Ledger,
+    *,
+    incident_open: bool,
+    paused: bool,
+    since: datetime,
+    last_success: datetime | None,
+    resumed: datetime | None = None,
+) -> Problem | str | None:
+    """What check_jobs does about ``job`` now: open an incident (its ``Problem``), ``CLOSE`` the
+    open one, or nothing. A paused job neither opens nor closes one."""
+    if paused:
+        return None
+    if incident_open:
+        return CLOSE if recovered(job, ledger) else None
+    return job_problem(job, ledger, since=since, last_success=last_success, resumed=resumed)
+
+
 def check_jobs(lease: Lease) -> dict[str, int]:
     """Open an incident for each registered job that has a problem and none open (never for a
     paused job), close the open incidents of jobs that recovered (never while paused); then send
@@ -128,18 +150,20 @@ def check_jobs(lease: Lease) -> dict[str, int]:
     opened = closed = 0
     with fenced(replace(lease)):
         for name, job in watched.items():
-            lock, incident = locks[name], open_incidents.get(name)
-            if lock["paused_at"] is not None:
-                continue  # paused slots neither open nor close an incident
-            if incident is not None:
-                closed += _close_if_recovered(job, ledgers[name], incident)
-                continue
-            resumed = resumes.get(name)
-            since = max(lock["created_at"], resumed or lock["created_at"])
-            last_success = health[name].last_success_at
-            problem = job_problem(job, ledgers[name], since=since, last_success=last_success, resumed=resumed)
-            if problem is not None:
-                _open(name, problem, lock=lock, ledger=ledgers[name])
+            lock, incident, resumed = locks[name], open_incidents.get(name), resumes.get(name)
+            action = decide(
+                job,
+                ledgers[name],
+                incident_open=incident is not None,
+                paused=lock["paused_at"] is not None,
+                since=max(lock["created_at"], resumed or lock["created_at"]),
+                last_success=health[name].last_success_at,
+                resumed=resumed,
+            )
+            if action == CLOSE:
+                closed += _close(job, incident)
+            elif action is not None:
+                _open(name, action, lock=lock, ledger=ledgers[name])
                 opened += 1
     sent = send_incident_emails(ledgers=ledgers)
     still_open = Incident.objects.open().count()
@@ -157,9 +181,7 @@ def _open(name: str, problem: Problem, *, lock: dict, ledger: Ledger) -> None:
     logger.warning("job=%s incident opened (%s): %s", name, problem.reason, problem.summary)
 
 
-def _close_if_recovered(job: Job, ledger: Ledger, incident: Incident) -> int:
-    if not recovered(job, ledger):
-        return 0
+def _close(job: Job, incident: Incident) -> int:
     closed = Incident.objects.filter(pk=incident.pk, closed_at__isnull=True).update(closed_at=Now())
     logger.warning(
         "job=%s incident closed: %s slots succeeded in a row (opened %s)",
