@@ -6,12 +6,24 @@ Checks).
 
 from django.conf import settings
 from django.core.checks import Error, Tags, Warning, register
+from django.utils import timezone
 from django.utils.module_loading import import_string
 
+from locks.conf import MAX_LEDGER_SLOTS
 from locks.db import error_text
-from locks.registry import PATH_KEYS, error, job_setting_errors, job_settings
+from locks.registry import (
+    PATH_KEYS,
+    SLOT_HORIZON_YEARS,
+    error,
+    job_setting_errors,
+    job_settings,
+    next_slot_error,
+)
 
 CHECK_TAG = "locks"
+# The schedules' own check runs with `manage.py check` (and every command that runs them all),
+# not before each run: at run time a schedule without a slot is its own job's failure only.
+SCHEDULE_TAG = "locks_schedules"
 MIN_TOKEN_LENGTH = 32
 
 # Settings that are whole numbers: id, the least value allowed, its unit, a hint.
@@ -67,6 +79,16 @@ NOT_AN_EXCEPTION = "{where}: expected error {path!r} is not an exception class."
 SHORT_TOKEN = "{name} is {length} characters long; use at least {least}."  # noqa: S105
 SHORT_TOKEN_HINT = 'Generate one with: python -c "import secrets; print(secrets.token_urlsafe(32))"'  # noqa: S105
 NOT_COLLECTORS = "LOCKS_METRICS_COLLECTORS must be a list of dotted paths of functions, got {value!r}."
+TOO_MANY_SLOTS = "LOCKS_LEDGER_SLOTS must be at most {most}, got {value!r}."
+NO_SLOT = "LOCKS_JOBS[{name!r}]: schedule {value!r} has no slot in the next {years} years: {why}."
+NO_SLOT_HINT = (
+    "The expression is valid cron, but no date matches it (e.g. '0 0 31 2 *' is February 31st); "
+    "fix the day of month, month or day of week."
+)
+NO_RECIPIENT = "check_jobs is enabled but ADMINS is empty: its alert emails have nobody to go to."
+NO_RECIPIENT_HINT = (
+    "Set ADMINS (e.g. DJANGO_ADMINS) to who is on call, or LOCKS_CHECK_JOBS = False to turn the alerts off."
+)
 SAME_TOKENS = "LOCKS_HEALTHZ_TOKEN is the same as LOCKS_TRIGGER_TOKEN."
 SAME_TOKENS_HINT = "Give monitors a token of their own: the trigger token can start forced runs."
 
@@ -79,6 +101,27 @@ def check_lock_settings(app_configs=None, **kwargs) -> list[Error]:
         if not isinstance(value, int) or isinstance(value, bool) or value < least:
             message = WHOLE_NUMBER.format(name=name, unit=unit, least=least, value=value)
             errors.append(Error(message, hint=hint, id=code))
+    slots = settings.LOCKS_LEDGER_SLOTS
+    if isinstance(slots, int) and slots > MAX_LEDGER_SLOTS:
+        message = TOO_MANY_SLOTS.format(most=MAX_LEDGER_SLOTS, value=slots)
+        errors.append(Error(message, hint=NUMBERS["LOCKS_LEDGER_SLOTS"][3], id="locks.E008"))
+    return errors
+
+
+@register(SCHEDULE_TAG)
+def check_schedules(app_configs=None, **kwargs) -> list[Error]:
+    """Each job's schedule has a slot within ``SLOT_HORIZON_YEARS`` (a valid expression may have
+    none: ``0 0 31 2 *``)."""
+    entries = job_settings()
+    if job_setting_errors(entries):
+        return []  # check_jobs_setting reports them; a schedule is judged once it is well formed
+    now = timezone.now()
+    errors = []
+    for name, entry in entries.items():
+        why = next_slot_error(entry["schedule"], now=now)
+        if why:
+            message = NO_SLOT.format(name=name, value=entry["schedule"], years=SLOT_HORIZON_YEARS, why=why)
+            errors.append(Error(message, hint=NO_SLOT_HINT, id="locks.E026"))
     return errors
 
 
@@ -145,3 +188,12 @@ def check_tokens(app_configs=None, **kwargs) -> list[Warning]:
     if settings.LOCKS_TRIGGER_TOKEN and settings.LOCKS_TRIGGER_TOKEN == settings.LOCKS_HEALTHZ_TOKEN:
         warnings.append(Warning(SAME_TOKENS, hint=SAME_TOKENS_HINT, id="locks.W003"))
     return warnings
+
+
+@register(deploy=True)
+def check_alert_recipients(app_configs=None, **kwargs) -> list[Warning]:
+    """check_jobs emails ADMINS: with none, an incident would reach nobody."""
+    entries = job_settings()
+    if isinstance(entries, dict) and "check_jobs" in entries and not settings.ADMINS:
+        return [Warning(NO_RECIPIENT, hint=NO_RECIPIENT_HINT, id="locks.W005")]
+    return []

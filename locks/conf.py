@@ -42,9 +42,13 @@ settings.LOCKS_CRONTAB_ENV_VARIABLES = getattr(
 )
 # The jobs the app registers itself (locks.registry: check_jobs); False: none.
 settings.LOCKS_CHECK_JOBS = getattr(settings, "LOCKS_CHECK_JOBS", True)
-# How many recent slots of each job the tick ledger shows (locks ticks, the admin, /metrics).
+# How many recent slots of each job the tick ledger shows (locks ticks, the admin, /metrics);
+# at most MAX_LEDGER_SLOTS (a check error beyond; `locks ticks --last` exits 2).
 settings.LOCKS_LEDGER_SLOTS = getattr(settings, "LOCKS_LEDGER_SLOTS", 48)
+MAX_LEDGER_SLOTS = 10_000
 # The bearer token of GET /metrics; empty: /metrics answers 404.
 settings.LOCKS_METRICS_TOKEN = getattr(settings, "LOCKS_METRICS_TOKEN", "")
 # Dotted paths of functions that /metrics calls for more metric families (another app's own).
 settings.LOCKS_METRICS_COLLECTORS = getattr(settings, "LOCKS_METRICS_COLLECTORS", ())
+# Whether /healthz counts a paused job as unhealthy (503); False: it reports it as `paused` only.
+settings.LOCKS_HEALTHZ_PAUSED_UNHEALTHY = getattr(settings, "LOCKS_HEALTHZ_PAUSED_UNHEALTHY", False)

@@ -287,6 +287,16 @@ class IncidentQuerySet(models.QuerySet):
         return self.filter(closed_at__isnull=True)
 
 
+# An alert email's state ("": not claimed yet).
+MAIL_STATES = [
+    ("", "pending"),
+    ("claimed", "claimed (being sent)"),
+    ("sent", "sent"),
+    ("uncertain", "uncertain (the mail server's answer was lost)"),
+    ("no recipient", "no recipient (ADMINS is empty)"),
+]
+
+
 class Incident(models.Model):
     """A job that needs a human, from the time ``check_jobs`` saw it until it recovered:
     one opening email, one recovery email (``locks.alerts``). Read-only in the admin."""
@@ -298,17 +308,27 @@ class Incident(models.Model):
     opened_at = models.DateTimeField("opened at")
     closed_at = models.DateTimeField("closed at", null=True, blank=True, help_text="Empty: still open.")
     opened_mail_at = models.DateTimeField(
-        "opening email sent",
+        "opening email settled",
         null=True,
         blank=True,
-        help_text="When the opening email was handed to the mail server.",
+        help_text="When the opening email was sent, became uncertain or found no recipient.",
     )
     closed_mail_at = models.DateTimeField(
-        "recovery email sent",
+        "recovery email settled",
         null=True,
         blank=True,
-        help_text="When the recovery email was handed to the mail server.",
+        help_text="When the recovery email was sent, became uncertain or found no recipient.",
     )
+    # Each email is claimed, then sent or uncertain (locks.alerts): a claim that expires unsettled
+    # (its sender died) is claimed again; an uncertain one is never sent again by itself.
+    opened_mail_state = models.CharField(
+        "opening email", max_length=20, blank=True, default="", choices=MAIL_STATES
+    )
+    opened_mail_claimed_until = models.DateTimeField("opening email claimed until", null=True, blank=True)
+    closed_mail_state = models.CharField(
+        "recovery email", max_length=20, blank=True, default="", choices=MAIL_STATES
+    )
+    closed_mail_claimed_until = models.DateTimeField("recovery email claimed until", null=True, blank=True)
 
     objects = IncidentQuerySet.as_manager()
 
@@ -319,3 +339,7 @@ class Incident(models.Model):
 
     def __str__(self) -> str:
         return f"{self.job_name}: {self.reason} since {self.opened_at:%Y-%m-%d %H:%M}"
+
+    @property
+    def opening_email(self) -> str:
+        return self.opened_mail_state or "pending"

@@ -7,6 +7,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from croniter import CroniterBadDateError
 from django.conf import settings
 from django.core.checks import Error
 from django.core.exceptions import ImproperlyConfigured
@@ -14,6 +15,12 @@ from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from locks import schedule
+
+# What the slot arithmetic raises for an expression croniter can find no slot of (``0 0 31 2 *``)
+# or one beyond what a datetime holds: that job's failure, never its readers' (docs/jobs.md, Checks).
+SLOT_ERRORS = (CroniterBadDateError, OverflowError)
+# A schedule whose next slot lies further ahead than this is refused by the checks (locks.E026).
+SLOT_HORIZON_YEARS = 5
 
 # --- from builtin.py ---
 
@@ -68,6 +75,8 @@ class Job:
     # without a success (None: two periods of the schedule and 10 minutes).
     alert_after_failures: int = 2
     alert_after: timedelta | None = None
+    # ... and closes it after this many succeeded slots in a row.
+    alert_after_recoveries: int = 2
 
     @property
     def max_attempts(self) -> int:
@@ -141,6 +150,7 @@ def _job(name: str, entry: dict) -> Job:
         catch_up_window=timedelta(seconds=entry.get("catch_up_window", DEFAULT_CATCH_UP_WINDOW)),
         alert_after_failures=entry.get("alert_after_failures", 2),
         alert_after=timedelta(seconds=entry["alert_after"]) if "alert_after" in entry else None,
+        alert_after_recoveries=entry.get("alert_after_recoveries", 2),
     )
 
 
@@ -157,10 +167,11 @@ def get_job(name: str) -> Job:
 
 # A job name is a lock's name (SyncLock.job_name, 100 characters), a URL path segment
 # (/api/jobs/<job>/run) and part of a log file's name (var/<job>.log).
-JOB_NAME = re.compile(r"[a-z0-9_-]{1,100}\Z")
+# Not starting with "-": cron and the CLI would read such a name as an option (``--force``).
+JOB_NAME = re.compile(r"[a-z0-9_][a-z0-9_-]{0,99}\Z")
 JOB_KEYS = (
     *("schedule", "callable", "ttl", "max_run_time", "retry", "expected_errors", "dry_run"),
-    *("catch_up", "catch_up_window", "alert_after_failures", "alert_after"),
+    *("catch_up", "catch_up_window", "alert_after_failures", "alert_after", "alert_after_recoveries"),
 )
 LATEST, ALL = "latest", "all"  # the catch-up policies
 CATCH_UP_POLICIES = (LATEST, ALL)
@@ -187,7 +198,8 @@ HINTS = {
     "locks.E013": "The lease's length; the heartbeat renews it every third.",
     "locks.E014": "How long the heartbeat keeps renewing the lease of one run.",
     "locks.E015": "e.g. {'delays': [60, 300, 900]}: a failed tick is retried after 1, 5 and 15 minutes.",
-    "locks.E016": "1 to 100 characters, each a lowercase letter, a digit, '_' or '-'.",
+    "locks.E016": "1 to 100 characters, each a lowercase letter, a digit, '_' or '-', not starting with '-' "
+    "(no spaces, no shell metacharacters: cron, the CLI and URLs carry it).",
     "locks.E017": "Keep one entry per job.",
     "locks.E019": f"Known keys: {', '.join(JOB_KEYS)}.",
     "locks.E024": "'latest' (the default): a slot not done when the next one comes is missed; "
@@ -195,6 +207,7 @@ HINTS = {
     "locks.E025": "How far back (seconds) catch_up 'all' runs slots that did not succeed; 86400 is the default.",
     "locks.E030": "check_jobs opens an incident after this many failed slots in a row; 2 is the default.",
     "locks.E031": "check_jobs opens an incident after this long without a success (default: two periods + 600).",
+    "locks.E032": "check_jobs closes an incident after this many succeeded slots in a row; 2 is the default.",
 }
 
 
@@ -251,6 +264,7 @@ def _entry_errors(where: str, entry) -> list[Error]:
         ("catch_up_window", "locks.E025", NOT_SECONDS),
         ("alert_after_failures", "locks.E030", NOT_A_COUNT),
         ("alert_after", "locks.E031", NOT_SECONDS),
+        ("alert_after_recoveries", "locks.E032", NOT_A_COUNT),
     ):
         if key in entry and not _positive_int(entry[key]):
             errors.append(error(code, message, where=where, key=key, value=entry[key]))
@@ -261,6 +275,18 @@ def _entry_errors(where: str, entry) -> list[Error]:
     ):
         errors.append(error("locks.E015", BAD_RETRY, where=where, value=retry))
     return errors
+
+
+def next_slot_error(expression: str, *, now: datetime) -> str:
+    """Why ``expression`` (a valid cron expression) has no slot within ``SLOT_HORIZON_YEARS`` of
+    ``now``; empty when it has one."""
+    try:
+        upcoming = schedule.next_tick(expression, now=now)
+    except SLOT_ERRORS as exc:
+        return f"no slot can be computed after {now:%Y-%m-%d} ({type(exc).__name__}: {exc})"
+    if upcoming - now > timedelta(days=365 * SLOT_HORIZON_YEARS + 1):
+        return f"its next slot is {upcoming.isoformat()}"
+    return ""
 
 
 def _positive_int(value) -> bool:

@@ -25,11 +25,13 @@ from datetime import datetime, timedelta
 from functools import partial
 from multiprocessing.connection import wait as wait_for_any
 
+from django.db import Error as DBError
 from django.db import close_old_connections, connections, reset_queries
 from django.utils import timezone
 
 from locks import schedule
-from locks.registry import ALL, Job
+from locks.models import SyncLock
+from locks.registry import ALL, SLOT_ERRORS, Job
 from locks.runner import RunResult, run_job
 from locks.schedule import InvalidTick
 
@@ -40,6 +42,9 @@ logger = logging.getLogger(__name__)
 MAX_SLEEP = timedelta(seconds=60)
 # Each run it asks for is recorded as the scheduler's (JobRun.requested_by).
 RUN_SCHEDULED = partial(run_job, requested_by="scheduler")
+# While a paused job's slot lasts, how often its lock row is read for a resume (no run is asked
+# meanwhile): a resume at least this long before the slot's chance ends runs the slot.
+PAUSED_POLL = timedelta(seconds=5)
 # Asked again after an unreachable database or a locked lock row: 1 s, doubling, at most 30 s.
 BACKOFF_FIRST, BACKOFF_MOST = timedelta(seconds=1), timedelta(seconds=30)
 # After the grace, how long an interrupted run has to record itself before it is killed.
@@ -58,6 +63,38 @@ class _Plan:
     again_at: datetime | None = None
     backoff: timedelta = timedelta(0)
     running: bool = False
+    broken: str = ""  # why its slots cannot be computed (logged once): it is never asked
+    paused: bool = False  # its last ask was skipped for a pause: look for a resume first
+
+
+def paused_in_database(name: str) -> bool:
+    """Whether the job's lock row says it is paused: one cheap read; False when the database
+    cannot be read (the run is asked then, and says why it cannot run)."""
+    try:
+        return SyncLock.objects.for_job(name).filter(paused_at__isnull=False).exists()
+    except DBError:
+        return False
+
+
+def _slot_of(plan: _Plan, now: datetime) -> datetime | None:
+    """The latest slot of ``plan``'s job at or before ``now``; None (logged once) when its
+    schedule has none that can be computed: that job's failure, never the loop's."""
+    try:
+        tick = schedule.slot_at_or_before(plan.job.schedule, now=now)
+    except SLOT_ERRORS as exc:
+        if not plan.broken:
+            logger.error(
+                "scheduler: job=%s outcome=failed: its schedule %r has no slot that can be computed (%s: %s); "
+                "the other jobs go on",
+                plan.job.name,
+                plan.job.schedule,
+                type(exc).__name__,
+                exc,
+            )
+        plan.broken = f"{type(exc).__name__}: {exc}"
+        return None
+    plan.broken = ""
+    return tick
 
 
 def ask(run: Callable[..., RunResult], *, name: str, due: datetime) -> RunResult | str:
@@ -173,8 +210,10 @@ class Scheduler:
         stop: threading.Event | None = None,
         forked: bool = False,
         grace: float = 0.0,
+        paused: Callable[[str], bool] = paused_in_database,
     ) -> None:
         self.plans = [_Plan(job) for job in jobs]
+        self.paused = paused
         self.now = now
         self.executor = Forked(run) if forked else Inline(run)
         self.stop = stop or threading.Event()
@@ -201,10 +240,15 @@ class Scheduler:
             now = self.now()
             # The tick window lets a copy that starts a little early name the slot its
             # peers name; the scheduler itself waits for the slot's own time.
-            tick = schedule.slot_at_or_before(plan.job.schedule, now=now)
+            tick = _slot_of(plan, now)
+            if tick is None:
+                continue
             if tick != plan.tick:
                 plan.tick, plan.again_at, plan.backoff = tick, None, timedelta(0)
             elif plan.again_at is None or plan.again_at > now:
+                continue
+            elif plan.paused and self.paused(plan.job.name):
+                plan.again_at = self._within_chance(plan, now + PAUSED_POLL)
                 continue
             self._ask(plan)
 
@@ -213,6 +257,8 @@ class Scheduler:
         now = self.now()
         wakes = [now + MAX_SLEEP]
         for plan in self.plans:
+            if plan.broken:
+                continue
             wakes.append(schedule.next_tick(plan.job.schedule, now=now))
             if plan.again_at is not None and not plan.running:
                 wakes.append(plan.again_at)
@@ -249,6 +295,9 @@ class Scheduler:
 
     def _settle(self, plan: _Plan, outcome: RunResult | str) -> None:
         plan.running = False
+        plan.paused = (
+            isinstance(outcome, RunResult) and outcome.skip is not None and outcome.skip.reason == "paused"
+        )
         plan.again_at = self._again_at(plan, outcome)
         if plan.again_at is not None:
             logger.info(
@@ -272,7 +321,10 @@ class Scheduler:
             delay = self._delay(plan, outcome)
             if delay is None:
                 return None
-        again = now + delay
+        return self._within_chance(plan, now + delay)
+
+    def _within_chance(self, plan: _Plan, again: datetime) -> datetime | None:
+        """``again`` if it is before the chance of the slot asked for ends, else None."""
         job = plan.job
         over = (
             plan.tick + job.catch_up_window
@@ -302,7 +354,7 @@ class Scheduler:
         if skip.reason == "retry_later":
             return skip.wait  # another copy's attempt failed: the next one, when it may start
         if skip.reason == "paused":
-            return MAX_SLEEP  # resumed while the slot's chance lasts: it runs as usual
+            return PAUSED_POLL  # its lock row is read until a resume, then it is asked at once
         return None  # done elsewhere, a later tick claimed, or no attempt left
 
     def _finish(self) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from datetime import datetime, timedelta
 
 from django.conf import settings
@@ -13,16 +13,22 @@ from django.db.models import Count, Max, Q
 from django.db.models.functions import Coalesce, Now
 from django.utils import timezone
 
+from locks.conf import MAX_LEDGER_SLOTS
 from locks.lease import iso
-from locks.models import STUCK_Q, JobPause, JobRun, Outcome, SyncLock, database_now
-from locks.registry import Job
+from locks.models import STUCK_Q, Incident, JobPause, JobRun, Outcome, SyncLock, database_now
+from locks.registry import SLOT_ERRORS, Job
 from locks.registry import jobs as registered_jobs
-from locks.schedule import next_tick, previous_slots
+from locks.schedule import next_tick, previous_slots, slot_at_or_before
 
 # --- from selectors.py ---
 
 # A registered job without a lock row: it creates its lock on its first run.
 NEVER_RUN = "never run"
+
+
+def slot_error(exc: BaseException) -> str:
+    """What a job's schedule raised in the slot arithmetic (``SLOT_ERRORS``), for its readers."""
+    return f"its schedule has no slot that can be computed ({type(exc).__name__}: {exc})"
 
 
 @dataclass(frozen=True)
@@ -136,17 +142,36 @@ class Freshness:
     job: JobHealth
     schedule: str
     # The oldest success that still counts as fresh: the slot before the latest
-    # slot at or before the database's now.
-    fresh_since: datetime
+    # slot at or before the database's now (None: the schedule's slots cannot be computed).
+    fresh_since: datetime | None
+    error: str = ""  # why the slots cannot be computed (locks.registry.SLOT_ERRORS)
 
     @property
     def fresh(self) -> bool:
-        return self.job.last_success_at is not None and self.job.last_success_at >= self.fresh_since
+        last = self.job.last_success_at
+        return self.fresh_since is not None and last is not None and last >= self.fresh_since
+
+    @property
+    def paused(self) -> bool:
+        return self.job.lock is not None and self.job.lock.paused
+
+    @property
+    def status(self) -> str:
+        """``error`` (no slot can be computed), ``paused`` (by an operator: not judged stale),
+        ``ok`` or ``stale``: what /healthz reports for the job."""
+        if self.error:
+            return "error"
+        if self.paused:
+            return "paused"
+        return "ok" if self.fresh else "stale"
+
+    def healthy(self, *, paused_unhealthy: bool = False) -> bool:
+        return self.status == "ok" or (self.status == "paused" and not paused_unhealthy)
 
     @property
     def stale_after(self) -> datetime | None:
         """When the last success stops being fresh: at the second slot after it."""
-        if self.job.last_success_at is None:
+        if self.job.last_success_at is None or self.error:
             return None
         return next_tick(self.schedule, now=next_tick(self.schedule, now=self.job.last_success_at))
 
@@ -166,7 +191,11 @@ def jobs_freshness() -> dict[str, Freshness]:
     freshness = {}
     for name, job in registered.items():
         now = health[name].db_now or timezone.now()
-        _latest, before_latest = previous_slots(job.schedule, now=now, count=2)
+        try:
+            _latest, before_latest = previous_slots(job.schedule, now=now, count=2)
+        except SLOT_ERRORS as exc:  # that job's failure: the others are still judged
+            freshness[name] = Freshness(health[name], job.schedule, None, error=slot_error(exc))
+            continue
         freshness[name] = Freshness(job=health[name], schedule=job.schedule, fresh_since=before_latest)
     return freshness
 
@@ -178,7 +207,10 @@ def jobs_freshness() -> dict[str, Freshness]:
 class ScheduledJob:
     job: str
     last_success: datetime | None
-    next_tick: datetime
+    next_tick: datetime | None  # None: its schedule has no slot that can be computed (``error``)
+    error: str = ""
+    # Paused while check_jobs has an incident open for it: when that incident opened.
+    paused_incident_since: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -200,10 +232,15 @@ def lock_summary() -> Summary:
     except ImproperlyConfigured as exc:  # the page still shows the locks, and why no jobs
         return Summary(jobs=[], stuck=locks["stuck"], db_now=db_now, error=str(exc))
     health = jobs_health(jobs=registered)
-    jobs = [
-        ScheduledJob(name, health[name].last_success_at, next_tick(job.schedule, now=db_now))
-        for name, job in registered.items()
-    ]
+    paused = {name for name, job in health.items() if job.lock is not None and job.lock.paused}
+    incidents = dict(Incident.objects.open().filter(job_name__in=paused).values_list("job_name", "opened_at"))
+    jobs = []
+    for name, job in registered.items():
+        try:
+            upcoming, error = next_tick(job.schedule, now=db_now), ""
+        except SLOT_ERRORS as exc:
+            upcoming, error = None, slot_error(exc)
+        jobs.append(ScheduledJob(name, health[name].last_success_at, upcoming, error, incidents.get(name)))
     return Summary(jobs=jobs, stuck=locks["stuck"], db_now=db_now)
 
 
@@ -215,6 +252,8 @@ SUCCEEDED, RUNNING, FAILED, MISSED, PAUSED, PENDING, UNKNOWN = (
 )
 OUTCOMES = (SUCCEEDED, RUNNING, FAILED, MISSED, PAUSED, PENDING, UNKNOWN)
 SETTLED = (SUCCEEDED, FAILED, MISSED, PAUSED)  # outcomes that no longer change
+# A slot whose job was paused this long from its tick on had its moment while paused.
+SLOT_MOMENT = timedelta(seconds=1)
 RUN_FIELDS = ("job_name", "tick", "token", "status", "holder", "started_at", "finished_at", "error")
 
 
@@ -255,6 +294,7 @@ class Ledger:
     slots: list[Slot]  # newest first
     paused: bool = False
     counts: Counter = field(default_factory=Counter)
+    error: str = ""  # its schedule's slots cannot be computed: no slots (locks.registry.SLOT_ERRORS)
 
     def settled(self, *, since: datetime | None = None) -> list[Slot]:
         """The slots whose outcome can no longer change (not pending, not running), newest
@@ -282,11 +322,18 @@ def job_ledgers(*, jobs: Iterable[Job], slots: int | None = None) -> dict[str, L
     jobs = list(jobs)
     if not jobs:
         return {}
-    count = slots or ledger_slots()
+    count = min(slots or ledger_slots(), MAX_LEDGER_SLOTS)
     db_now = database_now()
-    windows = {job.name: previous_slots(job.schedule, now=db_now, count=count) for job in jobs}
+    windows, broken = {}, {}
+    for job in jobs:
+        try:
+            windows[job.name] = previous_slots(job.schedule, now=db_now, count=count)
+        except SLOT_ERRORS as exc:  # that job's failure: the other ledgers are still read
+            windows[job.name], broken[job.name] = [], slot_error(exc)
     names = [job.name for job in jobs]
-    oldest = {name: ticks[-1] for name, ticks in windows.items()}
+    oldest = {name: ticks[-1] for name, ticks in windows.items() if ticks}
+    if not oldest:
+        return {job.name: Ledger(job.name, db_now, [], error=broken.get(job.name, "")) for job in jobs}
     runs_of = defaultdict(lambda: defaultdict(list))
     in_window = Q()
     for name, since in oldest.items():
@@ -296,7 +343,7 @@ def job_ledgers(*, jobs: Iterable[Job], slots: int | None = None) -> dict[str, L
     locks = {
         row["job_name"]: row
         for row in SyncLock.objects.filter(job_name__in=names).values(
-            "job_name", "token", "locked_until", "tick", "paused_at"
+            "job_name", "token", "locked_until", "tick", "paused_at", "created_at"
         )
     }
     pauses = defaultdict(list)
@@ -304,25 +351,29 @@ def job_ledgers(*, jobs: Iterable[Job], slots: int | None = None) -> dict[str, L
         Q(resumed_at__isnull=True) | Q(resumed_at__gte=min(oldest.values())), job_name__in=names
     ).values_list("job_name", "paused_at", "resumed_at"):
         pauses[pause[0]].append((pause[1], pause[2]))
-    return {
-        job.name: build_ledger(
-            job,
-            ticks=windows[job.name],
-            runs=runs_of[job.name],
-            lock=locks.get(job.name, {}),
-            pauses=pauses[job.name],
-            db_now=db_now,
+    ledgers = {}
+    for job in jobs:
+        # A job starts with its lock row (its first run, or check_jobs first seeing it): no slot before.
+        lock = locks.get(job.name, {"created_at": db_now})
+        ticks = windows[job.name]
+        ledgers[job.name] = build_ledger(
+            job, ticks=ticks, runs=runs_of[job.name], lock=lock, pauses=pauses[job.name], db_now=db_now
         )
-        for job in jobs
-    }
+        if job.name in broken:
+            ledgers[job.name] = replace(ledgers[job.name], error=broken[job.name])
+    return ledgers
 
 
 def build_ledger(
     job: Job, *, ticks: list[datetime], runs: dict, lock: dict, pauses: list, db_now: datetime
 ) -> Ledger:
     """The ledger of ``job`` over ``ticks`` (newest first), from its runs by tick, its lock row's
-    ``token``, ``locked_until``, ``tick`` and ``paused_at``, and its pauses (``(paused_at,
-    resumed_at or None)``), judged at ``db_now``: no query (tests inject every part)."""
+    ``token``, ``locked_until``, ``tick``, ``paused_at`` and ``created_at`` (when given, the slots
+    before the one current then are left out unless they have runs: the job did not exist), and its
+    pauses (``(paused_at, resumed_at or None)``), judged at ``db_now``: no query (tests inject every part)."""
+    if lock.get("created_at") is not None and ticks:
+        first = slot_at_or_before(job.schedule, now=lock["created_at"])
+        ticks = [tick for tick in ticks if tick >= first or tick in runs]
     slots = [_slot(job, tick, runs.get(tick, []), lock=lock, pauses=pauses, db_now=db_now) for tick in ticks]
     return Ledger(
         job=job.name,
@@ -351,7 +402,11 @@ def _slot(job: Job, tick: datetime, runs: list[dict], *, lock: dict, pauses: lis
         return Slot(tick, PENDING, runs)
     if runs:
         return Slot(tick, FAILED, runs)
-    if _covered(pauses, start=tick, end=min(ends, db_now)):
+    # Paused when its time came (a resume too late to ask again, or cron that never does), or
+    # for all of its chance: lost to the pause, not missed.
+    if _covered(pauses, start=tick, end=tick + SLOT_MOMENT) or _covered(
+        pauses, start=tick, end=min(ends, db_now)
+    ):
         return Slot(tick, PAUSED, runs)
     return Slot(tick, MISSED, runs)
 

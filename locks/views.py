@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import ipaddress
@@ -10,6 +11,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import timedelta
+from itertools import islice
 from typing import TYPE_CHECKING
 
 from django.conf import settings
@@ -30,9 +32,9 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from locks.db import error_text
 from locks.lease import LockError, iso
 from locks.models import HELD, OVERDUE, Incident, JobRun, Outcome, Throttle, database_now, now_plus
-from locks.registry import UnknownJob, get_job
+from locks.registry import SLOT_ERRORS, UnknownJob, get_job
 from locks.registry import jobs as registered_jobs
-from locks.runner import RunResult, run_job
+from locks.runner import RunResult, run_due, run_job
 from locks.schedule import next_tick
 from locks.status import OUTCOMES, Freshness, job_ledgers, jobs_freshness, jobs_health
 
@@ -150,6 +152,9 @@ def throttle_claim(*, key: str, window: timedelta) -> Claim:
 # --- from views.py ---
 
 logger = logging.getLogger(__name__)
+# The most runs one trigger request makes to catch slots up (catch_up "all"); the answer's
+# ``behind`` says whether slots are still behind after them.
+TRIGGER_MOST_RUNS = 100
 
 
 @csrf_exempt  # a machine endpoint authenticated by its bearer token, not by a session cookie
@@ -205,10 +210,17 @@ def _trigger(request: HttpRequest, job: str) -> JsonResponse:
 
     logger.info("job=%s triggered over HTTP by %s%s", job, address, " (forced)" if force else "")
     try:
-        result = run_job(name=job, force=force, requested_by="trigger")
+        if force:
+            results = [run_job(name=job, force=True, requested_by="trigger")]
+        else:  # what `run_job NAME` runs: under catch_up "all", each slot still behind, oldest first
+            results = list(islice(run_due(name=job, requested_by="trigger"), TRIGGER_MOST_RUNS))
     except LockError as exc:  # the lock table is missing: a deployment without `migrate`
         return JsonResponse({"job": job, "outcome": "failed", "error": str(exc)}, status=503)
-    return JsonResponse(_run_payload(result), status=result.http_status)
+    # The last run is the answer (the one that stopped the catch-up); each run's outcome under "runs".
+    last = results[-1]
+    payload = {**_run_payload(last), "runs": [_run_payload(result) for result in results]}
+    payload["behind"] = last.next_due_now  # more slots behind than one request runs: trigger again
+    return JsonResponse(payload, status=last.http_status)
 
 
 def _run_payload(result: RunResult) -> dict:
@@ -250,7 +262,8 @@ def _run_payload(result: RunResult) -> dict:
 @never_cache
 def healthz(request: HttpRequest) -> HttpResponse:
     """200 while every job of ``LOCKS_JOBS`` succeeded within two slots of its schedule,
-    else 503. ``jobs`` reports each one; the top-level fields repeat those of
+    else 503; a paused job is reported ``paused`` and left out of that unless
+    ``LOCKS_HEALTHZ_PAUSED_UNHEALTHY``; a job whose slots cannot be computed is ``error``. ``jobs`` reports each one; the top-level fields repeat those of
     ``LOCKS_HEALTHZ_JOB``, if set (the answer's shape before it reported every job).
 
     Holder host names and error texts only for a request that carries ``LOCKS_HEALTHZ_TOKEN``.
@@ -272,7 +285,8 @@ def healthz(request: HttpRequest) -> HttpResponse:
             body["error"] = error_text(exc)
         return JsonResponse(body, status=503)
 
-    fresh = all(job.fresh for job in freshness.values())
+    paused_unhealthy = settings.LOCKS_HEALTHZ_PAUSED_UNHEALTHY
+    fresh = all(job.healthy(paused_unhealthy=paused_unhealthy) for job in freshness.values())
     body = {"status": "ok" if fresh else "stale", "database": True}
     if summary in freshness:  # the fields /healthz had before it reported every job
         fields = _job_health(freshness[summary], trusted=trusted)
@@ -292,7 +306,9 @@ def _incident(incident: Incident | None) -> dict | None:
         "reason": incident.reason,
         "summary": incident.summary,
         "opened_at": iso(incident.opened_at),
-        "email_sent": incident.opened_mail_at is not None,
+        # sent, claimed (being sent), uncertain (the server's answer was lost), no recipient, or pending
+        "email": incident.opening_email,
+        "email_sent": incident.opening_email == "sent",
     }
 
 
@@ -300,13 +316,15 @@ def _job_health(health: Freshness, *, trusted: bool) -> dict:
     job, lock = health.job, health.job.lock
     age = job.last_success_age
     body = {
-        "status": "ok" if health.fresh else "stale",
+        "status": health.status,  # ok, stale, paused (not judged stale) or error (no slot computable)
         "schedule": health.schedule,
         "stale_after": iso(health.stale_after),
         "last_success_at": iso(job.last_success_at),
         "last_success_age_seconds": round(age.total_seconds(), 3) if age is not None else None,
         "lock": None,
     }
+    if health.error:
+        body["error"] = health.error
     if lock is not None:
         # Holder host names and error texts only for a request that carries LOCKS_HEALTHZ_TOKEN.
         hidden = {"job", "db_now"} if trusted else {"job", "db_now", "holder", "last_error"}
@@ -406,16 +424,12 @@ def job_metrics() -> list[Metric]:
         lock = health[name].lock
         if health[name].last_success_at is not None:
             last_success.add_metric([name], health[name].last_success_at.timestamp())
-        next_slot.add_metric([name], next_tick(job.schedule, now=db_now).timestamp())
+        with contextlib.suppress(*SLOT_ERRORS):  # no slot computable: that job has no next tick
+            next_slot.add_metric([name], next_tick(job.schedule, now=db_now).timestamp())
         paused.add_metric([name], float(ledgers[name].paused))
         incident.add_metric([name], float(name in open_incidents))
         held.add_metric([name], float(lock is not None and lock.state in {HELD, OVERDUE}))
-        if (
-            lock is not None
-            and lock.last_finished_at
-            and lock.last_started_at
-            and lock.last_status != Outcome.RUNNING
-        ):
+        if lock and lock.last_finished_at and lock.last_started_at and lock.last_status != Outcome.RUNNING:
             duration.add_metric([name], (lock.last_finished_at - lock.last_started_at).total_seconds())
         for outcome in OUTCOMES:
             ticks.add_metric([name, outcome], ledgers[name].counts.get(outcome, 0))

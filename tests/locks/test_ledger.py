@@ -48,7 +48,9 @@ def test_every_outcome_from_runs_written_into_the_past():
         ticks[5]: [run(ticks[5], RunStatus.RUNNING, token=7)],
     }
     lock = {"token": 7, "locked_until": NOW + timedelta(minutes=1), "tick": ticks[5], "paused_at": None}
-    pauses = [(ticks[4] - timedelta(minutes=1), ticks[3] + timedelta(seconds=1))]  # 10:09 to 10:15:01
+    # 10:09 to 10:14:59: 10:10 was paused when its time came (lost to the pause, though resumed within
+    # its chance); 10:15 was not.
+    pauses = [(ticks[4] - timedelta(minutes=1), ticks[3] - timedelta(seconds=1))]
 
     ledger = build_ledger(record, ticks=ticks, runs=runs, lock=lock, pauses=pauses, db_now=NOW)
 
@@ -197,7 +199,10 @@ def test_the_ledger_costs_four_queries_whatever_the_slots_runs_or_jobs(settings,
     _history("record", runs=runs)
     _history("write_slot", runs=runs)
     JobPause.objects.create(job_name="record", paused_at=database_now() - timedelta(hours=3), paused_by="cli")
-    SyncLock.objects.create(job_name="record")
+    for name in ("record", "write_slot", "refuse"):  # each job started long before its ledger's slots
+        SyncLock.objects.update_or_create(
+            job_name=name, defaults={"created_at": database_now() - timedelta(days=30)}
+        )
     with CaptureQueriesContext(connection) as queries:
         ledgers = job_ledgers(jobs=[get_job(name) for name in ("record", "write_slot", "refuse")])
     assert len(queries) == 4

@@ -150,22 +150,44 @@ def test_another_hosts_failed_attempt_is_asked_again_when_the_next_may_start():
     assert runs.asked == [(at(10), at(10)), (at(10, 5), at(10)), (at(11), at(11))]
 
 
-def test_a_paused_job_is_asked_again_each_minute_so_a_resume_in_time_runs_its_slot():
-    paused = Skip("hourly", at(10), "paused", "", None, None, paused_by="alice", paused_at=at(9))
-    runs = loop(at(10), [paused, paused, "succeeded"], until=at(11, 30))
+class Pause:
+    """Stands in for the lock row's pause: paused until ``until`` on the fake clock."""
 
-    # Resumed between 10:01 and 10:02: the 10:00 slot runs then, not at 11:00 as the next one.
-    assert runs.asked == [(at(10), at(10)), (at(10, 1), at(10)), (at(10, 2), at(10)), (at(11), at(11))]
+    def __init__(self, clock: FakeClock, until: datetime) -> None:
+        self.clock, self.until, self.reads = clock, until, 0
+
+    def __call__(self, name: str) -> bool:
+        self.reads += 1
+        return self.clock.now() < self.until
+
+
+def paused_loop(start: datetime, outcomes, *, resumed: datetime, until: datetime) -> tuple[Runs, Pause]:
+    clock = FakeClock(start, until)
+    runs, pause = Runs(clock, outcomes), Pause(clock, resumed)
+    Scheduler(jobs=[HOURLY], now=clock.now, run=runs, stop=clock.stop, paused=pause).run_forever(
+        wait=clock.wait
+    )
+    return runs, pause
+
+
+PAUSED = Skip("hourly", at(10), "paused", "", None, None, paused_by="alice", paused_at=at(9))
+
+
+def test_a_paused_job_is_asked_again_as_soon_as_it_is_resumed_10_s_before_its_chance_ends():
+    """Issue 27, item 5: resumed at 10:59:50, the 10:00 slot (its chance ends at 11:00) runs at
+    once, not lost; meanwhile only its lock row is read (every 5 s), no run is asked."""
+    runs, pause = paused_loop(at(10), [PAUSED, "succeeded"], resumed=at(10, 59, 50), until=at(11, 30))
+
+    assert runs.asked == [(at(10), at(10)), (at(10, 59, 50), at(10)), (at(11), at(11))]
+    assert pause.reads == len(range(5, 59 * 60 + 55, 5))  # 10:00:05 … 10:59:50, every 5 s
 
 
 def test_a_job_paused_for_its_whole_slot_is_asked_no_later_than_the_next_slot():
-    paused = Skip("hourly", at(10), "paused", "", None, None, paused_by="alice", paused_at=at(9))
-    runs = loop(at(10, 57), [paused] * 5, until=at(11, 30))  # then resumed: the sixth ask succeeds
+    runs, _pause = paused_loop(at(10, 57), [PAUSED, PAUSED, "succeeded"], resumed=at(11, 2), until=at(11, 30))
 
-    # 10:57, 10:58, 10:59, then the next slot (not 11:00 for 10:00): a paused slot's asks end with
-    # its chance; the 11:00 slot is asked each minute in turn until the job is resumed.
-    whens = [at(10, 57), at(10, 58), at(10, 59), at(11), at(11, 1), at(11, 2)]
-    assert runs.asked == list(zip(whens, [at(10)] * 3 + [at(11)] * 3, strict=True))
+    # 10:57, then the next slot (not 11:00 for 10:00): a paused slot's asks end with its chance;
+    # the 11:00 slot is asked once more as soon as the job is resumed.
+    assert runs.asked == [(at(10, 57), at(10)), (at(11), at(11)), (at(11, 2), at(11))]
 
 
 def test_an_unreachable_database_is_asked_again_with_a_backoff_until_the_next_slot():

@@ -6,6 +6,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import Error as DBError  # DatabaseError and InterfaceError
 from django.utils.formats import date_format
 
+from locks.conf import MAX_LEDGER_SLOTS
 from locks.db import RowLocked
 from locks.lease import LockError, iso, pause_text
 from locks.management.commands.run_job import tick_argument
@@ -165,8 +166,10 @@ def _positive(value: str) -> int:
         number = int(value)
     except ValueError:
         number = 0
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number of slots, 1 or more")
+    if not 1 <= number <= MAX_LEDGER_SLOTS:
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not a whole number of slots, 1 or more, at most {MAX_LEDGER_SLOTS}"
+        )
     return number
 
 

@@ -1,6 +1,7 @@
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from locks.checks import CHECK_TAG
 from locks.registry import UnknownJob, get_job, jobs
 from locks.scheduler import Scheduler, install_signal_handlers
 
@@ -10,6 +11,9 @@ class Command(BaseCommand):
         "Run every job of LOCKS_JOBS at its slots until SIGTERM or SIGINT. Safe to run in every "
         "replica: the lease lets one copy run each tick, the others skip and say why."
     )
+    # The checks tagged `locks`, as run_job: `manage.py check` adds the rest, among them each
+    # schedule's slot check (locks.E026), so one job's impossible schedule never stops the others.
+    requires_system_checks = [CHECK_TAG]
 
     def add_arguments(self, parser) -> None:
         parser.add_argument("jobs", nargs="*", metavar="JOB", help="Only these jobs (default: every one).")
