@@ -70,6 +70,16 @@ def bound_transaction(*, using: str, seconds: float) -> None:
         )
 
 
+def bound_lock_wait(*, using: str, seconds: float) -> None:
+    """On PostgreSQL, have a statement of the current transaction that waits for a lock (a row,
+    a unique key another transaction is inserting) fail after ``seconds`` (``row_locked``)."""
+    connection = connections[using]
+    if connection.vendor != "postgresql":
+        return
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT set_config('lock_timeout', %s, true)", [str(max(1, round(seconds * 1000)))])
+
+
 class RowLocked(RuntimeError):
     """A lock row stayed locked by another transaction (a write in progress) for as long as
     the caller may wait."""

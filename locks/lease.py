@@ -22,6 +22,7 @@ from django.db.models.lookups import Exact, GreaterThanOrEqual
 from django.utils import timezone
 
 from locks.db import (
+    bound_lock_wait,
     bound_transaction,
     current_history,
     error_text,
@@ -411,9 +412,9 @@ def _create(*, job: str) -> bool:
         raise LockError(f"the lock table {table} is missing: run `python manage.py migrate`")
     try:
         with transaction.atomic(using=using):
-            # The same bounds as a fenced write's: a second contender's INSERT waits on the unique
-            # index behind the first one's, and does not wait longer than this (rule 11).
-            bound_transaction(using=using, seconds=CREATE_WAIT)
+            # A second contender's INSERT waits on the unique index behind the first one's (whose
+            # COMMIT may wait for a synchronous standby): a bounded lock wait, as every lock-row write's.
+            bound_lock_wait(using=using, seconds=CREATE_WAIT)
             SyncLock.objects.create(job_name=job)
     except IntegrityError:
         pass

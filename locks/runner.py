@@ -75,9 +75,8 @@ class RunResult:
     holder: str
     outcome: Outcome = Outcome.SKIPPED
     token: int | None = None
-    timeline: int | None = (
-        None  # the database history of its lease (PostgreSQL): the token is (timeline, token)
-    )
+    # The database history of its lease (PostgreSQL): the token that leaves it is (timeline, token).
+    timeline: int | None = None
     skip: Skip | None = None
     reason: str = ""
     stats: dict = field(default_factory=dict)
@@ -236,11 +235,9 @@ def run_locked(
     returned. A heartbeat renews the lease every TTL/3, for at most ``max_run_time``; ``fn`` calls
     ``lease.check()`` before writing, or writes inside ``fenced(lease)``; a run whose fenced block
     committed is a success. ``expected_errors`` and database errors are logged without a
-    traceback; anything else keeps it, on its ``JobRun`` too. ``retry_delays``: a tick gets
-    ``1 + len`` attempts across every host, each not before its delay after the previous failed
-    (None: no limit). ``requested_by`` (``cron``, ``admin:alice``, …) goes on the ``JobRun``.
-    ``on_failover`` "pause": a lease that finds the database failed over since the last one
-    (``Lease.failover``) does not run ``fn``; it pauses the job (``PausedOnFailover``)."""
+    traceback; anything else keeps it, on its ``JobRun`` too. ``retry_delays``: a tick gets ``1 + len``
+    attempts across every host, each not before its delay after the previous failed (None: no limit).
+    ``requested_by`` (``cron``, …) goes on the ``JobRun``. ``on_failover`` "pause": pause after a failover."""
     validate_ttl(ttl)
     if max_run_time is not None and max_run_time <= timedelta(0):
         raise ValueError(f"max_run_time must be positive, got {max_run_time}")
@@ -265,12 +262,10 @@ def run_locked(
     if lease.attempt is not None and retry_delays is not None:
         result.attempts = 1 + len(retry_delays)
     run_id = _record_start(lease, requested_by=requested_by)
-    if lease.failover and on_failover == PAUSE:
-        fn, expected_errors = _pause_on_failover, (*expected_errors, PausedOnFailover)
     heartbeat = _Heartbeat(lease, max_run_time=max_run_time, started=started)
     heartbeat.start()
     try:
-        interrupted = _run_body(fn, lease, result, expected_errors)
+        interrupted = _run_body(*_on_failover(lease, on_failover, fn), lease, result, expected_errors)
     finally:
         heartbeat.stop()
     _settle(lease, result)
@@ -282,12 +277,18 @@ def run_locked(
     return result
 
 
-class PausedOnFailover(RuntimeError):
-    """A job whose ``on_failover`` is "pause" met a failover: it paused instead of running."""
+class PausedOnFailover(NotCommitted):
+    """A job whose ``on_failover`` is "pause" met a failover: it paused instead of running (a
+    failed run that wrote nothing)."""
 
 
 # Who pauses a job on a failover, as a pause names who acted.
 FAILOVER_PAUSER = "locks:failover"
+
+
+def _on_failover(lease: Lease, policy: str, fn) -> tuple:
+    """What runs for ``lease``: ``fn``, or after a failover under "pause" the pause."""
+    return (_pause_on_failover,) if lease.failover and policy == PAUSE else (fn,)
 
 
 def _pause_on_failover(lease: Lease) -> None:
