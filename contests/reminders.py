@@ -33,7 +33,7 @@ logger = logging.getLogger(__name__)
 # messages to the server and recording them sends at most this many again (docs/reminders.md).
 RECORD_EVERY = 50
 # Recording a group again after a database error: 0.5 s, doubling, at most 5 s between tries
-# (until two thirds of SEND_REMINDERS_CLAIM_TTL after the claim's last renewal, _Group.record).
+# (until a third of SEND_REMINDERS_CLAIM_TTL after the claim's last renewal, _Group.record).
 RECORD_RETRY_FIRST, RECORD_RETRY_MOST = 0.5, 5.0
 # Claims in a row that may come back empty, while due reminders remain, before a
 # connection gives up for this run (other runs took the rows each claim picked).
@@ -238,16 +238,16 @@ class _Group:
         expired mid-group lets another run take it); the rest only while it is this claim's.
 
         A database error (a restart, a failover) is retried, each step from where it stopped,
-        until two thirds of ``SEND_REMINDERS_CLAIM_TTL`` after the claim's last renewal
-        (``renewed``, ``time.monotonic()``): its claims stay this run's meanwhile, so no other run
-        sends again what this one sent, however long the writes before it waited (a synchronous
-        standby away). Each step can be run twice (its first COMMIT's answer lost) to the same end.
+        until a third of ``SEND_REMINDERS_CLAIM_TTL`` after the claim's last renewal
+        (``renewed``, ``time.monotonic()``), not after the record began: its claims stay this run's
+        meanwhile, with two thirds of their TTL to spare, however long the writes before it waited
+        (a synchronous standby away), so no other run sends again what this one sent. Each step can be run twice (its first COMMIT's answer lost) to the same end.
         """
         found = {outcome: [] for outcome in Outcome}
         for pk, (outcome, error) in self.outcomes.items():
             found[outcome].append((pk, error))
         steps = self._steps(found, unsent_reason=unsent_reason)
-        deadline = renewed + settings.SEND_REMINDERS_CLAIM_TTL * 2 / 3
+        deadline = renewed + settings.SEND_REMINDERS_CLAIM_TTL / 3
         pause = RECORD_RETRY_FIRST
         while steps:
             try:
