@@ -94,6 +94,10 @@ def _postgres(config: dict) -> dict:
     options.setdefault("keepalives_count", 3)
     options.setdefault("tcp_user_timeout", 10_000)
     options.setdefault("application_name", "cf-contest-sync")
+    # Only a primary: a standby in recovery is refused at connect, and a multi-host URL
+    # (postgres://app@db1,db2/app) finds whichever is the primary now, after a failover too
+    # (docs/faults.md, "Failover"). ``?target_session_attrs=any`` in the URL overrides it.
+    options.setdefault("target_session_attrs", "read-write")
     return config
 
 

@@ -187,6 +187,9 @@ LOCKS_JOBS = {
         "retry": {"delays": [20]},
         "expected_errors": ["contests.reminders.ReminderDeliveryError"],
         "dry_run": "contests.jobs.preview_reminders",
+        # An email sent on a primary that then died may be sent again after a failover (its claim
+        # and record lost with it): the job pauses instead, for an operator to decide.
+        "on_failover": "pause",
     },
 }
 

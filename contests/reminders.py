@@ -33,7 +33,7 @@ logger = logging.getLogger(__name__)
 # messages to the server and recording them sends at most this many again (docs/reminders.md).
 RECORD_EVERY = 50
 # Recording a group again after a database error: 0.5 s, doubling, at most 5 s between tries
-# (for up to a third of SEND_REMINDERS_CLAIM_TTL, _Group.record).
+# (until a third of SEND_REMINDERS_CLAIM_TTL after the claim's last renewal, _Group.record).
 RECORD_RETRY_FIRST, RECORD_RETRY_MOST = 0.5, 5.0
 # Claims in a row that may come back empty, while due reminders remain, before a
 # connection gives up for this run (other runs took the rows each claim picked).
@@ -233,20 +233,21 @@ class _Group:
             error = ""
         self.outcomes.setdefault(reminder.pk, (handover.outcome, error))
 
-    def record(self, *, unsent_reason: str) -> None:
+    def record(self, *, unsent_reason: str, renewed: float) -> None:
         """What went out is recorded whoever holds the reminder now (only a claim that
         expired mid-group lets another run take it); the rest only while it is this claim's.
 
         A database error (a restart, a failover) is retried, each step from where it stopped,
-        for up to a third of ``SEND_REMINDERS_CLAIM_TTL``: the group's claims, renewed at most
-        a third of it ago, stay this run's meanwhile, so no other run sends again what this
-        one sent. Each step can be run twice (its first COMMIT's answer lost) to the same end.
+        until a third of ``SEND_REMINDERS_CLAIM_TTL`` after the claim's last renewal
+        (``renewed``, ``time.monotonic()``), not after the record began: its claims stay this run's
+        meanwhile, with two thirds of their TTL to spare, however long the writes before it waited
+        (a synchronous standby away), so no other run sends again what this one sent. Each step can be run twice (its first COMMIT's answer lost) to the same end.
         """
         found = {outcome: [] for outcome in Outcome}
         for pk, (outcome, error) in self.outcomes.items():
             found[outcome].append((pk, error))
         steps = self._steps(found, unsent_reason=unsent_reason)
-        deadline = time.monotonic() + settings.SEND_REMINDERS_CLAIM_TTL / 3
+        deadline = renewed + settings.SEND_REMINDERS_CLAIM_TTL / 3
         pause = RECORD_RETRY_FIRST
         while steps:
             try:
@@ -387,7 +388,7 @@ class _Courier:
                         reason = f"not sent yet: {self.error}"
                         return
                 unrecorded, group = group, None
-                unrecorded.record(unsent_reason=reason)
+                unrecorded.record(unsent_reason=reason, renewed=renewed)
                 unrecorded = None
             finished = True
         except BaseException as exc:
@@ -398,7 +399,7 @@ class _Courier:
             raise
         finally:
             if group is not None:
-                group.record(unsent_reason=reason)
+                group.record(unsent_reason=reason, renewed=renewed)
             if not finished and unrecorded is None:
                 release_claim(claim=claim, reason=reason)
 

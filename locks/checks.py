@@ -6,11 +6,13 @@ Checks).
 
 from django.conf import settings
 from django.core.checks import Error, Tags, Warning, register
+from django.db import connections, router
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from locks.conf import MAX_LEDGER_SLOTS
-from locks.db import error_text
+from locks.db import error_text, replication_settings
+from locks.models import SyncLock
 from locks.registry import (
     PATH_KEYS,
     SLOT_HORIZON_YEARS,
@@ -90,6 +92,14 @@ NO_RECIPIENT_HINT = (
     "Set ADMINS (e.g. DJANGO_ADMINS) to who is on call, or LOCKS_CHECK_JOBS = False to turn the alerts off."
 )
 SAME_TOKENS = "LOCKS_HEALTHZ_TOKEN is the same as LOCKS_TRIGGER_TOKEN."
+NOT_REPLICATED = (
+    "PostgreSQL commits here {how}: a failover can lose acknowledged ticks: exactly once then holds "
+    "per database history; see docs/faults.md."
+)
+NOT_REPLICATED_HINT = (
+    "Run a synchronous standby (synchronous_standby_names, synchronous_commit = on or remote_apply), "
+    "or accept that a failover may run a slot again (the first run after it warns and marks it)."
+)
 SAME_TOKENS_HINT = "Give monitors a token of their own: the trigger token can start forced runs."
 
 
@@ -197,3 +207,23 @@ def check_alert_recipients(app_configs=None, **kwargs) -> list[Warning]:
     if isinstance(entries, dict) and "check_jobs" in entries and not settings.ADMINS:
         return [Warning(NO_RECIPIENT, hint=NO_RECIPIENT_HINT, id="locks.W005")]
     return []
+
+
+@register(Tags.database, deploy=True)
+def check_replication(app_configs=None, databases=None, **kwargs) -> list[Warning]:
+    """On PostgreSQL, whether an acknowledged commit of a lock row survives a failover: it does
+    only when the primary waits for a synchronous standby (docs/faults.md, "Failover"). A
+    database check, as Django's own: ``check --deploy --database default`` asks the server."""
+    using = router.db_for_write(SyncLock)
+    if databases is None or using not in databases or connections[using].vendor != "postgresql":
+        return []
+    found = replication_settings(using=using)
+    if found is None:
+        return []
+    if found["synchronous_commit"] in {"off", "local"}:
+        how = f"with synchronous_commit = {found['synchronous_commit']}"
+    elif not found["synchronous_standby_names"].strip():
+        how = "without a synchronous standby (synchronous_standby_names is empty)"
+    else:
+        return []
+    return [Warning(NOT_REPLICATED.format(how=how), hint=NOT_REPLICATED_HINT, id="locks.W006")]

@@ -9,8 +9,8 @@ import traceback
 from collections.abc import Callable
 from typing import TypeVar
 
-from django.db import OperationalError, ProgrammingError, connections, transaction
-from django.db.models import QuerySet
+from django.db import Error, OperationalError, ProgrammingError, connections, transaction
+from django.db.models import BigIntegerField, Func, QuerySet
 
 # --- from bounds.py ---
 
@@ -70,6 +70,16 @@ def bound_transaction(*, using: str, seconds: float) -> None:
         )
 
 
+def bound_lock_wait(*, using: str, seconds: float) -> None:
+    """On PostgreSQL, have a statement of the current transaction that waits for a lock (a row,
+    a unique key another transaction is inserting) fail after ``seconds`` (``row_locked``)."""
+    connection = connections[using]
+    if connection.vendor != "postgresql":
+        return
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT set_config('lock_timeout', %s, true)", [str(max(1, round(seconds * 1000)))])
+
+
 class RowLocked(RuntimeError):
     """A lock row stayed locked by another transaction (a write in progress) for as long as
     the caller may wait."""
@@ -96,6 +106,99 @@ def without_waiting(operation: Callable[[], T], *, using: str, within: float, wh
                 raise RowLocked(f"{what}: the lock row is locked by a write in progress{waited}") from exc
         time.sleep(pause)
         pause = min(pause * 2, 1.0)
+
+
+# --- one database history (docs/architecture.md, "The rules": 16) ---
+
+STANDBY = "the database is a standby in recovery"
+# PostgreSQL's SQLSTATE for "cannot execute … in a read-only transaction".
+READ_ONLY_SQL_TRANSACTION = "25006"
+# What libpq and the server say of a standby: target_session_attrs=read-write refused it, or a
+# function only a primary has (pg_current_wal_lsn()) was called on it.
+STANDBY_TEXTS = ("session is read-only", "is in hot standby mode", "recovery is in progress")
+# The server's WARNING when a COMMIT's wait for its synchronous standby is cancelled: it committed
+# here, and may be missing on the standby a failover promotes.
+SYNC_WAIT_CANCELLED = "canceling wait for synchronous replication"
+
+
+def standby(exc: BaseException) -> bool:
+    """Whether a database error says the server is a standby in recovery (read-only)."""
+    if getattr(exc.__cause__, "sqlstate", None) == READ_ONLY_SQL_TRANSACTION:
+        return True
+    return any(text in str(exc) for text in STANDBY_TEXTS)
+
+
+class Timeline(Func):
+    """The server's WAL timeline, a number that grows at every promotion; any role may read it,
+    on a primary only (a standby raises: ``standby``)."""
+
+    template = "('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint"
+    output_field = BigIntegerField()
+
+
+class SystemId(Func):
+    """The cluster's system identifier: the same on a primary and the standbys made from it."""
+
+    template = "(pg_control_system()).system_identifier"
+    output_field = BigIntegerField()
+
+
+def history(*, using: str) -> dict:
+    """The expressions naming the server's history, by the lock row's field names, where the
+    database has one to name (PostgreSQL); elsewhere none."""
+    if connections[using].vendor != "postgresql":
+        return {}
+    return {"timeline": Timeline(), "system_id": SystemId()}
+
+
+def current_history(*, using: str) -> dict:
+    """The server's timeline and system identifier now (PostgreSQL), else {}."""
+    expressions = history(using=using)
+    if not expressions:
+        return {}
+    with connections[using].cursor() as cursor:
+        cursor.execute("SELECT " + ", ".join(expression.template for expression in expressions.values()))
+        return dict(zip(expressions, cursor.fetchone(), strict=True))
+
+
+def replication_settings(*, using: str) -> dict | None:
+    """``synchronous_commit`` and ``synchronous_standby_names`` of a PostgreSQL server; None
+    elsewhere or when it cannot be asked."""
+    connection = connections[using]
+    if connection.vendor != "postgresql":
+        return None
+    names = ("synchronous_commit", "synchronous_standby_names")
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT current_setting(%s), current_setting(%s)", names)
+            return dict(zip(names, cursor.fetchone(), strict=True))
+    except Error:
+        return None
+
+
+def watch_notices(sender, connection, **kwargs) -> None:
+    """``connection_created`` receiver: keep the last "canceling wait for synchronous
+    replication" WARNING the server sent on a PostgreSQL connection (``sync_wait_cancelled``)."""
+    if connection.vendor != "postgresql":
+        return
+    connection.sync_wait_cancelled = ""
+
+    def notice(diagnostic) -> None:
+        if SYNC_WAIT_CANCELLED in (diagnostic.message_primary or ""):
+            detail = diagnostic.message_detail or ""
+            connection.sync_wait_cancelled = safe_text(f"{diagnostic.message_primary} {detail}".strip())
+
+    connection.connection.add_notice_handler(notice)
+
+
+def sync_wait_cancelled(*, using: str, forget: bool = False) -> str:
+    """The server's WARNING that a COMMIT on this connection did not wait for its synchronous
+    standby (``watch_notices``), "" when none came; ``forget``: start listening afresh."""
+    connection = connections[using]
+    said = getattr(connection, "sync_wait_cancelled", "")
+    if forget:
+        connection.sync_wait_cancelled = ""
+    return said
 
 
 # --- from text.py ---

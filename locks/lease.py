@@ -18,10 +18,20 @@ from django.conf import settings
 from django.db import Error, IntegrityError, connections, router, transaction
 from django.db.models import Case, F, Q, Value, When
 from django.db.models.functions import Now
-from django.db.models.lookups import GreaterThanOrEqual
+from django.db.models.lookups import Exact, GreaterThanOrEqual
 from django.utils import timezone
 
-from locks.db import bound_transaction, error_text, unlocked, without_waiting
+from locks.db import (
+    bound_lock_wait,
+    bound_transaction,
+    current_history,
+    error_text,
+    history,
+    row_locked,
+    sync_wait_cancelled,
+    unlocked,
+    without_waiting,
+)
 from locks.models import PAUSE_FIELDS, JobRun, Outcome, SyncLock, database_now, now_plus
 from locks.registry import attempts_of
 
@@ -122,7 +132,10 @@ class Lease:
     "The rules": 6, fencing). ``prior_commit`` is the token whose fenced write had committed
     last when this lease was won: a holder that died after its commit is known by it.
     ``attempt`` is this run's number among its tick's attempts, on every host; after attempt k
-    fails, the next may start ``retry_delays[k - 1]`` later (rule 12).
+    fails, the next may start ``retry_delays[k - 1]`` later (rule 12). ``timeline`` and
+    ``system_id``: the database history it was granted in (PostgreSQL; None elsewhere); ``failover``
+    says what acquire found when the row came from an older one (rule 16). ``unconfirmed``: the
+    server said its fenced COMMIT did not wait for the synchronous standby.
     """
 
     job: str
@@ -136,6 +149,10 @@ class Lease:
     prior_commit: int | None = None
     attempt: int | None = None
     retry_delays: tuple[timedelta, ...] | None = None
+    timeline: int | None = None
+    system_id: int | None = None
+    failover: str = ""
+    unconfirmed: bool = False
     writing: threading.Event = field(default_factory=threading.Event, repr=False)
     _lost: threading.Event = field(default_factory=threading.Event, repr=False)
 
@@ -151,6 +168,12 @@ class Lease:
         """Raise ``LockLost`` if the heartbeat found the lease gone."""
         if self.lost:
             raise LockLost(self.lost_reason)
+
+    @property
+    def name(self) -> str:
+        """Its fencing token as it leaves the database: (timeline, token), "T/N", where there is
+        a timeline; else the token."""
+        return f"{self.timeline}/{self.token}" if self.timeline is not None else str(self.token)
 
     @property
     def retry_delay(self) -> timedelta | None:
@@ -187,6 +210,9 @@ READ_BACK_SECONDS = 30
 # take it: locked by a write in progress, or released between its UPDATE and its read.
 RELEASE_WAIT = 5.0
 CONTENDER_PAUSES = (0.05, 0.1, 0.0)
+# How long the first-ever INSERT of a job's lock row may wait (on a concurrent INSERT of the same
+# row, on its COMMIT): a lock-row write's bound. Past it the contender sees the row as locked.
+CREATE_WAIT = 5.0
 # The outcomes after which a tick may be tried again, once its retry delay has passed.
 RETRIED = frozenset({Outcome.FAILED, Outcome.LOST_LOCK, Outcome.UNKNOWN})
 
@@ -216,21 +242,17 @@ def acquire(
     for pause in CONTENDER_PAUSES:
         # No savepoint: nothing here catches an error, so a caller's transaction (if any) is joined.
         with transaction.atomic(using=db, savepoint=False):
-            won = claim.update(**values) and rows.filter(holder=holder).values_list(*WON).first()
+            won = claim.update(**values) and _history_of_win(rows.filter(holder=holder), job=job, using=db)
         if won:
-            token, acquired_at, prior_commit, attempt = won
-            _warn_on_skew(job=job, db_now=acquired_at)
-            attempt = attempt if tick is not None else None
+            _warn_on_skew(job=job, db_now=won["acquired_at"])
             return Lease(
                 job,
                 holder,
-                token,
+                won["token"],
                 tick,
                 ttl,
-                acquired_at,
-                prior_commit=prior_commit,
-                attempt=attempt,
-                retry_delays=retry_delays,
+                won["acquired_at"],
+                **_lease_fields(won, tick, retry_delays),
             )
         state = rows.annotate(db_now=Now()).values(*SEEN, *PAUSE_FIELDS).first()
         if state is None:
@@ -239,7 +261,8 @@ def acquire(
                 db_now = database_now()
                 if tick > db_now + horizon:
                     return _ahead(job, tick, horizon, db_now)
-            _create(job=job)
+            if not _create(job=job):
+                return Skip(job, tick, "held", "", None, None, locked=True)
             continue  # the row exists now: compete on it
         skip = _why_not(job, tick, state, horizon=horizon, most=most)
         if skip is not None:
@@ -253,7 +276,47 @@ def acquire(
 
 
 # What the winner reads back, and what a contender that lost reads to say why.
-WON = ("token", "acquired_at", "committed_token", "tick_attempts")
+WON = ("token", "acquired_at", "committed_token", "tick_attempts", "timeline", "system_id")
+
+
+def _lease_fields(won: dict, tick: datetime | None, retry_delays) -> dict:
+    return {
+        "prior_commit": won["committed_token"],
+        "attempt": won["tick_attempts"] if tick is not None else None,
+        "retry_delays": retry_delays,
+        "timeline": won.get("now_timeline"),
+        "system_id": won.get("now_system_id"),
+        "failover": won["failover"],
+    }
+
+
+def _history_of_win(mine, *, job: str, using: str) -> dict | None:
+    """The won row (``mine``) read back in the winner's transaction, with the server's history
+    now; the row is stamped with it. A row stamped in an older history (another timeline, another
+    cluster) is a failover since its last lease: one WARNING, and ``failover`` says so (rule 16)."""
+    now = history(using=using)
+    won = (
+        mine.annotate(**{f"now_{key}": value for key, value in now.items()})
+        .values(*WON, *(f"now_{k}" for k in now))
+        .first()
+    )
+    if won is None:
+        return None
+    won["failover"] = ""
+    if not now or (won["timeline"], won["system_id"]) == (won["now_timeline"], won["now_system_id"]):
+        return won
+    mine.update(timeline=won["now_timeline"], system_id=won["now_system_id"])
+    if won["timeline"] is not None:
+        won["failover"] = (
+            f"the database failed over since token {won['token'] - 1} was granted on timeline "
+            f"{won['timeline']} (now timeline {won['now_timeline']}"
+            + (", another cluster" if won["system_id"] != won["now_system_id"] else "")
+            + "): a run of that history may be lost, or may have done its work there too"
+        )
+        logger.warning("job=%s token=%s/%s %s", job, won["now_timeline"], won["token"], won["failover"])
+    return won
+
+
 SEEN = ("holder", "locked_until", "tick", "tick_done", "tick_attempts", "retry_at", "db_now")
 
 
@@ -337,10 +400,11 @@ def _tick_claimant(*, job: str, tick: datetime, done: bool) -> str:
     return holder or "an earlier run"
 
 
-def _create(*, job: str) -> None:
+def _create(*, job: str) -> bool:
     """First use of a job: insert its row, free, for the compare-and-set to claim. A unique-key
     clash means another contender inserted it first, which serves as well. Plain values
-    only: MongoDB cannot insert expressions such as ``Now()``."""
+    only: MongoDB cannot insert expressions such as ``Now()``. False: another contender's
+    INSERT of it has not committed within ``CREATE_WAIT``."""
     using = router.db_for_write(SyncLock)
     table = SyncLock._meta.db_table
     if table not in connections[using].introspection.table_names():
@@ -349,9 +413,17 @@ def _create(*, job: str) -> None:
         raise LockError(f"the lock table {table} is missing: run `python manage.py migrate`")
     try:
         with transaction.atomic(using=using):
+            # A second contender's INSERT waits on the unique index behind the first one's (whose
+            # COMMIT may wait for a synchronous standby): a bounded lock wait, as every lock-row write's.
+            bound_lock_wait(using=using, seconds=CREATE_WAIT)
             SyncLock.objects.create(job_name=job)
     except IntegrityError:
         pass
+    except Error as exc:
+        if not row_locked(exc):
+            raise
+        return False
+    return True
 
 
 def _warn_on_skew(*, job: str, db_now: datetime | None) -> None:
@@ -387,6 +459,12 @@ def renew(*, lease: Lease) -> None:
 
 
 def _renew(lease: Lease, *, rows, values: dict) -> None:
+    """The renewal, in the history the lease was granted in: on a server whose timeline is not
+    the lease's (a promoted standby), nothing matches (rule 16)."""
+    using = rows.db
+    same = history(using=using) if lease.timeline is not None else {}
+    if same:
+        rows = rows.filter(Exact(same["timeline"], Value(lease.timeline)))
     updated = (
         rows.filter(token=lease.token)
         .held()
@@ -394,6 +472,13 @@ def _renew(lease: Lease, *, rows, values: dict) -> None:
     )
     if not updated:
         reason = f"lease on {lease.job} (token {lease.token}) was taken over, released or expired"
+        now = current_history(using=using) if same else {}
+        if now and now["timeline"] != lease.timeline:
+            reason = (
+                f"lease on {lease.job} (token {lease.name}) belongs to another database history: the "
+                f"database failed over since token {lease.token} was granted on timeline {lease.timeline} "
+                f"(now timeline {now['timeline']})"
+            )
         lease.mark_lost(reason)
         raise LockLost(reason)
 
@@ -419,12 +504,15 @@ def fenced(lease: Lease) -> Iterator[None]:
     try:
         with transaction.atomic(using=using, durable=True):
             bound_transaction(using=using, seconds=lease.ttl.total_seconds())
+            sync_wait_cancelled(using=using, forget=True)
             _renew(lease, rows=SyncLock.objects.using(using).for_job(lease.job), values=values)
             yield
             body_done, rolled_back = True, transaction.get_rollback(using=using)
+        _unconfirmed(lease, using=using)
     except Error as exc:
         if not body_done:
             raise  # the block failed and was rolled back: nothing was written
+        _unconfirmed(lease, using=using, cause=exc)
         committed = read_back_commit(lease)
         if committed is None:
             raise CommitUnknown(
@@ -442,6 +530,22 @@ def fenced(lease: Lease) -> Iterator[None]:
     if rolled_back:
         raise NotCommitted(f"the fenced block of {lease.job} (token {lease.token}) was rolled back")
     lease.committed = True
+
+
+def _unconfirmed(lease: Lease, *, using: str, cause: BaseException | None = None) -> None:
+    """``CommitUnknown`` when the server said the fenced COMMIT did not wait for its synchronous
+    standby ("canceling wait for synchronous replication"): committed here, perhaps not on the
+    standby a failover promotes, so neither a success nor a failure (rule 15; not read back here:
+    this server shows it)."""
+    said = sync_wait_cancelled(using=using)
+    if not said:
+        return
+    lease.unconfirmed = True
+    logger.warning("job=%s token=%s the COMMIT of its fenced write: %s", lease.job, lease.name, said)
+    raise CommitUnknown(
+        f"the fenced write of {lease.job} (token {lease.name}) committed on this server without its "
+        f"synchronous standby's confirmation ({said})"
+    ) from cause
 
 
 def read_back_commit(lease: Lease) -> bool | None:

@@ -174,6 +174,15 @@ class SyncLock(models.Model):
         "run requested by", max_length=200, blank=True, default="", help_text="Who asked: admin:<user>."
     )
 
+    # The database history the last lease was granted in (rule 16): PostgreSQL's WAL timeline,
+    # which grows at every promotion, and its cluster's system identifier; empty elsewhere.
+    timeline = models.PositiveBigIntegerField(
+        null=True, blank=True, help_text="The database's WAL timeline when the last lease was granted."
+    )
+    system_id = models.PositiveBigIntegerField(
+        "database system id", null=True, blank=True, help_text="The cluster it was granted on."
+    )
+
     created_at = models.DateTimeField(
         "first seen",
         default=timezone.now,
@@ -228,6 +237,16 @@ class JobRun(models.Model):
     traceback = models.TextField(
         blank=True, default="", help_text="An unexpected exception's traceback (its end, if it was longer)."
     )
+    timeline = models.PositiveBigIntegerField(
+        null=True, blank=True, help_text="The database's WAL timeline its lease was granted on (PostgreSQL)."
+    )
+    system_id = models.PositiveBigIntegerField("database system id", null=True, blank=True)
+    failover = models.TextField(
+        blank=True,
+        default="",
+        help_text="A failover this run met: it was lost with the old primary, or it is the first run "
+        "after one (its slot may have run on the old primary too).",
+    )
 
     objects = JobRunQuerySet.as_manager()
 
@@ -237,7 +256,8 @@ class JobRun(models.Model):
         indexes = [models.Index(fields=["job_name", "-started_at"], name="jobrun_job_started")]
 
     def __str__(self) -> str:
-        return f"{self.job_name} #{self.token} ({self.status})"
+        token = f"{self.timeline}/{self.token}" if self.timeline is not None else self.token
+        return f"{self.job_name} #{token} ({self.status})"
 
 
 class Throttle(models.Model):

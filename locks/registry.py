@@ -77,6 +77,10 @@ class Job:
     alert_after: timedelta | None = None
     # ... and closes it after this many succeeded slots in a row.
     alert_after_recoveries: int = 2
+    # What the first run after a database failover does (docs/jobs.md): "rerun", run as usual
+    # (a slot whose run vanished with the old primary runs again); "pause", pause the job for an
+    # operator to decide (a job whose body must not be repeated).
+    on_failover: str = "rerun"
 
     @property
     def max_attempts(self) -> int:
@@ -151,6 +155,7 @@ def _job(name: str, entry: dict) -> Job:
         alert_after_failures=entry.get("alert_after_failures", 2),
         alert_after=timedelta(seconds=entry["alert_after"]) if "alert_after" in entry else None,
         alert_after_recoveries=entry.get("alert_after_recoveries", 2),
+        on_failover=entry.get("on_failover", RERUN),
     )
 
 
@@ -172,9 +177,12 @@ JOB_NAME = re.compile(r"[a-z0-9_][a-z0-9_-]{0,99}\Z")
 JOB_KEYS = (
     *("schedule", "callable", "ttl", "max_run_time", "retry", "expected_errors", "dry_run"),
     *("catch_up", "catch_up_window", "alert_after_failures", "alert_after", "alert_after_recoveries"),
+    "on_failover",
 )
 LATEST, ALL = "latest", "all"  # the catch-up policies
 CATCH_UP_POLICIES = (LATEST, ALL)
+RERUN, PAUSE = "rerun", "pause"  # what a failover means to a job
+FAILOVER_POLICIES = (RERUN, PAUSE)
 DEFAULT_CATCH_UP_WINDOW = 86400  # seconds: a day of slots
 PATH_KEYS = ("callable", "dry_run")  # dotted paths of functions; callable is required
 
@@ -191,6 +199,7 @@ ENTRY_NOT_A_DICT = "{where} must be a dict, got {type}."
 UNKNOWN_KEYS = "{where} has unknown keys: {keys}."
 NOT_PATHS = "{where}: expected_errors must be a list of dotted paths of exception classes, got {value!r}."
 BAD_CATCH_UP = "{where}: catch_up must be 'latest' or 'all', got {value!r}."
+BAD_ON_FAILOVER = "{where}: on_failover must be 'rerun' or 'pause', got {value!r}."
 HINTS = {
     "locks.E010": 'e.g. {"sync": {"schedule": "0 * * * *", "callable": "myapp.tasks.sync"}}',
     "locks.E011": "Five fields, read in UTC: minute hour day-of-month month day-of-week, e.g. '0 * * * *'.",
@@ -205,6 +214,8 @@ HINTS = {
     "locks.E024": "'latest' (the default): a slot not done when the next one comes is missed; "
     "'all': every slot within catch_up_window runs once, oldest first.",
     "locks.E025": "How far back (seconds) catch_up 'all' runs slots that did not succeed; 86400 is the default.",
+    "locks.E027": "'rerun' (the default): the first run after a failover runs as usual; "
+    "'pause': it pauses the job, for an operator to decide before anything is done twice.",
     "locks.E030": "check_jobs opens an incident after this many failed slots in a row; 2 is the default.",
     "locks.E031": "check_jobs opens an incident after this long without a success (default: two periods + 600).",
     "locks.E032": "check_jobs closes an incident after this many succeeded slots in a row; 2 is the default.",
@@ -258,6 +269,8 @@ def _entry_errors(where: str, entry) -> list[Error]:
         errors.append(error("locks.E020", NOT_PATHS, where=where, value=paths))
     if entry.get("catch_up", LATEST) not in CATCH_UP_POLICIES:
         errors.append(error("locks.E024", BAD_CATCH_UP, where=where, value=entry["catch_up"]))
+    if entry.get("on_failover", RERUN) not in FAILOVER_POLICIES:
+        errors.append(error("locks.E027", BAD_ON_FAILOVER, where=where, value=entry["on_failover"]))
     for key, code, message in (
         ("ttl", "locks.E013", NOT_SECONDS),
         ("max_run_time", "locks.E014", NOT_SECONDS),

@@ -20,7 +20,7 @@ from django.db.models.functions import Concat, Now
 from django.utils import timezone
 
 from locks import schedule
-from locks.db import RowLocked, error_text, missing_table, safe_text, traceback_text
+from locks.db import STANDBY, RowLocked, error_text, missing_table, safe_text, standby, traceback_text
 from locks.lease import (
     CommitUnknown,
     Lease,
@@ -37,7 +37,8 @@ from locks.lease import (
     validate_ttl,
 )
 from locks.models import JobRun, Outcome, SyncLock, now_plus
-from locks.registry import ALL, Job, attempts_of, get_job, tick_window
+from locks.operator import pause_job
+from locks.registry import ALL, PAUSE, RERUN, Job, attempts_of, get_job, tick_window
 from locks.schedule import InvalidTick
 
 # The name the lock's log lines have always carried (operators filter on it).
@@ -74,6 +75,8 @@ class RunResult:
     holder: str
     outcome: Outcome = Outcome.SKIPPED
     token: int | None = None
+    # The database history of its lease (PostgreSQL): the token that leaves it is (timeline, token).
+    timeline: int | None = None
     skip: Skip | None = None
     reason: str = ""
     stats: dict = field(default_factory=dict)
@@ -141,6 +144,8 @@ class RunResult:
         if self.error:
             parts.append(f"error={self.error}")
         parts.append(f"duration={self.duration:.2f}s")
+        if self.timeline is not None:  # with the token, the pair that names a lease across failovers
+            parts.append(f"timeline={self.timeline}")
         return " ".join(parts)
 
     def log(self) -> None:
@@ -222,6 +227,7 @@ def run_locked(
     max_run_time: timedelta | None = None,
     retry_delays: tuple[timedelta, ...] | None = None,
     requested_by: str = "",
+    on_failover: str = RERUN,
 ) -> RunResult:
     """Run ``fn(lease)`` if this process wins the lease for ``tick``. Never raises for the lock's
     sake: an unreachable database, a lease held elsewhere, a pause or a tick more than ``horizon``
@@ -229,9 +235,9 @@ def run_locked(
     returned. A heartbeat renews the lease every TTL/3, for at most ``max_run_time``; ``fn`` calls
     ``lease.check()`` before writing, or writes inside ``fenced(lease)``; a run whose fenced block
     committed is a success. ``expected_errors`` and database errors are logged without a
-    traceback; anything else keeps it, on its ``JobRun`` too. ``retry_delays``: a tick gets
-    ``1 + len`` attempts across every host, each not before its delay after the previous failed
-    (None: no limit). ``requested_by`` (``cron``, ``admin:alice``, …) goes on the ``JobRun``."""
+    traceback; anything else keeps it, on its ``JobRun`` too. ``retry_delays``: a tick gets ``1 + len``
+    attempts across every host, each not before its delay after the previous failed (None: no limit).
+    ``requested_by`` (``cron``, …) goes on the ``JobRun``. ``on_failover`` "pause": pause after a failover."""
     validate_ttl(ttl)
     if max_run_time is not None and max_run_time <= timedelta(0):
         raise ValueError(f"max_run_time must be positive, got {max_run_time}")
@@ -252,14 +258,14 @@ def run_locked(
         result.log()
         return result
     lease = got
-    result.token, result.attempt = lease.token, lease.attempt
+    result.token, result.attempt, result.timeline = lease.token, lease.attempt, lease.timeline
     if lease.attempt is not None:
         result.attempts = attempts_of(retry_delays)
     run_id = _record_start(lease, requested_by=requested_by)
     heartbeat = _Heartbeat(lease, max_run_time=max_run_time, started=started)
     heartbeat.start()
     try:
-        interrupted = _run_body(fn, lease, result, expected_errors)
+        interrupted = _run_body(*_on_failover(lease, on_failover, fn), lease, result, expected_errors)
     finally:
         heartbeat.stop()
     _settle(lease, result)
@@ -269,6 +275,29 @@ def run_locked(
     if interrupted is not None:
         raise interrupted
     return result
+
+
+class PausedOnFailover(NotCommitted):
+    """A job whose ``on_failover`` is "pause" met a failover: it paused instead of running (a
+    failed run that wrote nothing)."""
+
+
+# Who pauses a job on a failover, as a pause names who acted.
+FAILOVER_PAUSER = "locks:failover"
+
+
+def _on_failover(lease: Lease, policy: str, fn) -> tuple:
+    """What runs for ``lease``: ``fn``, or after a failover under "pause" the pause."""
+    return (_pause_on_failover,) if lease.failover and policy == PAUSE else (fn,)
+
+
+def _pause_on_failover(lease: Lease) -> None:
+    note = f"paused on a database failover: {lease.failover}"
+    pause_job(job=lease.job, by=FAILOVER_PAUSER, note=note)
+    raise PausedOnFailover(
+        f"not run: {note}. Check what its last runs did on the old primary, then resume it "
+        f"(`locks resume {lease.job}`)"
+    )
 
 
 def _run_body(fn, lease: Lease, result: RunResult, expected_errors) -> BaseException | None:
@@ -302,7 +331,7 @@ def _settle(lease: Lease, result: RunResult) -> None:
     """Rule 6: a run whose fenced write committed under the lease is a success, whatever went
     wrong afterwards (kept on the run, logged as an ERROR). An unknown COMMIT is read back once
     more: the database may answer again."""
-    if result.outcome == Outcome.UNKNOWN and read_back_commit(lease):
+    if result.outcome == Outcome.UNKNOWN and not lease.unconfirmed and read_back_commit(lease):
         lease.committed = True
     if lease.committed and result.outcome != Outcome.SUCCEEDED:
         result.outcome, result.error = Outcome.SUCCEEDED, f"after its fenced write committed: {result.error}"
@@ -316,7 +345,8 @@ def _unreachable(result: RunResult, exc: Exception, started: float) -> RunResult
         raise LockError(
             f"the lock table is missing ({error_text(exc)}): run `python manage.py migrate`"
         ) from exc
-    result.reason = f"database unreachable: {error_text(exc)}"
+    cause = STANDBY if standby(exc) else "database unreachable"  # a standby: the URL or a failover
+    result.reason = f"{cause}: {error_text(exc)}"
     result.exception, result.unreachable = exc, True
     result.duration = time.monotonic() - started
     result.log()
@@ -347,7 +377,12 @@ def _record_start(lease: Lease, *, requested_by: str) -> int | None:
         running.update(
             status=Outcome.ABANDONED,
             finished_at=Now(),
-            error=_dead_holder(f"stopped renewing; its lease expired and token {lease.token} took over"),
+            error=_dead_holder(
+                f"was lost in a failover; token {lease.name} took over"
+                if lease.failover
+                else f"stopped renewing; its lease expired and token {lease.token} took over"
+            ),
+            failover=lease.failover,
         )
         unknown.filter(token__gt=lease.prior_commit or 0).update(
             status=Outcome.FAILED,
@@ -361,6 +396,9 @@ def _record_start(lease: Lease, *, requested_by: str) -> int | None:
             token=lease.token,
             started_at=lease.acquired_at,
             requested_by=requested_by,
+            timeline=lease.timeline,
+            system_id=lease.system_id,
+            failover=lease.failover,
         ).pk
     except Error as exc:
         logger.warning("job=%s could not record the run start: %s", lease.job, error_text(exc))
@@ -479,6 +517,7 @@ def run_job(
         max_run_time=job.max_run_time,
         retry_delays=job.retry_delays,
         requested_by=requested_by,
+        on_failover=job.on_failover,
     )
     result.behind, skip = behind, result.skip
     if tick is not None and skip is not None and skip.reason == "tick_ahead":

@@ -254,7 +254,10 @@ OUTCOMES = (SUCCEEDED, RUNNING, FAILED, MISSED, PAUSED, PENDING, UNKNOWN)
 SETTLED = (SUCCEEDED, FAILED, MISSED, PAUSED)  # outcomes that no longer change
 # A slot whose job was paused this long from its tick on had its moment while paused.
 SLOT_MOMENT = timedelta(seconds=1)
-RUN_FIELDS = ("job_name", "tick", "token", "status", "holder", "started_at", "finished_at", "error")
+RUN_FIELDS = (
+    *("job_name", "tick", "token", "status", "holder", "started_at", "finished_at", "error"),
+    *("timeline", "failover"),  # the database history of each run, and a failover it met (rule 16)
+)
 
 
 @dataclass(frozen=True)
@@ -267,11 +270,19 @@ class Slot:
     def attempts(self) -> int:
         return len(self.runs)
 
+    @property
+    def failover(self) -> str:
+        """What a failover did to this slot: a run of it lost with the old primary, or run again
+        after one (it may have run on the old primary too); "" when none touched it."""
+        return next((run["failover"] for run in self.runs if run.get("failover")), "")
+
     def describe(self) -> str:
         """ "2026-12-02 09:00 UTC failed (2 attempts)": a cell's title, a line of an email."""
         text = f"{self.tick:%Y-%m-%d %H:%M} UTC {self.outcome}"
         if self.outcome == FAILED:
             text += f" ({self.attempts} attempt{'s' if self.attempts != 1 else ''})"
+        if self.failover:
+            text += " (a database failover: it may have run on the old primary too)"
         return text
 
     def as_json(self) -> dict:
@@ -283,6 +294,7 @@ class Slot:
             "tick": self.tick.isoformat(),
             "outcome": self.outcome,
             "attempts": self.attempts,
+            "failover": self.failover,
             "runs": runs,
         }
 

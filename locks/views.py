@@ -29,7 +29,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from locks.db import error_text
+from locks.db import STANDBY, error_text, standby
 from locks.lease import LockError, iso
 from locks.models import HELD, OVERDUE, Incident, JobRun, Outcome, Throttle, database_now, now_plus
 from locks.registry import SLOT_ERRORS, UnknownJob, get_job
@@ -280,7 +280,8 @@ def healthz(request: HttpRequest) -> HttpResponse:
         # check_jobs' open incidents (locks.alerts): a detail, only for a monitor that may see them.
         incidents = {incident.job_name: incident for incident in Incident.objects.open()} if trusted else {}
     except DBError as exc:
-        body = {"status": "database unreachable", "database": False, **({"job": summary} if summary else {})}
+        status = STANDBY if standby(exc) else "database unreachable"
+        body = {"status": status, "database": False, **({"job": summary} if summary else {})}
         if trusted:
             body["error"] = error_text(exc)
         return JsonResponse(body, status=503)

@@ -329,6 +329,13 @@ ALLOWED = {
     # set_config() of the server's timeouts, only when the vendor is PostgreSQL.
     ("locks/db.py", "bound_transaction", "cursor"),
     ("locks/db.py", "bound_transaction", "execute"),
+    ("locks/db.py", "bound_lock_wait", "cursor"),
+    ("locks/db.py", "bound_lock_wait", "execute"),
+    # The server's history (WAL timeline, system id) and replication settings: PostgreSQL only.
+    ("locks/db.py", "current_history", "cursor"),
+    ("locks/db.py", "current_history", "execute"),
+    ("locks/db.py", "replication_settings", "cursor"),
+    ("locks/db.py", "replication_settings", "execute"),
 }
 UNSUPPORTED_KEYWORDS = {
     "update_conflicts": "INSERT … ON CONFLICT",

@@ -149,6 +149,44 @@ SCENARIOS = [
         "PostgreSQL only: the run is unknown, never failed (exit 1, no traceback); the tick is done, so the "
         "next run of it skips; the next lease resolves the run as succeeded from the row",
     ),
+    Scenario(
+        "failover-write-lost",
+        "async standby, link frozen: a run's fenced write commits on the old primary only, the primary dies, "
+        "the standby is promoted, and the run's release lands on it",
+        "PostgreSQL only: recorded `failed` (its fenced write is not in this database's history), never "
+        "`succeeded`; the tick stays open; the next run warns once of the failover and its JobRun is marked",
+    ),
+    Scenario(
+        "failover-async-repeat",
+        "async standby, link frozen: a tick runs to its end on the primary, which dies; the standby is promoted",
+        "PostgreSQL only: the tick runs again on the new primary (asynchronous replication allows it), never "
+        "silently: one WARNING naming the failover, the run marked in the ledger; a job with "
+        "`on_failover: pause` is paused instead",
+    ),
+    Scenario(
+        "failover-standby",
+        "a copy pointed at a standby in recovery; a multi-host URL naming the standby, then the primary",
+        "PostgreSQL only: skipped, reason `the database is a standby in recovery`, exit 0 (also with "
+        "`target_session_attrs=any`); `locks status` says so; the multi-host URL finds the primary and runs",
+    ),
+    Scenario(
+        "failover-sync",
+        "synchronous standby: a tick succeeds, the primary dies, the standby is promoted",
+        "PostgreSQL only: the tick is done on the new primary: a second run skips it; 0 repeats",
+    ),
+    Scenario(
+        "failover-sync-cancelled",
+        "synchronous standby away: the fenced COMMIT waits for it and that wait is cancelled "
+        "(committed locally only); then a failover",
+        "PostgreSQL only: the run is `unknown`, not `succeeded`; after the failover the tick runs again and "
+        "the lost run is recorded abandoned, lost in a failover",
+    ),
+    Scenario(
+        "failover-sync-first-insert",
+        "synchronous standby away: two copies insert a new job's lock row",
+        "PostgreSQL only: the second gives up on the row within its lock_timeout (skipped `held`), "
+        "never waits without a bound; the first runs once the standby is back",
+    ),
 ]
 BY_KEY = {scenario.key: scenario for scenario in SCENARIOS}
 

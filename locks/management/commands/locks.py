@@ -7,7 +7,7 @@ from django.db import Error as DBError  # DatabaseError and InterfaceError
 from django.utils.formats import date_format
 
 from locks.conf import MAX_LEDGER_SLOTS
-from locks.db import RowLocked
+from locks.db import STANDBY, RowLocked, standby
 from locks.lease import LockError, iso, pause_text
 from locks.management.commands.run_job import tick_argument
 from locks.operator import cli_name, force_release, pause_job, reset_tick, resume_job
@@ -73,7 +73,8 @@ class Command(BaseCommand):
         except (LockError, RowLocked) as exc:  # a write in progress held the row past the bound
             raise CommandError(exc.args[0]) from exc
         except DBError as exc:
-            raise CommandError(f"cannot read the locks: {' '.join(str(exc).split())}") from exc
+            cause = f"{STANDBY}: " if standby(exc) else ""  # its rows may be stale: not shown
+            raise CommandError(f"cannot read the locks: {cause}{' '.join(str(exc).split())}") from exc
 
     def status(self, *, as_json: bool) -> None:
         states = job_states()
