@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('locks', '0007_run_requests_unknown'),
+        ('locks', '0008_incident_mail_states'),
     ]
 
     operations = [
