@@ -30,6 +30,7 @@ def production_env(**extra: str) -> dict[str, str]:
         DJANGO_SECRET_KEY=secrets.token_urlsafe(50),
         DJANGO_ALLOWED_HOSTS="contests.example.com",
         LOCKS_TRIGGER_TOKEN=TOKEN,
+        DJANGO_ADMINS="oncall@example.com",  # check_jobs' alerts need a recipient (locks.W005)
     )
     env.update(extra)
     return env
