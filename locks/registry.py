@@ -39,6 +39,7 @@ def with_builtin_jobs(jobs, *, enabled: bool = True):
 
 # --- from registry.py ---
 
+
 class UnknownJob(LookupError):
     """No job (or no lock) of that name."""
 
@@ -50,7 +51,7 @@ class NoDryRun(ValueError):
 @dataclass(frozen=True)
 class Job:
     name: str
-    schedule: str  # cron expression, read in UTC
+    schedule: str  # cron expression, read in ``timezone``
     callable_path: str  # receives the lease, returns a mapping of counts or None
     ttl: timedelta
     # How long the heartbeat keeps renewing one run's lease; None: as long as it runs.
@@ -67,6 +68,9 @@ class Job:
     # without a success (None: two periods of the schedule and 10 minutes).
     alert_after_failures: int = 2
     alert_after: timedelta | None = None
+    # The IANA zone the schedule's fields are read in; its slots are UTC instants all the
+    # same (locks.schedule: the DST rule).
+    timezone: str = schedule.DEFAULT_TIMEZONE
 
     @property
     def max_attempts(self) -> int:
@@ -87,14 +91,16 @@ class Job:
 
     def current_tick(self, *, now: datetime | None = None) -> datetime:
         """The slot a run at ``now`` (this host's clock) claims (``locks.schedule.current_tick``)."""
-        return schedule.current_tick(self.schedule, now=now or timezone.now(), window=tick_window())
+        return schedule.current_tick(
+            self.schedule, now=now or timezone.now(), window=tick_window(), tz=self.timezone
+        )
 
     def alert_delay(self, *, now: datetime) -> timedelta:
         """How long without a success opens an incident: ``alert_after``, else two periods
         of the schedule (around ``now``) and 10 minutes."""
         if self.alert_after is not None:
             return self.alert_after
-        return 2 * schedule.period(self.schedule, now=now) + timedelta(minutes=10)
+        return 2 * schedule.period(self.schedule, now=now, tz=self.timezone) + timedelta(minutes=10)
 
 
 def tick_window() -> timedelta:
@@ -135,6 +141,7 @@ def _job(name: str, entry: dict) -> Job:
         catch_up_window=timedelta(seconds=entry.get("catch_up_window", DEFAULT_CATCH_UP_WINDOW)),
         alert_after_failures=entry.get("alert_after_failures", 2),
         alert_after=timedelta(seconds=entry["alert_after"]) if "alert_after" in entry else None,
+        timezone=entry.get("timezone", schedule.DEFAULT_TIMEZONE),
     )
 
 
@@ -154,7 +161,7 @@ def get_job(name: str) -> Job:
 JOB_NAME = re.compile(r"[a-z0-9_-]{1,100}\Z")
 JOB_KEYS = (
     *("schedule", "callable", "ttl", "max_run_time", "retry", "expected_errors", "dry_run"),
-    *("catch_up", "catch_up_window", "alert_after_failures", "alert_after"),
+    *("catch_up", "catch_up_window", "alert_after_failures", "alert_after", "timezone"),
 )
 LATEST, ALL = "latest", "all"  # the catch-up policies
 CATCH_UP_POLICIES = (LATEST, ALL)
@@ -174,9 +181,10 @@ ENTRY_NOT_A_DICT = "{where} must be a dict, got {type}."
 UNKNOWN_KEYS = "{where} has unknown keys: {keys}."
 NOT_PATHS = "{where}: expected_errors must be a list of dotted paths of exception classes, got {value!r}."
 BAD_CATCH_UP = "{where}: catch_up must be 'latest' or 'all', got {value!r}."
+BAD_TIMEZONE = "{where}: timezone {value!r} is not an IANA time zone this host knows."
 HINTS = {
     "locks.E010": 'e.g. {"sync": {"schedule": "0 * * * *", "callable": "myapp.tasks.sync"}}',
-    "locks.E011": "Five fields, read in UTC: minute hour day-of-month month day-of-week, e.g. '0 * * * *'.",
+    "locks.E011": "Five fields, read in the job's timezone (UTC by default): minute hour day-of-month month day-of-week, e.g. '0 * * * *'.",
     "locks.E012": "e.g. 'myapp.tasks.sync'",
     "locks.E013": "The lease's length; the heartbeat renews it every third.",
     "locks.E014": "How long the heartbeat keeps renewing the lease of one run.",
@@ -186,6 +194,8 @@ HINTS = {
     "locks.E019": f"Known keys: {', '.join(JOB_KEYS)}.",
     "locks.E024": "'latest' (the default): a slot not done when the next one comes is missed; "
     "'all': every slot within catch_up_window runs once, oldest first.",
+    "locks.E026": "An IANA name such as 'Europe/Berlin' or 'America/New_York' (zoneinfo.available_timezones()); "
+    "'UTC' is the default. The tzdata package supplies them where the OS has none.",
     "locks.E025": "How far back (seconds) catch_up 'all' runs slots that did not succeed; 86400 is the default.",
     "locks.E030": "check_jobs opens an incident after this many failed slots in a row; 2 is the default.",
     "locks.E031": "check_jobs opens an incident after this long without a success (default: two periods + 600).",
@@ -239,6 +249,8 @@ def _entry_errors(where: str, entry) -> list[Error]:
         errors.append(error("locks.E020", NOT_PATHS, where=where, value=paths))
     if entry.get("catch_up", LATEST) not in CATCH_UP_POLICIES:
         errors.append(error("locks.E024", BAD_CATCH_UP, where=where, value=entry["catch_up"]))
+    if not schedule.is_valid_timezone(entry.get("timezone", schedule.DEFAULT_TIMEZONE)):
+        errors.append(error("locks.E026", BAD_TIMEZONE, where=where, value=entry["timezone"]))
     for key, code, message in (
         ("ttl", "locks.E013", NOT_SECONDS),
         ("max_run_time", "locks.E014", NOT_SECONDS),
