@@ -201,7 +201,7 @@ class Scheduler:
             now = self.now()
             # The tick window lets a copy that starts a little early name the slot its
             # peers name; the scheduler itself waits for the slot's own time.
-            tick = schedule.slot_at_or_before(plan.job.schedule, now=now)
+            tick = schedule.slot_at_or_before(plan.job.schedule, now=now, tz=plan.job.timezone)
             if tick != plan.tick:
                 plan.tick, plan.again_at, plan.backoff = tick, None, timedelta(0)
             elif plan.again_at is None or plan.again_at > now:
@@ -213,7 +213,7 @@ class Scheduler:
         now = self.now()
         wakes = [now + MAX_SLEEP]
         for plan in self.plans:
-            wakes.append(schedule.next_tick(plan.job.schedule, now=now))
+            wakes.append(schedule.next_tick(plan.job.schedule, now=now, tz=plan.job.timezone))
             if plan.again_at is not None and not plan.running:
                 wakes.append(plan.again_at)
         return min(wakes)
@@ -277,7 +277,7 @@ class Scheduler:
         over = (
             plan.tick + job.catch_up_window
             if job.catch_up == ALL
-            else schedule.next_tick(job.schedule, now=plan.tick)
+            else schedule.next_tick(job.schedule, now=plan.tick, tz=job.timezone)
         )
         return again if again < over else None
 

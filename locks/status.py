@@ -138,6 +138,7 @@ class Freshness:
     # The oldest success that still counts as fresh: the slot before the latest
     # slot at or before the database's now.
     fresh_since: datetime
+    timezone: str = "UTC"  # the zone the schedule is read in
 
     @property
     def fresh(self) -> bool:
@@ -148,7 +149,8 @@ class Freshness:
         """When the last success stops being fresh: at the second slot after it."""
         if self.job.last_success_at is None:
             return None
-        return next_tick(self.schedule, now=next_tick(self.schedule, now=self.job.last_success_at))
+        following = next_tick(self.schedule, now=self.job.last_success_at, tz=self.timezone)
+        return next_tick(self.schedule, now=following, tz=self.timezone)
 
 
 def jobs_freshness() -> dict[str, Freshness]:
@@ -166,8 +168,10 @@ def jobs_freshness() -> dict[str, Freshness]:
     freshness = {}
     for name, job in registered.items():
         now = health[name].db_now or timezone.now()
-        _latest, before_latest = previous_slots(job.schedule, now=now, count=2)
-        freshness[name] = Freshness(job=health[name], schedule=job.schedule, fresh_since=before_latest)
+        _latest, before_latest = previous_slots(job.schedule, now=now, count=2, tz=job.timezone)
+        freshness[name] = Freshness(
+            job=health[name], schedule=job.schedule, fresh_since=before_latest, timezone=job.timezone
+        )
     return freshness
 
 
@@ -201,7 +205,7 @@ def lock_summary() -> Summary:
         return Summary(jobs=[], stuck=locks["stuck"], db_now=db_now, error=str(exc))
     health = jobs_health(jobs=registered)
     jobs = [
-        ScheduledJob(name, health[name].last_success_at, next_tick(job.schedule, now=db_now))
+        ScheduledJob(name, health[name].last_success_at, next_tick(job.schedule, now=db_now, tz=job.timezone))
         for name, job in registered.items()
     ]
     return Summary(jobs=jobs, stuck=locks["stuck"], db_now=db_now)
@@ -288,7 +292,9 @@ def job_ledgers(*, jobs: Iterable[Job], slots: int | None = None) -> dict[str, L
         return {}
     count = slots or ledger_slots()
     db_now = database_now()
-    windows = {job.name: previous_slots(job.schedule, now=db_now, count=count) for job in jobs}
+    windows = {
+        job.name: previous_slots(job.schedule, now=db_now, count=count, tz=job.timezone) for job in jobs
+    }
     names = [job.name for job in jobs]
     oldest = {name: ticks[-1] for name, ticks in windows.items()}
     runs_of = defaultdict(lambda: defaultdict(list))
@@ -363,7 +369,7 @@ def chance_end(job: Job, tick: datetime) -> datetime:
     catch-up policy, ``catch_up_window`` after the slot under ``all``."""
     if job.catch_up == "all":
         return tick + job.catch_up_window
-    return next_tick(job.schedule, now=tick)
+    return next_tick(job.schedule, now=tick, tz=job.timezone)
 
 
 def _covered(pauses: list[tuple[datetime, datetime | None]], *, start: datetime, end: datetime) -> bool:
