@@ -95,6 +95,10 @@ class Job:
             self.schedule, now=now or timezone.now(), window=tick_window(), tz=self.timezone
         )
 
+    def next_slots(self, *, after: datetime | None = None, count: int = 10) -> list[schedule.Upcoming]:
+        """The ``count`` slots after ``after`` (default: now, this host's clock), UTC and local."""
+        return schedule.preview(self.schedule, after=after or timezone.now(), count=count, tz=self.timezone)
+
     def alert_delay(self, *, now: datetime) -> timedelta:
         """How long without a success opens an incident: ``alert_after``, else two periods
         of the schedule (around ``now``) and 10 minutes."""

@@ -137,6 +137,21 @@ if os.environ.get("FLAKY_FILE"):
     }
 if os.environ.get("CHECK_JOBS_SCHEDULE"):  # the app's own check_jobs, more often than every minute
     _JOBS["check_jobs"] = {**BUILTIN_JOBS["check_jobs"], "schedule": os.environ["CHECK_JOBS_SCHEDULE"]}
+if os.environ.get(
+    "BERLIN_JOBS"
+):  # the DST nights of tests/locks/test_dst_processes.py, read in Europe/Berlin
+    _JOBS["nightly"] = {
+        "schedule": "30 2 * * *",
+        "timezone": "Europe/Berlin",
+        "callable": "tests.jobsapp.jobs.write_slot",
+        "ttl": 60,
+    }
+    _JOBS["hourly"] = {
+        "schedule": "0 * * * *",
+        "timezone": "Europe/Berlin",
+        "callable": "tests.jobsapp.jobs.write_slot",
+        "ttl": 60,
+    }
 # HOSTPROJECT_JOBS="a b": only those (a test's processes that must not watch the others).
 _ONLY = os.environ.get("HOSTPROJECT_JOBS", "").split()
 LOCKS_JOBS = {name: entry for name, entry in _JOBS.items() if not _ONLY or name in _ONLY}

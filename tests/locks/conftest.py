@@ -2,6 +2,7 @@
 whose jobs (tests/jobsapp/jobs.py) are registered in every test."""
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -14,11 +15,21 @@ from pathlib import Path
 
 import pytest
 from django.db import connection, connections, transaction
+from hypothesis import settings as hypothesis_settings
 
 from locks.models import SyncLock
 from tests.conftest import ROOT, project_env, spawn
 
 TICK = datetime(2026, 11, 30, 14, 0, tzinfo=UTC)
+
+# Hypothesis (tests/locks/test_schedule_zones.py): 2,000 examples a property under CI, a few
+# hundred by hand; HYPOTHESIS_PROFILE picks one. No deadline: a shared CI machine is uneven.
+hypothesis_settings.register_profile("ci", max_examples=2000, deadline=None, database=None)
+hypothesis_settings.register_profile("dev", max_examples=300, deadline=None)
+hypothesis_settings.register_profile("hunt", max_examples=30000, deadline=None)
+hypothesis_settings.load_profile(
+    os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI", "").lower() == "true" else "dev")
+)
 
 
 class Contenders:

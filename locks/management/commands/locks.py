@@ -12,7 +12,10 @@ from locks.lease import LockError, iso
 from locks.management.commands.run_job import tick_argument
 from locks.operator import force_release, pause_job, reset_tick, resume_job
 from locks.registry import UnknownJob, get_job
+from locks.schedule import local_label
 from locks.status import job_ledgers, job_states
+
+MAX_NEXT = 1000  # slots `locks next` shows at most
 
 
 class Command(BaseCommand):
@@ -20,7 +23,7 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser) -> None:
         actions = parser.add_subparsers(
-            dest="action", required=True, metavar="{status,release,pause,resume,ticks}"
+            dest="action", required=True, metavar="{status,release,pause,resume,ticks,next}"
         )
         status = actions.add_parser(
             "status", help="List every lock and its state, and the registered jobs that never ran."
@@ -58,6 +61,21 @@ class Command(BaseCommand):
             "--json", action="store_true", help="Print JSON (newest first) instead of a table."
         )
 
+        upcoming = actions.add_parser(
+            "next", help="A job's next slots, in UTC and in its time zone, marked where the DST rule applied."
+        )
+        upcoming.add_argument("job", help="A registered job.")
+        upcoming.add_argument(
+            "--count", type=_slot_count, default=10, help=f"How many slots (default 10, at most {MAX_NEXT})."
+        )
+        upcoming.add_argument(
+            "--after",
+            type=tick_argument,
+            metavar="ISO8601",
+            help="The slots after this instant (UTC unless it names an offset) instead of now.",
+        )
+        upcoming.add_argument("--json", action="store_true", help="Print JSON instead of a table.")
+
     def handle(self, *args, action: str, **options) -> None:
         try:
             if action == "release":
@@ -66,6 +84,10 @@ class Command(BaseCommand):
                 self.pause(options["job"], resume=action == "resume", note=options.get("note", ""))
             elif action == "ticks":
                 self.ticks(options["job"], last=options["last"], as_json=options["json"])
+            elif action == "next":
+                self.next(
+                    options["job"], count=options["count"], after=options["after"], as_json=options["json"]
+                )
             else:
                 self.status(as_json=options["json"])
         except UnknownJob as exc:
@@ -128,6 +150,18 @@ class Command(BaseCommand):
             runs = ", ".join(f"{run['status']} #{run['token']}" for run in slot.runs) or "-"
             self.stdout.write(f"{slot.tick.isoformat():<25}  {slot.outcome:<9}  {slot.attempts:<8}  {runs}")
 
+    def next(self, name: str, *, count: int, after: datetime | None, as_json: bool) -> None:
+        job = get_job(name)
+        slots = job.next_slots(after=after, count=count)
+        if as_json:
+            self.stdout.write(json.dumps([slot.as_json() for slot in slots], indent=2))
+            return
+        self.stdout.write(f"{job.name}: {job.schedule!r} in {job.timezone}")
+        self.stdout.write(f"{'SLOT (UTC)':<25}  {'LOCAL':<32}  DST")
+        for slot in slots:
+            local = f"{local_label(slot.slot, tz=job.timezone)} ({slot.local:%z})"
+            self.stdout.write(f"{slot.slot.isoformat():<25}  {local:<32}  {slot.dst or '-'}")
+
     def release(self, job: str, *, token: int | None, reset: datetime | None) -> None:
         by = "manage.py locks release"
         try:
@@ -167,6 +201,16 @@ def _positive(value: str) -> int:
         number = 0
     if number < 1:
         raise argparse.ArgumentTypeError(f"{value!r} is not a whole number of slots, 1 or more")
+    return number
+
+
+def _slot_count(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if not 1 <= number <= MAX_NEXT:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number of slots from 1 to {MAX_NEXT}")
     return number
 
 
