@@ -38,7 +38,7 @@ from locks.schedule import InvalidTick
 
 # --- from results.py ---
 
-Outcome = Literal["succeeded", "failed", "lost_lock", "skipped"]
+RunOutcome = Literal["succeeded", "failed", "lost_lock", "skipped"]  # not models.Outcome: it shadowed it
 
 
 @dataclass
@@ -46,7 +46,7 @@ class RunResult:
     job: str
     tick: datetime | None
     holder: str
-    outcome: Outcome
+    outcome: RunOutcome
     token: int | None = None
     skip: Skip | None = None
     reason: str = ""
