@@ -1,8 +1,10 @@
 """What tests/locks share; they run under the host project (tests/hostproject/settings.py),
 whose jobs (tests/jobsapp/jobs.py) are registered in every test."""
 
+import glob
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -142,3 +144,74 @@ def locked_row(postgres):
     done.set()
     for thread in threads:
         thread.join(10)
+
+
+# --- a database clock after a night in 2027 ------------------------------------------------
+
+
+def faketime_or_skip() -> str:
+    """The faketime wrapper (Debian package faketime); under CI its absence is a failure."""
+    path = shutil.which("faketime")
+    if path is None:
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail("CI must run this test, but faketime (Debian package faketime) is not installed")
+        pytest.skip("faketime (Debian package faketime) is not installed")
+    return path
+
+
+def offset_to(moment: datetime) -> str:
+    """``faketime -f`` for a clock at ``moment`` now (relative: an absolute one is read in TZ)."""
+    return f"{round(moment.timestamp() - time.time()):+d}"
+
+
+@pytest.fixture
+def database_clock_at(db_url):
+    """``database_clock_at(moment)``: the database's clock reads ``moment`` from now on, so that
+    processes faked to a night in the future claim its slots as past ones (the future bound,
+    rule 3, is judged on the database clock). SQLite's clock is each process's own (fake it
+    with ``offset_to``); PostgreSQL's is the server's: the scripts/with-postgres.sh server is
+    restarted under faketime, and restarted on the real clock after the test."""
+    from tests.faults.pg import PgServer
+
+    restarted = []
+
+    def at(moment: datetime) -> None:
+        if connection.vendor != "postgresql":
+            return
+        server = PgServer.from_environment()
+        if server is None:
+            pytest.skip(
+                "needs the PostgreSQL server of scripts/with-postgres.sh (WITH_POSTGRES_DATA) to restart"
+            )
+        connections.close_all()
+        server.stop()
+        restarted.append(server)
+        # libfaketime itself, not the faketime wrapper (pg_ctl hangs under it), and the monotonic
+        # clock left real: pg_ctl and the server wait on it.
+        faketime_or_skip()
+        [library] = glob.glob("/usr/lib/*/faketime/libfaketime.so.1") or [None]
+        if library is None:
+            pytest.skip("libfaketime.so.1 (Debian package libfaketime) is not where Debian puts it")
+        argv = [
+            "env",
+            f"LD_PRELOAD={library}",
+            f"FAKETIME={offset_to(moment)}",
+            "FAKETIME_DONT_FAKE_MONOTONIC=1",
+        ]
+        argv += [
+            str(server.bin / "pg_ctl"),
+            "-D",
+            str(server.data),
+            "-l",
+            str(server.data.parent / "postgres.log"),
+        ]
+        argv += ["-w", "-t", "60", "start"]
+        if os.geteuid() == 0 and server.runas != "root":
+            argv = ["runuser", "-u", server.runas, "--", *argv]
+        subprocess.run(argv, check=True, capture_output=True, timeout=90)
+
+    yield at
+    for server in restarted:
+        connections.close_all()
+        server.stop()
+        server.start()

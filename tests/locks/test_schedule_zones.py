@@ -212,8 +212,10 @@ def brute_force(expression: str, tz: ZoneInfo, start: datetime, end: datetime) -
     """The rule read literally, instant by instant, on every whole minute in [start, end)."""
     minutes = [start + timedelta(minutes=n) for n in range(int((end - start) / timedelta(minutes=1)))]
     walls = [wall(moment, tz) for moment in minutes]
-    # Every matching wall time near these instants' (croniter's reading of the expression).
-    matching, low, high = set(), min(walls) - timedelta(hours=1), max(walls) + timedelta(hours=1)
+    # Every matching wall time from the earliest a gap before one of these instants holds to
+    # the latest wall time among them (croniter's reading of the expression).
+    low = min(wall(moment - SECOND, tz) for moment in minutes) - timedelta(minutes=1)
+    matching, high = set(), max(walls) + timedelta(minutes=1)
     iterator = croniter(expression, low)
     while (found := iterator.get_next(datetime)) < high:
         matching.add(found)
