@@ -149,6 +149,15 @@ def _job(name: str, entry: dict) -> Job:
     )
 
 
+def timezone_of(name: str) -> str:
+    """The zone the job ``name`` reads its schedule in; UTC for a name (or a setting) that is
+    not a valid job: where a lock row's times are shown."""
+    try:
+        return get_job(name).timezone
+    except (UnknownJob, ImproperlyConfigured):
+        return schedule.DEFAULT_TIMEZONE
+
+
 def get_job(name: str) -> Job:
     registered = jobs()
     try:

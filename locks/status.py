@@ -17,7 +17,7 @@ from locks.lease import iso
 from locks.models import STUCK_Q, JobPause, JobRun, Outcome, SyncLock, database_now
 from locks.registry import Job
 from locks.registry import jobs as registered_jobs
-from locks.schedule import next_tick, previous_slots
+from locks.schedule import local_label, next_tick, previous_slots, zone_name
 
 # --- from selectors.py ---
 
@@ -236,9 +236,12 @@ class Slot:
     def attempts(self) -> int:
         return len(self.runs)
 
-    def describe(self) -> str:
-        """ "2026-12-02 09:00 UTC failed (2 attempts)": a cell's title, a line of an email."""
-        text = f"{self.tick:%Y-%m-%d %H:%M} UTC {self.outcome}"
+    def describe(self, *, tz: str = "UTC") -> str:
+        """ "2026-12-02 09:00 UTC failed (2 attempts)": a cell's title, a line of an email; in
+        another zone, "2027-03-28 03:00 CEST (01:00 UTC) failed"."""
+        text = f"{local_label(self.tick, tz=tz)} {self.outcome}"
+        if zone_name(tz) != "UTC":
+            text = f"{local_label(self.tick, tz=tz)} ({self.tick:%H:%M} UTC) {self.outcome}"
         if self.outcome == FAILED:
             text += f" ({self.attempts} attempt{'s' if self.attempts != 1 else ''})"
         return text
@@ -263,6 +266,7 @@ class Ledger:
     slots: list[Slot]  # newest first
     paused: bool = False
     counts: Counter = field(default_factory=Counter)
+    timezone: str = "UTC"  # the job's: where its slots are shown
 
     def settled(self, *, since: datetime | None = None) -> list[Slot]:
         """The slots whose outcome can no longer change (not pending, not running), newest
@@ -340,6 +344,7 @@ def build_ledger(
         slots=slots,
         paused=lock.get("paused_at") is not None,
         counts=Counter(slot.outcome for slot in slots),
+        timezone=job.timezone,
     )
 
 

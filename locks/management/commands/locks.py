@@ -11,8 +11,8 @@ from locks.db import RowLocked
 from locks.lease import LockError, iso
 from locks.management.commands.run_job import tick_argument
 from locks.operator import force_release, pause_job, reset_tick, resume_job
-from locks.registry import UnknownJob, get_job
-from locks.schedule import local_label
+from locks.registry import UnknownJob, get_job, timezone_of
+from locks.schedule import local_label, local_time
 from locks.status import job_ledgers, job_states
 
 MAX_NEXT = 1000  # slots `locks next` shows at most
@@ -97,8 +97,13 @@ class Command(BaseCommand):
 
     def status(self, *, as_json: bool) -> None:
         states = job_states()
+        zones = {state.job: timezone_of(state.job) for state in states}
         if as_json:
-            self.stdout.write(json.dumps([state.as_json() for state in states], indent=2))
+            rows = [
+                {**s.as_json(), "timezone": zones[s.job], "tick_local": _local(s.tick, zones[s.job])}
+                for s in states
+            ]
+            self.stdout.write(json.dumps(rows, indent=2))
             return
         if not states:
             self.stdout.write("No locks and no jobs in LOCKS_JOBS: a job creates its lock on its first run.")
@@ -111,7 +116,7 @@ class Command(BaseCommand):
                 s.holder or "-",
                 str(s.token) if s.token is not None else "-",
                 _fmt(s.locked_until),
-                _fmt(s.tick),
+                local_label(s.tick, tz=zones[s.job]) if s.tick else "-",
                 s.last_status or "-",
                 _fmt(s.last_finished_at),
                 f"by {s.paused_by} since {_fmt(s.paused_at)}"
@@ -142,13 +147,18 @@ class Command(BaseCommand):
 
     def ticks(self, job: str, *, last: int | None, as_json: bool) -> None:
         ledger = job_ledgers(jobs=[get_job(job)], slots=last)[job]
+        zone = ledger.timezone
         if as_json:
-            self.stdout.write(json.dumps([slot.as_json() for slot in ledger.slots], indent=2))
+            rows = [{**slot.as_json(), "local": _local(slot.tick, zone)} for slot in ledger.slots]
+            self.stdout.write(json.dumps(rows, indent=2))
             return
-        self.stdout.write(f"{'TICK (UTC)':<25}  {'OUTCOME':<9}  ATTEMPTS  RUNS")
+        self.stdout.write(f"{'TICK (UTC)':<25}  {'LOCAL (' + zone + ')':<21}  {'OUTCOME':<9}  ATTEMPTS  RUNS")
         for slot in ledger.slots:
             runs = ", ".join(f"{run['status']} #{run['token']}" for run in slot.runs) or "-"
-            self.stdout.write(f"{slot.tick.isoformat():<25}  {slot.outcome:<9}  {slot.attempts:<8}  {runs}")
+            local = local_label(slot.tick, tz=zone)
+            self.stdout.write(
+                f"{slot.tick.isoformat():<25}  {local:<21}  {slot.outcome:<9}  {slot.attempts:<8}  {runs}"
+            )
 
     def next(self, name: str, *, count: int, after: datetime | None, as_json: bool) -> None:
         job = get_job(name)
@@ -220,6 +230,10 @@ def _cli_user() -> str:
         return f"cli:{getpass.getuser()}"
     except (KeyError, OSError):  # no user name in this container's environment or passwd
         return "cli"
+
+
+def _local(moment: datetime | None, zone: str) -> str | None:
+    return local_time(moment, tz=zone).isoformat() if moment else None
 
 
 def _fmt(value) -> str:
