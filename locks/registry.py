@@ -207,11 +207,11 @@ HINTS = {
     "locks.E019": f"Known keys: {', '.join(JOB_KEYS)}.",
     "locks.E024": "'latest' (the default): a slot not done when the next one comes is missed; "
     "'all': every slot within catch_up_window runs once, oldest first.",
-    "locks.E026": "An IANA name such as 'Europe/Berlin' or 'America/New_York' (zoneinfo.available_timezones()); "
-    "'UTC' is the default. The tzdata package supplies them where the OS has none.",
     "locks.E025": "How far back (seconds) catch_up 'all' runs slots that did not succeed; 86400 is the default.",
     "locks.E030": "check_jobs opens an incident after this many failed slots in a row; 2 is the default.",
     "locks.E031": "check_jobs opens an incident after this long without a success (default: two periods + 600).",
+    "locks.E033": "An IANA name such as 'Europe/Berlin' or 'America/New_York' (zoneinfo.available_timezones()); "
+    "'UTC' is the default. The tzdata package supplies them where the OS has none.",
 }
 
 
@@ -263,7 +263,7 @@ def _entry_errors(where: str, entry) -> list[Error]:
     if entry.get("catch_up", LATEST) not in CATCH_UP_POLICIES:
         errors.append(error("locks.E024", BAD_CATCH_UP, where=where, value=entry["catch_up"]))
     if not schedule.is_valid_timezone(entry.get("timezone", schedule.DEFAULT_TIMEZONE)):
-        errors.append(error("locks.E026", BAD_TIMEZONE, where=where, value=entry["timezone"]))
+        errors.append(error("locks.E033", BAD_TIMEZONE, where=where, value=entry["timezone"]))
     for key, code, message in (
         ("ttl", "locks.E013", NOT_SECONDS),
         ("max_run_time", "locks.E014", NOT_SECONDS),
