@@ -426,15 +426,9 @@ def run_job(
     )
     result.behind, skip = behind, result.skip
     if tick is not None and skip is not None and skip.reason == "tick_ahead":
-        window = tick_window()
+        window, zone = tick_window(), job.timezone
         message = schedule.tick_ahead_message(
-            job.schedule,
-            tick,
-            db_now=skip.db_now,
-            horizon=skip.horizon,
-            window=window,
-            bound=bound,
-            tz=job.timezone,
+            job.schedule, tick, db_now=skip.db_now, horizon=skip.horizon, window=window, bound=bound, tz=zone
         )
         raise InvalidTick(message)
     return result

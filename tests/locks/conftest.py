@@ -164,54 +164,56 @@ def offset_to(moment: datetime) -> str:
     return f"{round(moment.timestamp() - time.time()):+d}"
 
 
+def _pg_ctl(*args: str, env_prefix: tuple[str, ...] = ()) -> None:
+    """pg_ctl of the server scripts/with-postgres.sh started (as its owner when run as root)."""
+    data = os.environ["WITH_POSTGRES_DATA"]
+    argv = [*env_prefix, os.path.join(os.environ["WITH_POSTGRES_BIN"], "pg_ctl"), "-D", data, *args]
+    runas = os.environ.get("WITH_POSTGRES_RUNAS", "root")
+    if os.geteuid() == 0 and runas != "root":
+        argv = ["runuser", "-u", runas, "--", *argv]
+    subprocess.run(argv, check=True, capture_output=True, timeout=90)
+
+
+def _pg_start(env_prefix: tuple[str, ...] = ()) -> None:
+    log = os.path.join(os.path.dirname(os.environ["WITH_POSTGRES_DATA"]), "postgres.log")
+    _pg_ctl("-l", log, "-w", "-t", "60", "start", env_prefix=env_prefix)
+
+
 @pytest.fixture
 def database_clock_at(db_url):
     """``database_clock_at(moment)``: the database's clock reads ``moment`` from now on, so that
     processes faked to a night in the future claim its slots as past ones (the future bound,
     rule 3, is judged on the database clock). SQLite's clock is each process's own (fake it
     with ``offset_to``); PostgreSQL's is the server's: the scripts/with-postgres.sh server is
-    restarted under faketime, and restarted on the real clock after the test."""
-    from tests.faults.pg import PgServer
-
+    restarted under libfaketime, and restarted on the real clock after the test."""
     restarted = []
 
     def at(moment: datetime) -> None:
         if connection.vendor != "postgresql":
             return
-        server = PgServer.from_environment()
-        if server is None:
+        if "WITH_POSTGRES_DATA" not in os.environ:
             pytest.skip(
                 "needs the PostgreSQL server of scripts/with-postgres.sh (WITH_POSTGRES_DATA) to restart"
             )
-        connections.close_all()
-        server.stop()
-        restarted.append(server)
+        faketime_or_skip()
         # libfaketime itself, not the faketime wrapper (pg_ctl hangs under it), and the monotonic
         # clock left real: pg_ctl and the server wait on it.
-        faketime_or_skip()
         [library] = glob.glob("/usr/lib/*/faketime/libfaketime.so.1") or [None]
         if library is None:
             pytest.skip("libfaketime.so.1 (Debian package libfaketime) is not where Debian puts it")
-        argv = [
+        connections.close_all()
+        _pg_ctl("-m", "fast", "-w", "-t", "60", "stop")
+        restarted.append(moment)
+        fake = (
             "env",
             f"LD_PRELOAD={library}",
             f"FAKETIME={offset_to(moment)}",
             "FAKETIME_DONT_FAKE_MONOTONIC=1",
-        ]
-        argv += [
-            str(server.bin / "pg_ctl"),
-            "-D",
-            str(server.data),
-            "-l",
-            str(server.data.parent / "postgres.log"),
-        ]
-        argv += ["-w", "-t", "60", "start"]
-        if os.geteuid() == 0 and server.runas != "root":
-            argv = ["runuser", "-u", server.runas, "--", *argv]
-        subprocess.run(argv, check=True, capture_output=True, timeout=90)
+        )
+        _pg_start(env_prefix=fake)
 
     yield at
-    for server in restarted:
+    if restarted:
         connections.close_all()
-        server.stop()
-        server.start()
+        _pg_ctl("-m", "fast", "-w", "-t", "60", "stop")
+        _pg_start()
