@@ -28,7 +28,6 @@ TICK = datetime(2026, 11, 30, 14, 0, tzinfo=UTC)
 # hundred by hand; HYPOTHESIS_PROFILE picks one. No deadline: a shared CI machine is uneven.
 hypothesis_settings.register_profile("ci", max_examples=2000, deadline=None, database=None)
 hypothesis_settings.register_profile("dev", max_examples=300, deadline=None)
-hypothesis_settings.register_profile("hunt", max_examples=30000, deadline=None)
 hypothesis_settings.load_profile(
     os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI", "").lower() == "true" else "dev")
 )
