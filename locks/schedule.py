@@ -246,7 +246,7 @@ def local_time(moment: datetime, *, tz: "str | tzinfo" = DEFAULT_TIMEZONE) -> da
 def local_label(moment: datetime, *, tz: "str | tzinfo" = DEFAULT_TIMEZONE) -> str:
     """``2027-03-28 03:00 CEST``: ``moment`` as people read it, in ``tz`` with its abbreviation."""
     local = local_time(moment, tz=tz)
-    return f"{local:%Y-%m-%d %H:%M} {local:%Z}"
+    return f"{local.date().isoformat()} {local:%H:%M} {local:%Z}"
 
 
 @dataclass(frozen=True)
@@ -265,11 +265,22 @@ class Upcoming:
 def preview(
     expression: str, *, after: datetime, count: int, tz: "str | tzinfo" = DEFAULT_TIMEZONE
 ) -> list[Upcoming]:
-    """The ``count`` slots after ``after``, each with its wall time and DST mark (``locks next``)."""
-    return [
-        Upcoming(slot, local_time(slot, tz=tz), dst_rule(expression, slot, tz=tz))
-        for slot in upcoming_slots(expression, after=after, count=count, tz=tz)
-    ]
+    """The ``count`` slots after ``after``, each with its wall time and DST mark (``locks next``).
+    Raises ``OutOfRange`` when they would lie beyond what a datetime holds (year 9999)."""
+    try:
+        return [
+            Upcoming(slot, local_time(slot, tz=tz), dst_rule(expression, slot, tz=tz))
+            for slot in upcoming_slots(expression, after=after, count=count, tz=tz)
+        ]
+    except (OverflowError, CroniterBadDateError):
+        raise OutOfRange(
+            f"the {count} slots of {expression!r} after {_utc(after).isoformat()} do not all lie "
+            "within the years 1 to 9999"
+        ) from None
+
+
+class OutOfRange(ValueError):
+    """Slots asked for beyond the years a datetime holds."""
 
 
 def upcoming_slots(

@@ -73,6 +73,12 @@ def test_a_thousand_slots_at_most(berlin_jobs):
         next_slots("hourly", "--count", "0")
 
 
+def test_slots_beyond_year_9999_are_refused_with_exit_2(berlin_jobs):
+    with pytest.raises(CommandError, match=r"do not all lie within the years 1 to 9999") as refused:
+        next_slots("hourly", "--after", "9999-12-31T22:00:00+00:00", "--count", "5")
+    assert refused.value.returncode == 2
+
+
 def test_an_unknown_job_or_a_bad_after_exits_2_with_one_line_and_writes_nothing(db_url):
     env = project_env(DATABASE_URL=db_url, DJANGO_SETTINGS_MODULE="tests.hostproject.settings")
     manage = [sys.executable, str(ROOT / "tests" / "hostproject" / "manage.py"), "locks", "next"]

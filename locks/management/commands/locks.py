@@ -12,7 +12,7 @@ from locks.lease import LockError, iso
 from locks.management.commands.run_job import tick_argument
 from locks.operator import force_release, pause_job, reset_tick, resume_job
 from locks.registry import UnknownJob, get_job, timezone_of
-from locks.schedule import local_label, local_time
+from locks.schedule import OutOfRange, local_label, local_time
 from locks.status import job_ledgers, job_states
 
 MAX_NEXT = 1000  # slots `locks next` shows at most
@@ -90,7 +90,7 @@ class Command(BaseCommand):
                 )
             else:
                 self.status(as_json=options["json"])
-        except UnknownJob as exc:
+        except (UnknownJob, OutOfRange) as exc:
             raise CommandError(exc.args[0], returncode=2) from exc
         except DBError as exc:
             raise CommandError(f"cannot read the locks: {' '.join(str(exc).split())}") from exc
