@@ -24,8 +24,9 @@ from locks.db import RowLocked
 from locks.lease import LockError, iso
 from locks.models import EXPIRED, FREE, HELD, OVERDUE, Incident, JobPause, JobRun, Outcome, SyncLock
 from locks.operator import admin_name, force_release, pause_job, reset_tick, resume_job, run_now
-from locks.registry import UnknownJob
+from locks.registry import UnknownJob, get_job, timezone_of
 from locks.registry import jobs as registered_jobs
+from locks.schedule import local_label
 from locks.status import Ledger, job_ledgers, lock_summary
 
 STATE_LABELS = {
@@ -104,9 +105,17 @@ def ledger_strip(ledger) -> str:
     cells = format_html_join(
         "",
         '<span class="tick-cell" data-outcome="{}" title="{}"></span>',
-        ((slot.outcome, slot.describe()) for slot in reversed(ledger.slots)),
+        ((slot.outcome, slot.describe(tz=ledger.timezone)) for slot in reversed(ledger.slots)),
     )
     return format_html('<span class="tick-strip" data-job="{}">{}</span>', ledger.job, cells)
+
+
+def slot_time(when: datetime, job: str) -> str:
+    """A slot in its job's zone with its abbreviation (``2027-03-28 03:00 CEST``), the UTC
+    instant as its tooltip."""
+    return format_html(
+        '<span class="nowrap" title="{}">{}</span>', iso(when), local_label(when, tz=timezone_of(job))
+    )
 
 
 def excerpt(text: str) -> str:
@@ -486,7 +495,7 @@ class SyncLockAdmin(OperatorAdminMixin, ReadOnlyAdminMixin, Styled, admin.ModelA
     def tick_at(self, lock: SyncLock) -> str:
         if lock.tick is None:
             return "—"
-        return stacked(nowrap(absolute(lock.tick)), tick_progress(lock))
+        return stacked(slot_time(lock.tick, lock.job_name), tick_progress(lock))
 
     @admin.display(description=_("ticks (newest right)"))
     def ticks(self, lock: SyncLock) -> str:
@@ -569,9 +578,17 @@ class SyncLockAdmin(OperatorAdminMixin, ReadOnlyAdminMixin, Styled, admin.ModelA
             extra_context.update(
                 ledger=ledger,
                 ledger_strip=ledger_strip(ledger) if ledger is not None else "",
-                ledger_rows=[{"slot": slot, "badge": outcome_badge(slot.outcome)} for slot in ledger.slots]
+                ledger_rows=[
+                    {
+                        "slot": slot,
+                        "badge": outcome_badge(slot.outcome),
+                        "at": slot_time(slot.tick, lock.job_name),
+                    }
+                    for slot in ledger.slots
+                ]
                 if ledger
                 else [],
+                next_slots=[(slot_time(s.slot, lock.job_name), s.dst) for s in _next_five(lock.job_name)],
                 paused=lock.paused_at is not None,
                 can_pause=self.has_pause_permission(request, lock),
                 can_run=self.has_run_permission(request, lock) and ledger is not None,
@@ -586,6 +603,13 @@ class SyncLockAdmin(OperatorAdminMixin, ReadOnlyAdminMixin, Styled, admin.ModelA
                 force_release_url=reverse("admin:locks_synclock_force_release", args=[lock.pk]),
             )
         return super().change_view(request, object_id, form_url, extra_context)
+
+
+def _next_five(job: str) -> list:
+    try:
+        return get_job(job).next_slots(count=5)
+    except (UnknownJob, ImproperlyConfigured):  # a lock row of a job no longer registered
+        return []
 
 
 # --- run history ----------------------------------------------------------------------

@@ -128,7 +128,7 @@ def check_schedules(app_configs=None, **kwargs) -> list[Error]:
     now = timezone.now()
     errors = []
     for name, entry in entries.items():
-        why = next_slot_error(entry["schedule"], now=now)
+        why = next_slot_error(entry["schedule"], now=now, tz=entry.get("timezone", "UTC"))
         if why:
             message = NO_SLOT.format(name=name, value=entry["schedule"], years=SLOT_HORIZON_YEARS, why=why)
             errors.append(Error(message, hint=NO_SLOT_HINT, id="locks.E026"))

@@ -1,11 +1,12 @@
-"""The cron wiring: django-crontab's ``CRONJOBS`` from ``LOCKS_JOBS`` (one line per job),
-and the environment file that line sources (``manage.py crontab_env``).
+"""The cron wiring: django-crontab's ``CRONJOBS`` from ``LOCKS_JOBS`` (one line a minute, whose
+pass runs the jobs whose slot came), and the environment file that line sources
+(``manage.py crontab_env``).
 
 The line django-crontab installs is readable by anyone who can read the user's crontab,
 and while it runs it is ``/bin/sh -c``'s command line, which every local user sees in
 ``/proc/*/cmdline``. So it carries no value: it sources the file, which only its owner
 can read (docs/deployment-cron.md). Called from a settings module, so it imports
-nothing from Django.
+nothing from Django at import time.
 """
 
 from __future__ import annotations
@@ -39,26 +40,91 @@ def cron_escape(text: str) -> str:
     return text.replace("%", "\\%")
 
 
+# The crontab line runs every minute; each pass runs the jobs whose slot came within it.
+PASS = 60  # seconds
+CRON_LOG = "cron.log"  # the pass's own output; each job's run appends to NAME.log
+
+
 def cronjobs(jobs: Mapping[str, Mapping], *, log_dir: Path, check_jobs: bool = True) -> list[tuple]:
-    """One line per job, running ``run_job NAME --requested-by cron`` (through ``run``) and
-    appending to ``log_dir/NAME.log``; with ``check_jobs`` (pass ``LOCKS_CHECK_JOBS``), the
-    app's own ``check_jobs`` too (``locks.registry``).
+    """One line, every minute, running ``run_due`` for the jobs (and with ``check_jobs``, pass
+    ``LOCKS_CHECK_JOBS``, the app's own ``check_jobs``: ``locks.registry``): each pass runs
+    ``run_job NAME --requested-by cron`` for every job whose slot came in the minute before,
+    each in a process of its own appending to ``log_dir/NAME.log``.
+
+    Cron reads a line's fields in the host's time zone, and Debian's cron has no ``CRON_TZ``: a
+    line carrying a job's expression would fire at the host's wall time, not at the job's slot.
+    ``* * * * *`` fires every minute whatever the host's zone, and the pass asks the schedule
+    (``locks.schedule``, in the job's zone) which slots are due (docs/deployment-cron.md).
 
     The lock makes the line safe on every host: one run per tick. A malformed entry
     is left out, not an error here: the system checks name it (and ``crontab add``
     runs them first).
     """
-    return [
-        (
-            job.get("schedule"),
-            "locks.crontab.run",
-            [name],
-            {},
-            cron_escape(f">> {shlex.quote(str(log_dir / f'{name}.log'))} 2>&1"),
-        )
-        for name, job in with_builtin_jobs(jobs, enabled=check_jobs).items()
-        if isinstance(job, Mapping)
+    names = [
+        name for name, job in with_builtin_jobs(jobs, enabled=check_jobs).items() if isinstance(job, Mapping)
     ]
+    if not names:
+        return []
+    suffix = cron_escape(f">> {shlex.quote(str(log_dir / CRON_LOG))} 2>&1")
+    return [("* * * * *", "locks.crontab.run_due", names, {"log_dir": str(log_dir)}, suffix)]
+
+
+def due_jobs(names: Iterable[str], *, now) -> list[str]:
+    """Those of ``names`` (registered jobs) with a slot in (``now`` - PASS, ``now``]: the jobs a
+    pass at ``now`` runs. A host whose cron starts the pass late by a minute or more misses
+    the slot, as a line at the slot's own time would."""
+    from datetime import timedelta
+
+    from locks.registry import jobs
+    from locks.schedule import slot_at_or_before
+
+    registered = jobs()
+    return [
+        name
+        for name in names
+        if name in registered
+        and now - timedelta(seconds=PASS)
+        < slot_at_or_before(registered[name].schedule, now=now, tz=registered[name].timezone)
+    ]
+
+
+def run_due(*names: str, log_dir: str) -> None:
+    """What the crontab line runs (``crontab run HASH``): ``run`` for each due job
+    (``due_jobs``), each in a child process whose output goes to ``log_dir/NAME.log``, all at
+    once; the process ends with the highest of their exit statuses."""
+    from django.db import connections
+    from django.utils import timezone
+
+    due = due_jobs(names, now=timezone.now())
+    connections.close_all()  # no connection is shared with a child
+    sys.stdout.flush()
+    sys.stderr.flush()
+    children = [_start(name, Path(log_dir)) for name in due]
+    status = max((os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for pid in children), default=0)
+    if status:
+        os._exit(status if status > 0 else 1)  # not SystemExit: django-crontab would log a traceback
+
+
+def _start(name: str, log_dir: Path) -> int:
+    pid = os.fork()
+    if pid:
+        return pid
+    status = 1
+    try:
+        log = os.open(log_dir / f"{name}.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)  # umask: 0640
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        os.close(log)
+        run(name)
+        status = 0
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)
 
 
 def run(name: str) -> None:

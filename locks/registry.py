@@ -58,7 +58,7 @@ class NoDryRun(ValueError):
 @dataclass(frozen=True)
 class Job:
     name: str
-    schedule: str  # cron expression, read in UTC
+    schedule: str  # cron expression, read in ``timezone``
     callable_path: str  # receives the lease, returns a mapping of counts or None
     ttl: timedelta
     # How long the heartbeat keeps renewing one run's lease; None: as long as it runs.
@@ -81,6 +81,9 @@ class Job:
     # (a slot whose run vanished with the old primary runs again); "pause", pause the job for an
     # operator to decide (a job whose body must not be repeated).
     on_failover: str = "rerun"
+    # The IANA zone the schedule's fields are read in; its slots are UTC instants all the
+    # same (locks.schedule: the DST rule).
+    timezone: str = schedule.DEFAULT_TIMEZONE
 
     @property
     def max_attempts(self) -> int:
@@ -100,14 +103,20 @@ class Job:
 
     def current_tick(self, *, now: datetime | None = None) -> datetime:
         """The slot a run at ``now`` (this host's clock) claims (``locks.schedule.current_tick``)."""
-        return schedule.current_tick(self.schedule, now=now or timezone.now(), window=tick_window())
+        return schedule.current_tick(
+            self.schedule, now=now or timezone.now(), window=tick_window(), tz=self.timezone
+        )
+
+    def next_slots(self, *, after: datetime | None = None, count: int = 10) -> list[schedule.Upcoming]:
+        """The ``count`` slots after ``after`` (default: now, this host's clock), UTC and local."""
+        return schedule.preview(self.schedule, after=after or timezone.now(), count=count, tz=self.timezone)
 
     def alert_delay(self, *, now: datetime) -> timedelta:
         """How long without a success opens an incident: ``alert_after``, else two periods
         of the schedule (around ``now``) and 10 minutes."""
         if self.alert_after is not None:
             return self.alert_after
-        return 2 * schedule.period(self.schedule, now=now) + timedelta(minutes=10)
+        return 2 * schedule.period(self.schedule, now=now, tz=self.timezone) + timedelta(minutes=10)
 
 
 def attempts_of(retry_delays: tuple[timedelta, ...] | None) -> int | None:
@@ -156,7 +165,17 @@ def _job(name: str, entry: dict) -> Job:
         alert_after=timedelta(seconds=entry["alert_after"]) if "alert_after" in entry else None,
         alert_after_recoveries=entry.get("alert_after_recoveries", 2),
         on_failover=entry.get("on_failover", RERUN),
+        timezone=entry.get("timezone", schedule.DEFAULT_TIMEZONE),
     )
+
+
+def timezone_of(name: str) -> str:
+    """The zone the job ``name`` reads its schedule in; UTC for a name (or a setting) that is
+    not a valid job: where a lock row's times are shown."""
+    try:
+        return get_job(name).timezone
+    except (UnknownJob, ImproperlyConfigured):
+        return schedule.DEFAULT_TIMEZONE
 
 
 def get_job(name: str) -> Job:
@@ -177,7 +196,7 @@ JOB_NAME = re.compile(r"[a-z0-9_][a-z0-9_-]{0,99}\Z")
 JOB_KEYS = (
     *("schedule", "callable", "ttl", "max_run_time", "retry", "expected_errors", "dry_run"),
     *("catch_up", "catch_up_window", "alert_after_failures", "alert_after", "alert_after_recoveries"),
-    "on_failover",
+    *("on_failover", "timezone"),
 )
 LATEST, ALL = "latest", "all"  # the catch-up policies
 CATCH_UP_POLICIES = (LATEST, ALL)
@@ -200,9 +219,10 @@ UNKNOWN_KEYS = "{where} has unknown keys: {keys}."
 NOT_PATHS = "{where}: expected_errors must be a list of dotted paths of exception classes, got {value!r}."
 BAD_CATCH_UP = "{where}: catch_up must be 'latest' or 'all', got {value!r}."
 BAD_ON_FAILOVER = "{where}: on_failover must be 'rerun' or 'pause', got {value!r}."
+BAD_TIMEZONE = "{where}: timezone {value!r} is not an IANA time zone this host knows."
 HINTS = {
     "locks.E010": 'e.g. {"sync": {"schedule": "0 * * * *", "callable": "myapp.tasks.sync"}}',
-    "locks.E011": "Five fields, read in UTC: minute hour day-of-month month day-of-week, e.g. '0 * * * *'.",
+    "locks.E011": "Five fields, read in the job's timezone (UTC by default): minute hour day-of-month month day-of-week, e.g. '0 * * * *'.",
     "locks.E012": "e.g. 'myapp.tasks.sync'",
     "locks.E013": "The lease's length; the heartbeat renews it every third.",
     "locks.E014": "How long the heartbeat keeps renewing the lease of one run.",
@@ -219,6 +239,8 @@ HINTS = {
     "locks.E030": "check_jobs opens an incident after this many failed slots in a row; 2 is the default.",
     "locks.E031": "check_jobs opens an incident after this long without a success (default: two periods + 600).",
     "locks.E032": "check_jobs closes an incident after this many succeeded slots in a row; 2 is the default.",
+    "locks.E033": "An IANA name such as 'Europe/Berlin' or 'America/New_York' (zoneinfo.available_timezones()); "
+    "'UTC' is the default. The tzdata package supplies them where the OS has none.",
 }
 
 
@@ -271,6 +293,8 @@ def _entry_errors(where: str, entry) -> list[Error]:
         errors.append(error("locks.E024", BAD_CATCH_UP, where=where, value=entry["catch_up"]))
     if entry.get("on_failover", RERUN) not in FAILOVER_POLICIES:
         errors.append(error("locks.E027", BAD_ON_FAILOVER, where=where, value=entry["on_failover"]))
+    if not schedule.is_valid_timezone(entry.get("timezone", schedule.DEFAULT_TIMEZONE)):
+        errors.append(error("locks.E033", BAD_TIMEZONE, where=where, value=entry["timezone"]))
     for key, code, message in (
         ("ttl", "locks.E013", NOT_SECONDS),
         ("max_run_time", "locks.E014", NOT_SECONDS),
@@ -290,11 +314,11 @@ def _entry_errors(where: str, entry) -> list[Error]:
     return errors
 
 
-def next_slot_error(expression: str, *, now: datetime) -> str:
+def next_slot_error(expression: str, *, now: datetime, tz: str = schedule.DEFAULT_TIMEZONE) -> str:
     """Why ``expression`` (a valid cron expression) has no slot within ``SLOT_HORIZON_YEARS`` of
     ``now``; empty when it has one."""
     try:
-        upcoming = schedule.next_tick(expression, now=now)
+        upcoming = schedule.next_tick(expression, now=now, tz=tz)
     except SLOT_ERRORS as exc:
         return f"no slot can be computed after {now:%Y-%m-%d} ({type(exc).__name__}: {exc})"
     if upcoming - now > timedelta(days=365 * SLOT_HORIZON_YEARS + 1):

@@ -488,11 +488,11 @@ def run_job(
     now = timezone.now()
     # The period around now, not around the tick: on an uneven schedule the upcoming slot
     # can lie further ahead than the gap that follows it.
-    horizon, bound = schedule.period(job.schedule, now=now), "one schedule period"
+    horizon, bound = schedule.period(job.schedule, now=now, tz=job.timezone), "one schedule period"
     if tick is not None:
-        tick = schedule.check_tick(job.schedule, tick)
+        tick = schedule.check_tick(job.schedule, tick, tz=job.timezone)
         if tick != job.current_tick(now=now):  # a later slot than now's only within the tick window
-            horizon = schedule.early_window(job.schedule, now=now, window=tick_window())
+            horizon = schedule.early_window(job.schedule, now=now, window=tick_window(), tz=job.timezone)
             bound = "the tick window"
     claim, behind = None if force else (tick or due or job.current_tick(now=now)), False
     if claim is not None and job.catch_up == ALL:
@@ -522,7 +522,7 @@ def run_job(
     result.behind, skip = behind, result.skip
     if tick is not None and skip is not None and skip.reason == "tick_ahead":
         args = {"db_now": skip.db_now, "horizon": skip.horizon, "window": tick_window(), "bound": bound}
-        raise InvalidTick(schedule.tick_ahead_message(job.schedule, tick, **args))
+        raise InvalidTick(schedule.tick_ahead_message(job.schedule, tick, tz=job.timezone, **args))
     return result
 
 
@@ -554,4 +554,5 @@ def _pending_tick(job: Job, *, due: datetime) -> datetime:
         settled=state["tick_done"] or state["tick_attempts"] >= job.max_attempts,
         due=due,
         oldest=state["db_now"] - job.catch_up_window,
+        tz=job.timezone,
     )

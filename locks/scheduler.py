@@ -80,7 +80,7 @@ def _slot_of(plan: _Plan, now: datetime) -> datetime | None:
     """The latest slot of ``plan``'s job at or before ``now``; None (logged once) when its
     schedule has none that can be computed: that job's failure, never the loop's."""
     try:
-        tick = schedule.slot_at_or_before(plan.job.schedule, now=now)
+        tick = schedule.slot_at_or_before(plan.job.schedule, now=now, tz=plan.job.timezone)
     except SLOT_ERRORS as exc:
         if not plan.broken:
             logger.error(
@@ -259,7 +259,7 @@ class Scheduler:
         for plan in self.plans:
             if plan.broken:
                 continue
-            wakes.append(schedule.next_tick(plan.job.schedule, now=now))
+            wakes.append(schedule.next_tick(plan.job.schedule, now=now, tz=plan.job.timezone))
             if plan.again_at is not None and not plan.running:
                 wakes.append(plan.again_at)
         return min(wakes)
@@ -329,7 +329,7 @@ class Scheduler:
         over = (
             plan.tick + job.catch_up_window
             if job.catch_up == ALL
-            else schedule.next_tick(job.schedule, now=plan.tick)
+            else schedule.next_tick(job.schedule, now=plan.tick, tz=job.timezone)
         )
         return again if again < over else None
 

@@ -18,7 +18,7 @@ from locks.lease import iso
 from locks.models import STUCK_Q, Incident, JobPause, JobRun, Outcome, SyncLock, database_now
 from locks.registry import SLOT_ERRORS, Job
 from locks.registry import jobs as registered_jobs
-from locks.schedule import next_tick, previous_slots, slot_at_or_before
+from locks.schedule import local_label, next_tick, previous_slots, slot_at_or_before, zone_name
 
 # --- from selectors.py ---
 
@@ -145,6 +145,7 @@ class Freshness:
     # slot at or before the database's now (None: the schedule's slots cannot be computed).
     fresh_since: datetime | None
     error: str = ""  # why the slots cannot be computed (locks.registry.SLOT_ERRORS)
+    timezone: str = "UTC"  # the zone the schedule is read in
 
     @property
     def fresh(self) -> bool:
@@ -173,7 +174,8 @@ class Freshness:
         """When the last success stops being fresh: at the second slot after it."""
         if self.job.last_success_at is None or self.error:
             return None
-        return next_tick(self.schedule, now=next_tick(self.schedule, now=self.job.last_success_at))
+        following = next_tick(self.schedule, now=self.job.last_success_at, tz=self.timezone)
+        return next_tick(self.schedule, now=following, tz=self.timezone)
 
 
 def jobs_freshness() -> dict[str, Freshness]:
@@ -192,11 +194,15 @@ def jobs_freshness() -> dict[str, Freshness]:
     for name, job in registered.items():
         now = health[name].db_now or timezone.now()
         try:
-            _latest, before_latest = previous_slots(job.schedule, now=now, count=2)
+            _latest, before_latest = previous_slots(job.schedule, now=now, count=2, tz=job.timezone)
         except SLOT_ERRORS as exc:  # that job's failure: the others are still judged
-            freshness[name] = Freshness(health[name], job.schedule, None, error=slot_error(exc))
+            freshness[name] = Freshness(
+                health[name], job.schedule, None, error=slot_error(exc), timezone=job.timezone
+            )
             continue
-        freshness[name] = Freshness(job=health[name], schedule=job.schedule, fresh_since=before_latest)
+        freshness[name] = Freshness(
+            job=health[name], schedule=job.schedule, fresh_since=before_latest, timezone=job.timezone
+        )
     return freshness
 
 
@@ -237,7 +243,7 @@ def lock_summary() -> Summary:
     jobs = []
     for name, job in registered.items():
         try:
-            upcoming, error = next_tick(job.schedule, now=db_now), ""
+            upcoming, error = next_tick(job.schedule, now=db_now, tz=job.timezone), ""
         except SLOT_ERRORS as exc:
             upcoming, error = None, slot_error(exc)
         jobs.append(ScheduledJob(name, health[name].last_success_at, upcoming, error, incidents.get(name)))
@@ -276,9 +282,12 @@ class Slot:
         after one (it may have run on the old primary too); "" when none touched it."""
         return next((run["failover"] for run in self.runs if run.get("failover")), "")
 
-    def describe(self) -> str:
-        """ "2026-12-02 09:00 UTC failed (2 attempts)": a cell's title, a line of an email."""
-        text = f"{self.tick:%Y-%m-%d %H:%M} UTC {self.outcome}"
+    def describe(self, *, tz: str = "UTC") -> str:
+        """ "2026-12-02 09:00 UTC failed (2 attempts)": a cell's title, a line of an email; in
+        another zone, "2027-03-28 03:00 CEST (01:00 UTC) failed"."""
+        text = f"{local_label(self.tick, tz=tz)} {self.outcome}"
+        if zone_name(tz) != "UTC":
+            text = f"{local_label(self.tick, tz=tz)} ({self.tick:%H:%M} UTC) {self.outcome}"
         if self.outcome == FAILED:
             text += f" ({self.attempts} attempt{'s' if self.attempts != 1 else ''})"
         if self.failover:
@@ -307,6 +316,7 @@ class Ledger:
     paused: bool = False
     counts: Counter = field(default_factory=Counter)
     error: str = ""  # its schedule's slots cannot be computed: no slots (locks.registry.SLOT_ERRORS)
+    timezone: str = "UTC"  # the job's: where its slots are shown
 
     def settled(self, *, since: datetime | None = None) -> list[Slot]:
         """The slots whose outcome can no longer change (not pending, not running), newest
@@ -339,13 +349,16 @@ def job_ledgers(*, jobs: Iterable[Job], slots: int | None = None) -> dict[str, L
     windows, broken = {}, {}
     for job in jobs:
         try:
-            windows[job.name] = previous_slots(job.schedule, now=db_now, count=count)
+            windows[job.name] = previous_slots(job.schedule, now=db_now, count=count, tz=job.timezone)
         except SLOT_ERRORS as exc:  # that job's failure: the other ledgers are still read
             windows[job.name], broken[job.name] = [], slot_error(exc)
     names = [job.name for job in jobs]
     oldest = {name: ticks[-1] for name, ticks in windows.items() if ticks}
     if not oldest:
-        return {job.name: Ledger(job.name, db_now, [], error=broken.get(job.name, "")) for job in jobs}
+        return {
+            job.name: Ledger(job.name, db_now, [], error=broken.get(job.name, ""), timezone=job.timezone)
+            for job in jobs
+        }
     runs_of = defaultdict(lambda: defaultdict(list))
     in_window = Q()
     for name, since in oldest.items():
@@ -384,7 +397,7 @@ def build_ledger(
     before the one current then are left out unless they have runs: the job did not exist), and its
     pauses (``(paused_at, resumed_at or None)``), judged at ``db_now``: no query (tests inject every part)."""
     if lock.get("created_at") is not None and ticks:
-        first = slot_at_or_before(job.schedule, now=lock["created_at"])
+        first = slot_at_or_before(job.schedule, now=lock["created_at"], tz=job.timezone)
         ticks = [tick for tick in ticks if tick >= first or tick in runs]
     slots = [_slot(job, tick, runs.get(tick, []), lock=lock, pauses=pauses, db_now=db_now) for tick in ticks]
     return Ledger(
@@ -393,6 +406,7 @@ def build_ledger(
         slots=slots,
         paused=lock.get("paused_at") is not None,
         counts=Counter(slot.outcome for slot in slots),
+        timezone=job.timezone,
     )
 
 
@@ -407,7 +421,7 @@ def _slot(job: Job, tick: datetime, runs: list[dict], *, lock: dict, pauses: lis
     if any(run["status"] == Outcome.UNKNOWN for run in runs):
         return Slot(tick, UNKNOWN, runs)
     ends = chance_end(job, tick)
-    over = db_now >= ends or len(runs) >= 1 + len(job.retry_delays)
+    over = db_now >= ends or len(runs) >= job.max_attempts
     if job.catch_up == "latest" and lock.get("tick") is not None and lock["tick"] > tick:
         over = True  # superseded: a later slot was claimed (a copy may claim one a little early)
     if not over:
@@ -428,7 +442,7 @@ def chance_end(job: Job, tick: datetime) -> datetime:
     catch-up policy, ``catch_up_window`` after the slot under ``all``."""
     if job.catch_up == "all":
         return tick + job.catch_up_window
-    return next_tick(job.schedule, now=tick)
+    return next_tick(job.schedule, now=tick, tz=job.timezone)
 
 
 def _covered(pauses: list[tuple[datetime, datetime | None]], *, start: datetime, end: datetime) -> bool:

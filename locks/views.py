@@ -426,7 +426,7 @@ def job_metrics() -> list[Metric]:
         if health[name].last_success_at is not None:
             last_success.add_metric([name], health[name].last_success_at.timestamp())
         with contextlib.suppress(*SLOT_ERRORS):  # no slot computable: that job has no next tick
-            next_slot.add_metric([name], next_tick(job.schedule, now=db_now).timestamp())
+            next_slot.add_metric([name], next_tick(job.schedule, now=db_now, tz=job.timezone).timestamp())
         paused.add_metric([name], float(ledgers[name].paused))
         incident.add_metric([name], float(name in open_incidents))
         held.add_metric([name], float(lock is not None and lock.state in {HELD, OVERDUE}))

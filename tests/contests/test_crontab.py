@@ -1,5 +1,6 @@
-"""django-crontab installs the hourly line with an absolute interpreter path; the line
-carries no secret value: it sources the file `manage.py crontab_env` wrote (mode 0600)."""
+"""django-crontab installs the line (every minute: it runs the jobs whose slot came in that
+minute) with an absolute interpreter path; the line carries no secret value: it sources the
+file `manage.py crontab_env` wrote (mode 0600)."""
 
 import fcntl
 import os
@@ -9,6 +10,7 @@ import shutil
 import stat
 import subprocess
 import sys
+from datetime import UTC, datetime
 
 import pytest
 
@@ -43,9 +45,9 @@ def installed_lines() -> list[str]:
     ]
 
 
-def installed_line(job: str = "sync_contests") -> str:
-    """The line of ``job``: one line per registered job (the sync and the reminders)."""
-    [line] = [line for line in installed_lines() if f"/{job}.log " in line]
+def installed_line() -> str:
+    """The one line: every registered job (the sync, the reminders, check_jobs) each minute."""
+    [line] = installed_lines()
     return line
 
 
@@ -63,18 +65,14 @@ def test_add_show_remove(saved_crontab, tmp_path):
     assert written.returncode == 0, written.stderr
     assert added.returncode == 0, added.stderr
     lines = [line for line in installed.splitlines() if "django-cronjobs" in line]
-    assert len(lines) == 3  # one per registered job: the sync, the reminders, check_jobs
-    [line] = [line for line in lines if "/sync_contests.log " in line]
-    [reminders] = [line for line in lines if "/send_reminders.log " in line]
-    assert reminders.startswith(f"* * * * * umask 027; set -a; . {env_file}; set +a; ")
+    [line] = lines  # every minute, for every registered job: the sync, the reminders, check_jobs
     assert line.startswith(
-        f"15 * * * * umask 027; set -a; . {env_file}; set +a; "
-        f"{sys.executable} {ROOT / 'manage.py'} crontab run "
+        f"* * * * * umask 027; set -a; . {env_file}; set +a; {sys.executable} {ROOT / 'manage.py'} crontab run "
     )
     assert "SYNC_CONTESTS_SCHEDULE" not in line  # in the file, not in the line
     assert "SYNC_CONTESTS_SCHEDULE='15 * * * *'" in env_file.read_text()
-    assert line.endswith(f" >> {ROOT / 'var' / 'sync_contests.log'} 2>&1 # django-cronjobs for config")
-    assert "'sync_contests'" in shown.stdout
+    assert line.endswith(f" >> {ROOT / 'var' / 'cron.log'} 2>&1 # django-cronjobs for config")
+    assert "'locks.crontab.run_due', ['sync_contests', 'send_reminders', 'check_jobs']" in shown.stdout
     assert removed.returncode == 0
     assert "django-cronjobs" not in after
 
@@ -128,27 +126,33 @@ def test_environment_values_survive_the_file_the_shell_and_cron(saved_crontab, t
 
 
 def test_the_installed_line_runs_the_sync_in_crons_bare_environment(saved_crontab, db_url, standin, tmp_path):
+    """At the sync's slot (under faketime: a pass runs the jobs whose slot came in its minute)."""
     from contests.models import Contest
 
     env = project_env(
         DATABASE_URL=db_url,
         CODEFORCES_API_URL=standin.url,
         DJANGO_CRONTAB_ENV_FILE=str(tmp_path / "crontab.env"),
+        SYNC_CONTESTS_SCHEDULE="0 * * * *",
+        SEND_REMINDERS_SCHEDULE="0 0 1 1 *",  # not due: this pass is the sync's alone
+        LOCKS_CHECK_JOBS="0",
     )
     assert manage("crontab_env", env=env).returncode == 0
     assert manage("crontab", "add", env=env).returncode == 0
     line = installed_line()
     manage("crontab", "remove", env=env)
-    log = tmp_path / "sync_contests.log"
-    command = shell_command(line).replace(str(ROOT / "var" / "sync_contests.log"), str(log))
-    assert f">> {log} 2>&1" in command
+    log = ROOT / "var" / "sync_contests.log"
+    written = log.stat().st_size if log.exists() else 0
+    now = datetime.now(UTC)
+    slot = now.replace(minute=0, second=3, microsecond=0)  # past: the database's clock is the real one
+    command = f"faketime -f {round((slot - now).total_seconds()):+d} sh -c {shlex.quote(shell_command(line))}"
 
     ran = run_as_cron(command)
 
     assert ran.returncode == 0, ran.stderr
-    output = log.read_text()
+    output = log.read_text()[written:]
     assert "outcome=succeeded" in output, output
-    assert stat.S_IMODE(os.stat(log).st_mode) == 0o640  # not world-readable
+    assert stat.S_IMODE(os.stat(log).st_mode) & 0o007 == 0  # not world-readable
     assert standin.calls == 1
     assert Contest.objects.count() == 1758
 

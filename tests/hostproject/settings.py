@@ -137,6 +137,21 @@ if os.environ.get("FLAKY_FILE"):
     }
 if os.environ.get("CHECK_JOBS_SCHEDULE"):  # the app's own check_jobs, more often than every minute
     _JOBS["check_jobs"] = {**BUILTIN_JOBS["check_jobs"], "schedule": os.environ["CHECK_JOBS_SCHEDULE"]}
+if os.environ.get(
+    "BERLIN_JOBS"
+):  # the DST nights of tests/locks/test_dst_processes.py, read in Europe/Berlin
+    _JOBS["nightly"] = {
+        "schedule": "30 2 * * *",
+        "timezone": "Europe/Berlin",
+        "callable": "tests.jobsapp.jobs.write_slot",
+        "ttl": 60,
+    }
+    _JOBS["hourly"] = {
+        "schedule": "0 * * * *",
+        "timezone": "Europe/Berlin",
+        "callable": "tests.jobsapp.jobs.write_slot",
+        "ttl": 60,
+    }
 # HOSTPROJECT_JOBS="a b": only those (a test's processes that must not watch the others).
 _ONLY = os.environ.get("HOSTPROJECT_JOBS", "").split()
 LOCKS_JOBS = {name: entry for name, entry in _JOBS.items() if not _ONLY or name in _ONLY}
@@ -154,7 +169,9 @@ EMAIL_BACKEND = f"django.core.mail.backends.{'filebased' if os.environ.get('HOST
 EMAIL_FILE_PATH = os.environ.get("HOSTPROJECT_MAIL_DIR", str(VAR / "mail"))
 
 # --- cron: one line per job, which sources the file `crontab_env` writes ----------------
-CRONJOBS = cronjobs(LOCKS_JOBS, log_dir=VAR / "log")
+# HOSTPROJECT_CHECK_JOBS=0: without the app's own check_jobs (LOCKS_CHECK_JOBS), for a test's cron passes.
+LOCKS_CHECK_JOBS = os.environ.get("HOSTPROJECT_CHECK_JOBS", "1") == "1"
+CRONJOBS = cronjobs(LOCKS_JOBS, log_dir=VAR / "log", check_jobs=LOCKS_CHECK_JOBS)
 CRONTAB_PYTHON_EXECUTABLE = sys.executable
 CRONTAB_DJANGO_MANAGE_PATH = str(Path(__file__).with_name("manage.py"))
 CRONTAB_DJANGO_PROJECT_NAME = "hostproject"  # the lines it adds and removes say so
@@ -163,7 +180,10 @@ LOCKS_CRONTAB_ENV_VARIABLES = (
     "DATABASE_URL",
     "DJANGO_SETTINGS_MODULE",
     "HOSTPROJECT_VAR",
-)  # what its jobs read
+    "HOSTPROJECT_JOBS",
+    "HOSTPROJECT_CHECK_JOBS",
+    "BERLIN_JOBS",
+)  # what its jobs read (and which of them a test registers)
 CRONTAB_COMMAND_PREFIX = command_prefix(LOCKS_CRONTAB_ENV_FILE)
 # A test edits a throwaway user's crontab, never the caller's (tests/locks/test_crontab.py).
 if os.environ.get("HOSTPROJECT_CRONTAB_USER"):

@@ -1,7 +1,10 @@
 """What tests/locks share; they run under the host project (tests/hostproject/settings.py),
 whose jobs (tests/jobsapp/jobs.py) are registered in every test."""
 
+import glob
 import json
+import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -14,11 +17,20 @@ from pathlib import Path
 
 import pytest
 from django.db import connection, connections, transaction
+from hypothesis import settings as hypothesis_settings
 
 from locks.models import SyncLock
 from tests.conftest import ROOT, project_env, spawn
 
 TICK = datetime(2026, 11, 30, 14, 0, tzinfo=UTC)
+
+# Hypothesis (tests/locks/test_schedule_zones.py): 2,000 examples a property under CI, a few
+# hundred by hand; HYPOTHESIS_PROFILE picks one. No deadline: a shared CI machine is uneven.
+hypothesis_settings.register_profile("ci", max_examples=2000, deadline=None, database=None)
+hypothesis_settings.register_profile("dev", max_examples=300, deadline=None)
+hypothesis_settings.load_profile(
+    os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI", "").lower() == "true" else "dev")
+)
 
 
 class Contenders:
@@ -131,3 +143,76 @@ def locked_row(postgres):
     done.set()
     for thread in threads:
         thread.join(10)
+
+
+# --- a database clock after a night in 2027 ------------------------------------------------
+
+
+def faketime_or_skip() -> str:
+    """The faketime wrapper (Debian package faketime); under CI its absence is a failure."""
+    path = shutil.which("faketime")
+    if path is None:
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail("CI must run this test, but faketime (Debian package faketime) is not installed")
+        pytest.skip("faketime (Debian package faketime) is not installed")
+    return path
+
+
+def offset_to(moment: datetime) -> str:
+    """``faketime -f`` for a clock at ``moment`` now (relative: an absolute one is read in TZ)."""
+    return f"{round(moment.timestamp() - time.time()):+d}"
+
+
+def _pg_ctl(*args: str, env_prefix: tuple[str, ...] = ()) -> None:
+    """pg_ctl of the server scripts/with-postgres.sh started (as its owner when run as root)."""
+    data = os.environ["WITH_POSTGRES_DATA"]
+    argv = [*env_prefix, os.path.join(os.environ["WITH_POSTGRES_BIN"], "pg_ctl"), "-D", data, *args]
+    runas = os.environ.get("WITH_POSTGRES_RUNAS", "root")
+    if os.geteuid() == 0 and runas != "root":
+        argv = ["runuser", "-u", runas, "--", *argv]
+    subprocess.run(argv, check=True, capture_output=True, timeout=90)
+
+
+def _pg_start(env_prefix: tuple[str, ...] = ()) -> None:
+    log = os.path.join(os.path.dirname(os.environ["WITH_POSTGRES_DATA"]), "postgres.log")
+    _pg_ctl("-l", log, "-w", "-t", "60", "start", env_prefix=env_prefix)
+
+
+@pytest.fixture
+def database_clock_at(db_url):
+    """``database_clock_at(moment)``: the database's clock reads ``moment`` from now on, so that
+    processes faked to a night in the future claim its slots as past ones (the future bound,
+    rule 3, is judged on the database clock). SQLite's clock is each process's own (fake it
+    with ``offset_to``); PostgreSQL's is the server's: the scripts/with-postgres.sh server is
+    restarted under libfaketime, and restarted on the real clock after the test."""
+    restarted = []
+
+    def at(moment: datetime) -> None:
+        if connection.vendor != "postgresql":
+            return
+        if "WITH_POSTGRES_DATA" not in os.environ:
+            pytest.skip(
+                "needs the PostgreSQL server of scripts/with-postgres.sh (WITH_POSTGRES_DATA) to restart"
+            )
+        faketime_or_skip()
+        # libfaketime itself, not the faketime wrapper (pg_ctl hangs under it), and the monotonic
+        # clock left real: pg_ctl and the server wait on it.
+        [library] = glob.glob("/usr/lib/*/faketime/libfaketime.so.1") or [None]
+        if library is None:
+            pytest.skip("libfaketime.so.1 (Debian package libfaketime) is not where Debian puts it")
+        connections.close_all()
+        _pg_ctl("-m", "fast", "-w", "-t", "60", "stop")
+        restarted.append(moment)
+        fake = (
+            "env",
+            f"LD_PRELOAD={library}",
+            f"FAKETIME={offset_to(moment)}",
+            "FAKETIME_DONT_FAKE_MONOTONIC=1",
+        )
+        _pg_start(env_prefix=fake)
+
+    yield at
+    if restarted:
+        connections.close_all()
+        _pg_ctl("-m", "fast", "-w", "-t", "60", "stop")
+        _pg_start()

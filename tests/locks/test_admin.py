@@ -253,7 +253,8 @@ def test_list_shows_token_tick_last_run_and_duration(admin_client):
     )
     tr = row(admin_client.get(LIST_URL), "write_slot")
     assert f">{lease.token}</td>" in tr
-    assert f"{timezone.localtime(tick):%Y-%m-%d %H:%M:%S}" in tr
+    # In the job's zone (write_slot's: UTC), the UTC instant as the tooltip.
+    assert f'<span class="nowrap" title="{tick.isoformat()}">{tick:%Y-%m-%d %H:%M} UTC</span>' in tr
     assert ">failed</span>" in tr
     assert "10 minutes ago" in tr
     assert ">30.0 s<" in tr
@@ -505,7 +506,7 @@ def test_reset_tick_action_confirms_then_clears_the_tick_and_logs(admin_client, 
     assert confirm.status_code == 200
     assert "Reset the claimed tick of job locks?" in text(confirm)
     assert 'id="confirm-reset-tick"' in text(confirm)
-    assert f"{timezone.localtime(tick):%Y-%m-%d %H:%M:%S}" in text(confirm)
+    assert f"{tick:%Y-%m-%d %H:%M} UTC" in text(confirm)
     assert SyncLock.objects.get(job_name="write_slot").tick == tick  # nothing yet
     pk = SyncLock.objects.get(job_name="write_slot").pk
     assert {key: value for key, value in shown(confirm).items() if key.endswith(f"-{pk}")} == {
@@ -593,7 +594,7 @@ def test_the_tick_column_says_whether_the_tick_is_done(admin_client, status, pro
     if status:
         release(lease=lease, status=status)
     tr = row(admin_client.get(LIST_URL), "write_slot")
-    assert '<td class="field-tick_at"><span class="nowrap">' in tr
+    assert '<td class="field-tick_at"><span class="nowrap" title="' in tr
     assert f'<small class="nowrap">{progress}</small>' in tr
 
 

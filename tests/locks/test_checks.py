@@ -11,7 +11,7 @@ from django.core.management.base import SystemCheckError
 
 from locks import checks, registry
 from locks.checks import CHECK_TAG
-from locks.registry import jobs
+from locks.registry import get_job, jobs
 
 
 def _ids() -> set[str]:
@@ -130,7 +130,8 @@ def test_each_check_id_speaks_for_one_problem_in_one_message():
         assert templates, message
         by_code.setdefault(code, set()).update(templates)
     assert {code: names for code, names in by_code.items() if len(names) > 1} == {}
-    assert sorted(by_code) == [f"locks.E0{n}" for n in range(10, 26)]  # a case for every LOCKS_JOBS id
+    # a case for every LOCKS_JOBS id
+    assert sorted(by_code) == [*(f"locks.E0{n}" for n in range(10, 26)), "locks.E033"]
     assert len({code for code, *_ in checks.NUMBERS.values()}) == len(checks.NUMBERS)
 
 
@@ -141,7 +142,7 @@ GOOD = {"schedule": "*/5 * * * *", "callable": "tests.jobsapp.jobs.record", "ttl
 
 def _job_errors(settings, jobs) -> list[tuple[str, str]]:
     settings.LOCKS_JOBS = jobs
-    return [(m.id, m.msg) for m in run_checks() if m.id.startswith(("locks.E01", "locks.E02"))]
+    return [(m.id, m.msg) for m in run_checks() if m.id.startswith(("locks.E01", "locks.E02", "locks.E033"))]
 
 
 def test_the_registered_jobs_pass(settings):
@@ -274,6 +275,21 @@ BAD_JOB_SETTINGS = [
         "LOCKS_JOBS['record']: catch_up_window must be a positive whole number of seconds, got '1d'.",
     ),
     (
+        {"record": {**GOOD, "timezone": "Europe/Berlín"}},
+        "locks.E033",
+        "LOCKS_JOBS['record']: timezone 'Europe/Berlín' is not an IANA time zone this host knows.",
+    ),
+    (
+        {"record": {**GOOD, "timezone": "CEST"}},
+        "locks.E033",
+        "LOCKS_JOBS['record']: timezone 'CEST' is not an IANA time zone this host knows.",
+    ),
+    (
+        {"record": {**GOOD, "timezone": None}},
+        "locks.E033",
+        "LOCKS_JOBS['record']: timezone None is not an IANA time zone this host knows.",
+    ),
+    (
         {"record": GOOD, " Record": GOOD},
         "locks.E017",
         "LOCKS_JOBS names 'record' and ' Record': two spellings of one job.",
@@ -317,3 +333,17 @@ def test_optional_keys_may_be_left_out(settings):
         _job_errors(settings, {"a-b_1": {"schedule": "0 3 * * 1-5", "callable": "tests.jobsapp.jobs.record"}})
         == []
     )
+
+
+def test_an_unknown_time_zone_names_the_fix_in_its_hint(settings):
+    settings.LOCKS_JOBS = {"record": {**GOOD, "timezone": "Europe/Paris "}}
+    [error] = [e for e in run_checks(tags=[CHECK_TAG]) if e.id == "locks.E033"]
+    assert "'Europe/Berlin'" in error.hint and "UTC" in error.hint
+
+
+def test_a_known_time_zone_passes_and_reaches_the_job(settings):
+    settings.LOCKS_JOBS = {"record": {**GOOD, "timezone": "Pacific/Chatham"}}
+    assert not [e for e in run_checks(tags=[CHECK_TAG]) if e.id.startswith("locks.")]
+    assert get_job("record").timezone == "Pacific/Chatham"
+    settings.LOCKS_JOBS = {"record": GOOD}
+    assert get_job("record").timezone == "UTC"  # every job without the key keeps its UTC slots

@@ -76,8 +76,14 @@ def test_status_json_lists_registered_jobs_that_never_ran():
         "paused_at": None,
         "paused_by": "",
         "paused_note": "",
+        "timezone": "UTC",
+        "tick_local": None,
     }
     assert set(entries["write_slot"]) == set(entries["record"])  # one shape for both
+    assert (entries["record"]["tick"], entries["record"]["tick_local"]) == (
+        TICK.isoformat(),
+        TICK.isoformat(),
+    )
 
 
 def test_status_lists_each_lock_with_its_state():

@@ -178,7 +178,16 @@ def test_locks_ticks_prints_the_ledger_newest_first():
     assert slots[4]["runs"][0]["requested_by"] == "cron" and slots[4]["runs"][0]["status"] == "failed"
     table = StringIO()
     call_command("locks", "ticks", "record", "--last", "2", stdout=table)
-    assert table.getvalue().splitlines()[2].split()[:3] == [ticks[1].isoformat(), "succeeded", "1"]
+    assert table.getvalue().splitlines()[0].split()[:4] == ["TICK", "(UTC)", "LOCAL", "(UTC)"]
+    local = f"{ticks[1]:%Y-%m-%d %H:%M}".split()
+    assert table.getvalue().splitlines()[2].split()[:6] == [
+        ticks[1].isoformat(),
+        *local,
+        "UTC",
+        "succeeded",
+        "1",
+    ]
+    assert slots[0]["local"] == ticks[0].isoformat()  # in the job's zone: UTC here
 
 
 @pytest.mark.django_db

@@ -171,35 +171,39 @@ def test_the_dry_run_callable_is_the_preview(registered):
 
 def test_the_host_project_builds_cronjobs_from_its_registry():
     assert cronjobs(host.LOCKS_JOBS, log_dir=host.VAR / "log") == host.CRONJOBS
-    assert [line[2] for line in host.CRONJOBS] == [[name] for name in WITH_BUILTIN]
+    assert [line[2] for line in host.CRONJOBS] == [WITH_BUILTIN]
 
 
-def test_one_cron_line_per_registered_job(tmp_path):
+def test_one_cron_line_every_minute_asks_every_registered_job(tmp_path):
     log_dir = tmp_path / "a 100% odd dir"
-    lines = cronjobs({**host.LOCKS_JOBS, "broken": "not a dict"}, log_dir=log_dir)
-    assert [line[2] for line in lines] == [[name] for name in WITH_BUILTIN]
-    schedule, function, _args, kwargs, suffix = lines[1]
-    # run_job NAME --requested-by cron, ending the process with its exit status (docs/deployment-cron.md).
-    assert (schedule, function, kwargs) == ("*/5 * * * *", "locks.crontab.run", {})
-    assert lines[-1][:3] == ("* * * * *", "locks.crontab.run", ["check_jobs"])
-    without = cronjobs(host.LOCKS_JOBS, log_dir=log_dir, check_jobs=False)  # LOCKS_CHECK_JOBS = False
-    assert [line[2] for line in without] == [[name] for name in HOST_JOBS]
-    # Shell-quoted, with cron's % escaped.
-    assert suffix == f">> '{log_dir}/record.log' 2>&1".replace("%", "\\%")
+    [line] = cronjobs({**host.LOCKS_JOBS, "broken": "not a dict"}, log_dir=log_dir)
+    schedule, function, args, kwargs, suffix = line
+    # Every minute whatever the host's zone; each pass runs `run_job NAME --requested-by cron` for
+    # every job whose slot came in that minute, each appending to log_dir/NAME.log
+    # (docs/deployment-cron.md).
+    assert (schedule, function, args, kwargs) == (
+        "* * * * *",
+        "locks.crontab.run_due",
+        WITH_BUILTIN,
+        {"log_dir": str(log_dir)},
+    )
+    [without] = cronjobs(host.LOCKS_JOBS, log_dir=log_dir, check_jobs=False)  # LOCKS_CHECK_JOBS = False
+    assert without[2] == HOST_JOBS
+    # The pass's own output; shell-quoted, with cron's % escaped.
+    assert suffix == f">> '{log_dir}/cron.log' 2>&1".replace("%", "\\%")
+    assert cronjobs({}, log_dir=log_dir, check_jobs=False) == []
 
 
-def test_a_new_process_reads_the_same_cron_lines(transactional_db):
-    """The settings a deployment would have, read in a new process: one line per job."""
+def test_a_new_process_reads_the_same_cron_line(transactional_db):
+    """The settings a deployment would have, read in a new process: one line for every job."""
     code = "import django, json; django.setup(); from django.conf import settings; print(json.dumps(settings.CRONJOBS))"
     proc = subprocess.run(
         [sys.executable, "-c", code], cwd=ROOT, env=project_env(), capture_output=True, text=True, timeout=60
     )
     assert proc.returncode == 0, proc.stderr
-    lines = json.loads(proc.stdout)
-    assert [(line[0], line[2]) for line in lines] == [("*/5 * * * *", [name]) for name in HOST_JOBS] + [
-        ("* * * * *", ["check_jobs"])
-    ]
-    assert lines[1][4] == f">> {host.VAR / 'log' / 'record.log'} 2>&1"
+    [line] = json.loads(proc.stdout)
+    assert (line[0], line[2]) == ("* * * * *", [*HOST_JOBS, "check_jobs"])
+    assert line[4] == f">> {host.VAR / 'log' / 'cron.log'} 2>&1"
 
 
 # --- the app's own job ---------------------------------------------------------------------

@@ -11,8 +11,11 @@ from locks.db import STANDBY, RowLocked, standby
 from locks.lease import LockError, iso, pause_text
 from locks.management.commands.run_job import tick_argument
 from locks.operator import cli_name, force_release, pause_job, reset_tick, resume_job
-from locks.registry import UnknownJob, get_job
+from locks.registry import UnknownJob, get_job, timezone_of
+from locks.schedule import OutOfRange, local_label, local_time
 from locks.status import job_ledgers, job_states
+
+MAX_NEXT = 1000  # slots `locks next` shows at most
 
 
 class Command(BaseCommand):
@@ -20,7 +23,7 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser) -> None:
         actions = parser.add_subparsers(
-            dest="action", required=True, metavar="{status,release,pause,resume,ticks}"
+            dest="action", required=True, metavar="{status,release,pause,resume,ticks,next}"
         )
         status = actions.add_parser(
             "status", help="List every lock and its state, and the registered jobs that never ran."
@@ -58,6 +61,21 @@ class Command(BaseCommand):
             "--json", action="store_true", help="Print JSON (newest first) instead of a table."
         )
 
+        upcoming = actions.add_parser(
+            "next", help="A job's next slots, in UTC and in its time zone, marked where the DST rule applied."
+        )
+        upcoming.add_argument("job", help="A registered job.")
+        upcoming.add_argument(
+            "--count", type=_slot_count, default=10, help=f"How many slots (default 10, at most {MAX_NEXT})."
+        )
+        upcoming.add_argument(
+            "--after",
+            type=tick_argument,
+            metavar="ISO8601",
+            help="The slots after this instant (UTC unless it names an offset) instead of now.",
+        )
+        upcoming.add_argument("--json", action="store_true", help="Print JSON instead of a table.")
+
     def handle(self, *args, action: str, **options) -> None:
         try:
             if action == "release":
@@ -66,9 +84,13 @@ class Command(BaseCommand):
                 self.pause(options["job"], resume=action == "resume", note=options.get("note", ""))
             elif action == "ticks":
                 self.ticks(options["job"], last=options["last"], as_json=options["json"])
+            elif action == "next":
+                self.next(
+                    options["job"], count=options["count"], after=options["after"], as_json=options["json"]
+                )
             else:
                 self.status(as_json=options["json"])
-        except UnknownJob as exc:
+        except (UnknownJob, OutOfRange) as exc:
             raise CommandError(exc.args[0], returncode=2) from exc
         except (LockError, RowLocked) as exc:  # a write in progress held the row past the bound
             raise CommandError(exc.args[0]) from exc
@@ -78,8 +100,13 @@ class Command(BaseCommand):
 
     def status(self, *, as_json: bool) -> None:
         states = job_states()
+        zones = {state.job: timezone_of(state.job) for state in states}
         if as_json:
-            self.stdout.write(json.dumps([state.as_json() for state in states], indent=2))
+            rows = [
+                {**s.as_json(), "timezone": zones[s.job], "tick_local": _local(s.tick, zones[s.job])}
+                for s in states
+            ]
+            self.stdout.write(json.dumps(rows, indent=2))
             return
         if not states:
             self.stdout.write("No locks and no jobs in LOCKS_JOBS: a job creates its lock on its first run.")
@@ -92,7 +119,7 @@ class Command(BaseCommand):
                 s.holder or "-",
                 str(s.token) if s.token is not None else "-",
                 _fmt(s.locked_until),
-                _fmt(s.tick),
+                local_label(s.tick, tz=zones[s.job]) if s.tick else "-",
                 s.last_status or "-",
                 _fmt(s.last_finished_at),
                 pause_text(s.paused_by, s.paused_at, s.paused_note).removeprefix("paused ")
@@ -122,13 +149,30 @@ class Command(BaseCommand):
 
     def ticks(self, job: str, *, last: int | None, as_json: bool) -> None:
         ledger = job_ledgers(jobs=[get_job(job)], slots=last)[job]
+        zone = ledger.timezone
         if as_json:
-            self.stdout.write(json.dumps([slot.as_json() for slot in ledger.slots], indent=2))
+            rows = [{**slot.as_json(), "local": _local(slot.tick, zone)} for slot in ledger.slots]
+            self.stdout.write(json.dumps(rows, indent=2))
             return
-        self.stdout.write(f"{'TICK (UTC)':<25}  {'OUTCOME':<9}  ATTEMPTS  RUNS")
+        self.stdout.write(f"{'TICK (UTC)':<25}  {'LOCAL (' + zone + ')':<21}  {'OUTCOME':<9}  ATTEMPTS  RUNS")
         for slot in ledger.slots:
             runs = ", ".join(f"{run['status']} #{run['token']}" for run in slot.runs) or "-"
-            self.stdout.write(f"{slot.tick.isoformat():<25}  {slot.outcome:<9}  {slot.attempts:<8}  {runs}")
+            local = local_label(slot.tick, tz=zone)
+            self.stdout.write(
+                f"{slot.tick.isoformat():<25}  {local:<21}  {slot.outcome:<9}  {slot.attempts:<8}  {runs}"
+            )
+
+    def next(self, name: str, *, count: int, after: datetime | None, as_json: bool) -> None:
+        job = get_job(name)
+        slots = job.next_slots(after=after, count=count)
+        if as_json:
+            self.stdout.write(json.dumps([slot.as_json() for slot in slots], indent=2))
+            return
+        self.stdout.write(f"{job.name}: {job.schedule!r} in {job.timezone}")
+        self.stdout.write(f"{'SLOT (UTC)':<25}  {'LOCAL':<32}  DST")
+        for slot in slots:
+            local = f"{local_label(slot.slot, tz=job.timezone)} ({slot.local:%z})"
+            self.stdout.write(f"{slot.slot.isoformat():<25}  {local:<32}  {slot.dst or '-'}")
 
     def release(self, job: str, *, token: int | None, reset: datetime | None) -> None:
         by = cli_name()
@@ -172,6 +216,20 @@ def _positive(value: str) -> int:
             f"{value!r} is not a whole number of slots, 1 or more, at most {MAX_LEDGER_SLOTS}"
         )
     return number
+
+
+def _slot_count(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if not 1 <= number <= MAX_NEXT:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number of slots from 1 to {MAX_NEXT}")
+    return number
+
+
+def _local(moment: datetime | None, zone: str) -> str | None:
+    return local_time(moment, tz=zone).isoformat() if moment else None
 
 
 def _fmt(value) -> str:

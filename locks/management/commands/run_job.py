@@ -73,7 +73,8 @@ class Command(BaseCommand):
             job = get_job(name)
             if dry_run:
                 if tick:
-                    check_tick(job.schedule, tick)  # refused as a run would refuse it; then unused
+                    # refused as a run would refuse it; then unused
+                    check_tick(job.schedule, tick, tz=job.timezone)
                 self.preview(name, expected=job.error_classes())
                 return
             # A stopped pod or `kill` ends the run through Python, so the lease is released
