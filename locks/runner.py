@@ -90,6 +90,8 @@ class RunResult:
     unreachable: bool = False  # skipped: the database could not be reached (costs no attempt)
     behind: bool = False  # catch_up "all": it was for a slot older than the current one
     expected: bool = False  # failed the way its job expects (one of its expected_errors)
+    refused: bool = False  # the scheduler's ask: its tick was refused as too far ahead (nothing stored)
+    broke: bool = False  # the scheduler's ask: its run raised, or its process died
     exception: BaseException | None = field(default=None, repr=False, compare=False)
 
     @property

@@ -30,7 +30,8 @@ from django.db import close_old_connections, connections, reset_queries
 from django.utils import timezone
 
 from locks import schedule
-from locks.models import SyncLock
+from locks.db import error_text
+from locks.models import Outcome, SyncLock
 from locks.registry import ALL, SLOT_ERRORS, Job
 from locks.runner import RunResult, run_job
 from locks.schedule import InvalidTick
@@ -49,9 +50,14 @@ PAUSED_POLL = timedelta(seconds=5)
 BACKOFF_FIRST, BACKOFF_MOST = timedelta(seconds=1), timedelta(seconds=30)
 # After the grace, how long an interrupted run has to record itself before it is killed.
 INTERRUPTED_WAIT = 10.0
+
+
 # What an ask came to besides a RunResult: the tick was refused as too far ahead (this
 # host's clock is fast), or the run raised or its process died (logged where it happened).
-REFUSED, BROKE = "refused", "broke"
+def _broke(name: str, due: datetime | None, why: str) -> RunResult:
+    """An ask that came to no run of its own: its run raised, or its process died (logged where it
+    happened). Asked again with the backoff of an unreachable database."""
+    return RunResult(job=name, tick=due, holder="", outcome=Outcome.FAILED, error=why, broke=True)
 
 
 @dataclass
@@ -97,17 +103,17 @@ def _slot_of(plan: _Plan, now: datetime) -> datetime | None:
     return tick
 
 
-def ask(run: Callable[..., RunResult], *, name: str, due: datetime) -> RunResult | str:
-    """One ask: ``run(name=, due=)``; REFUSED or BROKE instead of an exception."""
+def ask(run: Callable[..., RunResult], *, name: str, due: datetime) -> RunResult:
+    """One ask: ``run(name=, due=)``, a ``RunResult`` whatever happens."""
     try:
         return run(name=name, due=due)
-    except InvalidTick:
+    except InvalidTick as exc:
         # The tick is more than a period ahead of the database clock: this host's clock is
         # fast. run_locked logged the WARNING with its offset; nothing was stored.
-        return REFUSED
-    except Exception:  # a bug in a job's wrapper or the lock: logged, and the loop goes on
+        return RunResult(job=name, tick=due, holder="", reason=f"refused: {exc}", refused=True)
+    except Exception as exc:  # a bug in a job's wrapper or the lock: logged, and the loop goes on
         logger.exception("scheduler: job=%s tick=%s raised; the loop goes on", name, due.isoformat())
-        return BROKE
+        return _broke(name, due, error_text(exc))
 
 
 class Inline:
@@ -116,10 +122,10 @@ class Inline:
     def __init__(self, run: Callable[..., RunResult] = run_job) -> None:
         self.run = run
 
-    def start(self, plan: _Plan, *, due: datetime) -> RunResult | str:
+    def start(self, plan: _Plan, *, due: datetime) -> RunResult:
         return ask(self.run, name=plan.job.name, due=due)
 
-    def collect(self, seconds: float, *, wake: int | None = None) -> list[tuple[_Plan, RunResult | str]]:
+    def collect(self, seconds: float, *, wake: int | None = None) -> list[tuple[_Plan, RunResult]]:
         if seconds > 0 and wake is not None:
             wait_for_any([wake], timeout=seconds)  # nothing runs in the background: only wait
         return []
@@ -148,7 +154,7 @@ class Forked:
         writer.close()
         self.children[reader.fileno()] = (plan, child, reader)
 
-    def collect(self, seconds: float, *, wake: int | None = None) -> list[tuple[_Plan, RunResult | str]]:
+    def collect(self, seconds: float, *, wake: int | None = None) -> list[tuple[_Plan, RunResult]]:
         """The runs that ended within ``seconds`` (at once, if any has); sooner on a byte at ``wake``."""
         readers = [reader for _plan, _child, reader in self.children.values()]
         ready = wait_for_any(readers + ([wake] if wake is not None else []), timeout=max(seconds, 0))
@@ -163,7 +169,7 @@ class Forked:
                 outcome = reader.recv()
             except (EOFError, OSError):
                 logger.warning("scheduler: job=%s: its run's process ended without an answer", plan.job.name)
-                outcome = BROKE
+                outcome = _broke(plan.job.name, None, "its run's process ended without an answer")
             reader.close()
             child.join(timeout=5)
             finished.append((plan, outcome))
@@ -182,7 +188,7 @@ def _child(run: Callable[..., RunResult], name: str, due: datetime, writer) -> N
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGUSR1, _interrupt)
-    outcome: RunResult | str = BROKE
+    outcome = _broke(name, due, "its run's process was interrupted")
     try:
         outcome = ask(run, name=name, due=due)
     except SystemExit:
@@ -190,7 +196,7 @@ def _child(run: Callable[..., RunResult], name: str, due: datetime, writer) -> N
     finally:
         connections.close_all()
         with contextlib.suppress(OSError):
-            writer.send(replace(outcome, exception=None) if isinstance(outcome, RunResult) else outcome)
+            writer.send(replace(outcome, exception=None))
 
 
 def _interrupt(signum, frame) -> None:
@@ -289,32 +295,30 @@ class Scheduler:
         if outcome is not None:
             self._settle(plan, outcome)
 
-    def _settle_all(self, finished: list[tuple[_Plan, RunResult | str]]) -> None:
+    def _settle_all(self, finished: list[tuple[_Plan, RunResult]]) -> None:
         for plan, outcome in finished:
             self._settle(plan, outcome)
 
-    def _settle(self, plan: _Plan, outcome: RunResult | str) -> None:
+    def _settle(self, plan: _Plan, outcome: RunResult) -> None:
         plan.running = False
-        plan.paused = (
-            isinstance(outcome, RunResult) and outcome.skip is not None and outcome.skip.reason == "paused"
-        )
+        plan.paused = outcome.skip is not None and outcome.skip.reason == "paused"
         plan.again_at = self._again_at(plan, outcome)
         if plan.again_at is not None:
             logger.info(
                 "scheduler: job=%s tick=%s outcome=%s; asking again at %s",
                 plan.job.name,
                 plan.tick.isoformat(),
-                outcome.outcome if isinstance(outcome, RunResult) else outcome,
+                "broke" if outcome.broke else outcome.outcome,
                 plan.again_at.isoformat(timespec="seconds"),
             )
 
-    def _again_at(self, plan: _Plan, outcome: RunResult | str) -> datetime | None:
+    def _again_at(self, plan: _Plan, outcome: RunResult) -> datetime | None:
         """When to ask for the job again before its next slot, or None; never past the
         chance of the slot asked for (the next slot; under catch_up "all", its window)."""
         now = self.now()
-        if outcome == REFUSED:
+        if outcome.refused:
             return None
-        if outcome == BROKE or outcome.unreachable:
+        if outcome.broke or outcome.unreachable:
             plan.backoff = min(max(plan.backoff * 2, BACKOFF_FIRST), BACKOFF_MOST)
             delay = plan.backoff
         else:
