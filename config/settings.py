@@ -145,6 +145,9 @@ SEND_REMINDERS_MAX_ATTEMPTS = env.int("SEND_REMINDERS_MAX_ATTEMPTS", 5)
 # Due reminders one UPDATE claims at a time, and SMTP connections (threads) per run.
 SEND_REMINDERS_BATCH = env.int("SEND_REMINDERS_BATCH", 500)
 SEND_REMINDERS_CONNECTIONS = env.int("SEND_REMINDERS_CONNECTIONS", 1)
+# Each reminder's Message-ID is <reminder-PK@this domain> on every send; empty: the host's own
+# name (Django's DNS_NAME). Set it, the same on every host, when several hosts send.
+SEND_REMINDERS_MESSAGE_ID_DOMAIN = env.str("SEND_REMINDERS_MESSAGE_ID_DOMAIN", "")
 
 # --- Email (the reminders' delivery; docs/reminders.md) -----------------------
 # EMAIL_URL names the backend and its server; EMAIL_BACKEND and EMAIL_FILE_PATH override it.
@@ -217,6 +220,7 @@ LOCKS_CRONTAB_ENV_VARIABLES = (
         "SEND_REMINDERS_MAX_ATTEMPTS",
         "SEND_REMINDERS_BATCH",
         "SEND_REMINDERS_CONNECTIONS",
+        "SEND_REMINDERS_MESSAGE_ID_DOMAIN",
     ),
     *("EMAIL_URL", "EMAIL_BACKEND", "EMAIL_FILE_PATH", "EMAIL_TIMEOUT", "DEFAULT_FROM_EMAIL"),
 )

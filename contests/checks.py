@@ -1,8 +1,9 @@
-"""The reminders' settings (docs/reminders.md); the jobs' schedules and TTLs reach their
-LOCKS_JOBS entries, which the locks app checks. Tagged ``contests`` and ``locks``: ``run_job``
-runs the checks tagged ``locks`` before every run. With ``check --deploy``, the project's
-email and Codeforces transports (docs/security.md)."""
+"""The reminders' settings (docs/reminders.md) and what every reminder carries; the jobs'
+schedules and TTLs reach their LOCKS_JOBS entries, which the locks app checks. Tagged
+``contests`` and ``locks``: ``run_job`` runs the checks tagged ``locks`` before every run. With
+``check --deploy``, the project's email and Codeforces transports (docs/security.md)."""
 
+import re
 from urllib.parse import urlsplit
 
 from django.conf import settings
@@ -31,6 +32,15 @@ TOO_FEW_ATTEMPTS = "SEND_REMINDERS_MAX_ATTEMPTS must be 1 or more, got {attempts
 BATCH_OUT_OF_RANGE = "SEND_REMINDERS_BATCH must be between 1 and {most:,}, got {batch!r}."
 CONNECTIONS_OUT_OF_RANGE = "SEND_REMINDERS_CONNECTIONS must be between 1 and {most}, got {connections!r}."
 
+BAD_MESSAGE_ID_DOMAIN = (
+    "SEND_REMINDERS_MESSAGE_ID_DOMAIN must be a domain name (letters, digits, hyphens, dots), got {domain!r}: "
+    "it ends each reminder's Message-ID."
+)
+
+# A host name: labels of letters, digits and inner hyphens, joined by dots.
+DOMAIN = re.compile(
+    r"(?=.{1,253}\Z)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\Z"
+)
 MAX_BATCH = 10_000
 MAX_CONNECTIONS = 32  # each one also holds a database connection while the run lasts
 
@@ -54,6 +64,16 @@ def check_reminder_settings(app_configs=None, **kwargs) -> list[Error]:
             most=MAX_CONNECTIONS, connections=settings.SEND_REMINDERS_CONNECTIONS
         )
         errors.append(Error(message, id="contests.E008"))
+    return errors
+
+
+@register("contests", TAG)
+def check_reminder_headers(app_configs=None, **kwargs) -> list[Error]:
+    """What every reminder carries: its Message-ID's domain."""
+    errors = []
+    domain = settings.SEND_REMINDERS_MESSAGE_ID_DOMAIN
+    if domain and not DOMAIN.match(domain):
+        errors.append(Error(BAD_MESSAGE_ID_DOMAIN.format(domain=domain), id="contests.E009"))
     return errors
 
 

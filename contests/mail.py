@@ -23,6 +23,7 @@ from django.conf import settings
 from django.core.mail import EmailMessage
 from django.core.mail.backends import smtp
 from django.core.mail.backends.base import BaseEmailBackend
+from django.core.mail.utils import DNS_NAME
 from django.utils.module_loading import import_string
 from django.utils.timesince import timeuntil
 
@@ -48,8 +49,17 @@ def one_line(text: str) -> str:
     return " ".join("".join(kept).split())
 
 
+def message_id(reminder: Reminder) -> str:
+    """The reminder's one Message-ID, the same on every send of it (by any host, when
+    ``SEND_REMINDERS_MESSAGE_ID_DOMAIN`` is set), so that a receiver takes a message sent again
+    after a crash for the one it has (RFC 5322, 3.6.4)."""
+    domain = settings.SEND_REMINDERS_MESSAGE_ID_DOMAIN or str(DNS_NAME)
+    return f"<reminder-{reminder.pk}@{domain}>"
+
+
 def reminder_message(*, reminder: Reminder, now: datetime | None = None) -> EmailMessage:
-    """The email for ``reminder``: contest name, start time in UTC, Codeforces link."""
+    """The email for ``reminder``: contest name, start time in UTC, Codeforces link; its
+    own Message-ID, and ``Auto-Submitted`` (RFC 3834: no vacation or out-of-office replies)."""
     contest = reminder.contest
     name = one_line(contest.name)
     start = contest.start_time.astimezone(UTC)
@@ -60,10 +70,12 @@ def reminder_message(*, reminder: Reminder, now: datetime | None = None) -> Emai
         f"Contest page: {contest.url}\n\n"
         f"You get this email because {reminder.user.get_username()} asked for a reminder.\n"
     )
+    headers = {"Message-ID": message_id(reminder), "Auto-Submitted": "auto-generated"}
     return EmailMessage(
         subject=f"Reminder: {name} starts {start:%Y-%m-%d %H:%M} UTC",
         body=body,
         to=[reminder.user.email],
+        headers=headers,
     )
 
 

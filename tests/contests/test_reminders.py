@@ -14,13 +14,14 @@ from datetime import UTC, timedelta
 
 import pytest
 from django.core.checks import run_checks
+from django.core.mail.utils import DNS_NAME
 from django.db import connection, connections, transaction
 from django.db.models.functions import Now
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from contests import reminders
-from contests.mail import StagedSMTPBackend, one_line, reminder_backend
+from contests.mail import StagedSMTPBackend, message_id, one_line, reminder_backend
 from contests.models import Reminder
 from contests.reminders import (
     ReminderDeliveryError,
@@ -137,6 +138,30 @@ def test_a_due_reminder_is_emailed_once_with_the_name_the_start_in_utc_and_the_l
 
     assert deliver_due_reminders().as_dict() == NOTHING
     assert len(mailoutbox) == 1
+
+
+def test_a_reminder_has_one_message_id_on_every_send_and_says_it_is_auto_generated(
+    soon, alice, settings, mailoutbox
+):
+    """Issue 28, item 3: <reminder-PK@DOMAIN>, the domain from SEND_REMINDERS_MESSAGE_ID_DOMAIN
+    (default: Django's DNS_NAME), the same each time it is sent; Auto-Submitted (RFC 3834)."""
+    settings.SEND_REMINDERS_MESSAGE_ID_DOMAIN = "reminders.example.com"
+    reminder = make_reminder(alice, soon, at=-timedelta(minutes=1))
+    other = make_reminder(make_user("bob"), soon, at=-timedelta(minutes=1))
+
+    assert deliver_due_reminders().sent == 2
+    Reminder.objects.update(delivered_at=None)  # as if the record had been lost: sent again
+    assert deliver_due_reminders().sent == 2
+
+    built = [message.message() for message in mailoutbox]
+    by_pk = {reminder.pk: "alice@example.com", other.pk: "bob@example.com"}
+    assert sorted((m["To"], m["Message-ID"]) for m in built) == sorted(
+        [(to, f"<reminder-{pk}@reminders.example.com>") for pk, to in by_pk.items()] * 2
+    )
+    assert {m["Auto-Submitted"] for m in built} == {"auto-generated"}
+
+    settings.SEND_REMINDERS_MESSAGE_ID_DOMAIN = ""
+    assert message_id(reminder) == f"<reminder-{reminder.pk}@{DNS_NAME}>"
 
 
 def test_control_characters_in_a_contest_name_never_reach_the_subject_or_body(alice, mailoutbox):
@@ -646,7 +671,8 @@ def _ids() -> set[str]:
     return {message.id for message in run_checks()}
 
 
-def test_the_default_settings_pass_the_reminder_checks():
+def test_the_default_settings_pass_the_reminder_checks(settings):
+    settings.DEBUG = True  # as DJANGO_DEBUG=1 leaves it (the test runner turns it off): SITE_URL's default
     assert not {i for i in _ids() if i.startswith("contests.E")}
 
 
@@ -657,6 +683,7 @@ def test_the_default_settings_pass_the_reminder_checks():
         ("SEND_REMINDERS_MAX_ATTEMPTS", 0, "contests.E006", "must be 1 or more, got 0"),
         ("SEND_REMINDERS_BATCH", 0, "contests.E007", "must be between 1 and 10,000, got 0"),
         ("SEND_REMINDERS_CONNECTIONS", 33, "contests.E008", "must be between 1 and 32, got 33"),
+        ("SEND_REMINDERS_MESSAGE_ID_DOMAIN", "mail example>", "contests.E009", "must be a domain name"),
     ],
 )
 def test_a_bad_reminder_setting_fails_its_check(settings, name, value, code, text):

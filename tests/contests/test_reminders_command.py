@@ -317,6 +317,33 @@ def test_a_crash_between_send_and_record_resends_once_after_the_claim_expires(en
     assert "due=0 sent=0" in lock_lines(again.stderr)[0]
 
 
+def test_a_reminder_sent_again_after_a_kill_carries_the_same_message_id(db_url, soon):
+    """Killed after the 2nd of 3 emails went out (its group unrecorded): after the claims
+    expire the next run sends the group again, and each copy of a reminder carries that
+    reminder's one Message-ID, so the receiver keeps one message (issue 28, item 3)."""
+    reminders = due_reminders(3, contest=soon)
+    with smtp_standin() as server:
+        env = project_env(
+            DATABASE_URL=db_url,
+            EMAIL_URL=f"smtp://127.0.0.1:{server.port}",
+            SEND_REMINDERS_MESSAGE_ID_DOMAIN="reminders.example.com",
+        )
+
+        killed_at("sent:2", env=env)
+        first = [(m["To"], m["Message-ID"]) for m in server.messages]
+        expire_claims()
+        again = manage("send_reminders", "--force", env=env)
+
+    assert again.returncode == 0, again.stderr
+    assert "due=3 sent=3" in lock_lines(again.stderr)[0]
+    ids = {r.user.email: f"<reminder-{r.pk}@reminders.example.com>" for r in reminders}
+    assert len(first) == 2 and all(message_id == ids[to] for to, message_id in first)
+    copies = sorted((m["To"], m["Message-ID"]) for m in server.messages)
+    assert copies == sorted([*first, *ids.items()])  # the two sent again: the same Message-ID as before
+    assert len(set(ids.values())) == 3
+    assert {m["Auto-Submitted"] for m in server.messages} == {"auto-generated"}
+
+
 def test_a_sigkill_mid_batch_resends_at_most_one_group_and_loses_none(db_url, soon):
     """300 due reminders in batches of 100, killed just after the 120th email went out:
     the first 100 were recorded (two groups of RECORD_EVERY), the 20 sent since are not;
