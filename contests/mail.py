@@ -28,6 +28,7 @@ from django.utils.module_loading import import_string
 from django.utils.timesince import timeuntil
 
 from contests.models import Reminder
+from contests.unsubscribe import EVERY_CONTEST, list_unsubscribe_headers, make_token, unsubscribe_url
 from locks.text import error_text
 
 # How far the last message got on an SMTP connection.
@@ -58,19 +59,29 @@ def message_id(reminder: Reminder) -> str:
 
 
 def reminder_message(*, reminder: Reminder, now: datetime | None = None) -> EmailMessage:
-    """The email for ``reminder``: contest name, start time in UTC, Codeforces link; its
-    own Message-ID, and ``Auto-Submitted`` (RFC 3834: no vacation or out-of-office replies)."""
+    """The email for ``reminder``: contest name, start time in UTC, Codeforces link, the
+    links that stop reminders; its own Message-ID, ``Auto-Submitted`` (RFC 3834: no vacation
+    or out-of-office replies) and a one-click unsubscribe (RFC 8058) from every reminder."""
     contest = reminder.contest
     name = one_line(contest.name)
     start = contest.start_time.astimezone(UTC)
     when = f"{start:%A %d %B %Y, %H:%M} UTC"
     until = timeuntil(start, now=now).replace("\xa0", " ")  # plain text: plain spaces
+    every = make_token(user_pk=reminder.user_id, contest_pk=EVERY_CONTEST)
+    every_url = unsubscribe_url(every)
+    this_url = unsubscribe_url(make_token(user_pk=reminder.user_id, contest_pk=reminder.contest_id))
     body = (
         f"{name} starts on {when}, in {until}.\n\n"
         f"Contest page: {contest.url}\n\n"
         f"You get this email because {reminder.user.get_username()} asked for a reminder.\n"
+        f"No more reminders for this contest: {this_url}\n"
+        f"No more reminders at all: {every_url}\n"
     )
-    headers = {"Message-ID": message_id(reminder), "Auto-Submitted": "auto-generated"}
+    headers = {
+        "Message-ID": message_id(reminder),
+        "Auto-Submitted": "auto-generated",
+        **list_unsubscribe_headers(token=every, url=every_url),
+    }
     return EmailMessage(
         subject=f"Reminder: {name} starts {start:%Y-%m-%d %H:%M} UTC",
         body=body,
