@@ -142,7 +142,8 @@ CODEFORCES_MAX_BYTES = env.int("CODEFORCES_MAX_BYTES", 20 * 1024 * 1024)
 # A crash between sending and recording means at most one resend, this long later.
 SEND_REMINDERS_CLAIM_TTL = env.int("SEND_REMINDERS_CLAIM_TTL", 600)
 SEND_REMINDERS_MAX_ATTEMPTS = env.int("SEND_REMINDERS_MAX_ATTEMPTS", 5)
-# Due reminders one UPDATE claims at a time, and SMTP connections (threads) per run.
+# Due reminders one UPDATE claims at a time, and SMTP connections per run (threads, when more
+# than one, each fed the messages the run builds; none opened while nothing is due).
 SEND_REMINDERS_BATCH = env.int("SEND_REMINDERS_BATCH", 500)
 SEND_REMINDERS_CONNECTIONS = env.int("SEND_REMINDERS_CONNECTIONS", 1)
 # Each reminder's Message-ID is <reminder-PK@this domain> on every send; empty: the host's own

@@ -53,7 +53,7 @@ DOMAIN = re.compile(
     r"(?=.{1,253}\Z)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\Z"
 )
 MAX_BATCH = 10_000
-MAX_CONNECTIONS = 32  # each one also holds a database connection while the run lasts
+MAX_CONNECTIONS = 32  # each one a thread and an SMTP session while the run lasts
 
 
 @register("contests", TAG)

@@ -17,11 +17,13 @@ import os
 import sys
 import time
 
+POINTS = {"claimed", "sent"}
+
 
 def main() -> None:
     point, *command = sys.argv[1:]
     name, _, count = point.partition(":")
-    if name not in {"claimed", "sent"} or (name == "sent") != count.isdigit():
+    if name not in POINTS or (name != "claimed") != count.isdigit():
         raise SystemExit(f"kill point must be 'claimed' or 'sent:K', not {point!r}")
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
     import django
@@ -29,10 +31,10 @@ def main() -> None:
     django.setup()
     from django.core.management import execute_from_command_line
 
-    from contests import reminders
+    from contests import reminders, senders
     from contests.mail import Outcome
 
-    claim_batch, send_reminder, sent = reminders.claim_batch, reminders.send_reminder, []
+    claim_batch, send_reminder, sent = reminders.claim_batch, senders.send_reminder, []
 
     def claim_then_pause(**kwargs):
         claimed = claim_batch(**kwargs)
@@ -53,7 +55,7 @@ def main() -> None:
     if name == "claimed":
         reminders.claim_batch = claim_then_pause
     else:
-        reminders.send_reminder = send_then_pause
+        senders.send_reminder = send_then_pause
     execute_from_command_line(["manage.py", *command])
 
 

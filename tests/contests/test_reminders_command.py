@@ -212,6 +212,54 @@ def test_an_unreachable_smtp_server_fails_the_run_and_the_next_run_delivers(db_u
     assert (reminder.attempts, reminder.delivered_at is not None) == (1, True)
 
 
+def test_with_nothing_due_a_run_asks_no_mail_server_and_succeeds_even_while_it_is_down(
+    db_url, client, settings, soon
+):
+    """Issue 28, item 1: a site with nothing to send never learns that its mail server is
+    down. The run succeeds with sent=0 and opens no connection (counted at a live stand-in);
+    /healthz stays 200 and the HTTP trigger answers 200, where they were 503 and 502."""
+    make_reminder(make_user("later"), soon, at=timedelta(minutes=30))  # not yet due
+    make_reminder(make_user("done"), soon, at=-timedelta(minutes=5), delivered_at=timezone.now())
+    down = project_env(DATABASE_URL=db_url, EMAIL_URL=f"smtp://127.0.0.1:{closed_port()}")
+
+    quiet = manage("send_reminders", env=down)
+
+    assert quiet.returncode == 0, quiet.stderr
+    [line] = lock_lines(quiet.stderr)
+    assert " INFO locks.api job=send_reminders " in line and " outcome=succeeded " in line
+    assert " due=0 sent=0 failed=0 uncertain=0 skipped=0 " in line
+    assert "Traceback" not in quiet.stderr
+    with smtp_standin() as server:
+        again = manage(
+            "send_reminders", "--force", env={**down, "EMAIL_URL": f"smtp://127.0.0.1:{server.port}"}
+        )
+        four = manage(
+            "send_reminders",
+            "--force",
+            env={**down, "EMAIL_URL": f"smtp://127.0.0.1:{server.port}", "SEND_REMINDERS_CONNECTIONS": "4"},
+        )
+    assert again.returncode == four.returncode == 0, again.stderr + four.stderr
+    assert server.sessions == 0  # not one connection, with one or four of them
+
+    settings.LOCKS_JOBS = {"send_reminders": settings.LOCKS_JOBS["send_reminders"]}
+    settings.LOCKS_CHECK_JOBS = False
+    settings.LOCKS_TRIGGER_TOKEN = "t" * 40
+    settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+    settings.EMAIL_HOST, settings.EMAIL_PORT = "127.0.0.1", closed_port()
+    health = client.get("/healthz")
+    trigger = client.post(
+        "/api/jobs/send_reminders/run?force=1",
+        REMOTE_ADDR="192.0.2.1",
+        HTTP_AUTHORIZATION=f"Bearer {'t' * 40}",
+    )
+
+    assert health.status_code == 200, health.content
+    assert health.json()["jobs"]["send_reminders"]["status"] == "ok"
+    assert trigger.status_code == 200, trigger.content
+    assert (trigger.json()["outcome"], trigger.json()["counts"]["sent"]) == ("succeeded", 0)
+    assert set(JobRun.objects.values_list("status", flat=True)) == {"succeeded"}
+
+
 def test_dry_run_counts_and_sends_nothing(env, outbox, soon):
     make_reminder(make_user("alice"), soon, at=-timedelta(minutes=1))
 
