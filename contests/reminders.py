@@ -134,7 +134,8 @@ def claimed_reminders(*, claim: str, limit: int) -> Iterator[Reminder]:
 
 
 def renew_claim(*, claim: str) -> int:
-    """Extend what is left of a claim by ``SEND_REMINDERS_CLAIM_TTL`` from now."""
+    """Extend what is left of a claim by ``SEND_REMINDERS_CLAIM_TTL`` from now; how many
+    reminders it still holds (fewer than it should: another run took some, ``_Claim``)."""
     return Reminder.objects.filter(claimed_by=claim, claimed_until__isnull=False).update(
         claimed_until=_claim_expiry()
     )
@@ -197,29 +198,62 @@ class _Run:
 
 
 class _Claim:
-    """One claimed batch: renewed every third of ``SEND_REMINDERS_CLAIM_TTL`` while it lasts."""
+    """One claimed batch, and which of its reminders are still this run's to send.
+
+    A claim is renewed every third of ``SEND_REMINDERS_CLAIM_TTL`` while its batch lasts, and
+    each group's start renews its own reminders' (counting their attempt, one UPDATE). Either
+    UPDATE says how many it still held: fewer than it should means the claim expired meanwhile
+    (the run was frozen, a SIGSTOP or a paused VM, longer than the TTL) and another run took
+    them; those are dropped, never sent from memory, with one WARNING.
+    """
 
     def __init__(self, run: _Run, claim: str, reminders: list[Reminder], *, confirmed: float) -> None:
         self.run, self.id = run, claim
+        self.held = {reminder.pk for reminder in reminders}  # claimed, neither recorded nor lost
+        self.lost: set = set()
         self.confirmed = confirmed  # time.monotonic() when the database last extended it all
         self._lock = threading.Lock()
 
     def holds(self, pk) -> bool:
-        """Renews the claim first once a third of its TTL has passed since it was last extended."""
+        """Whether ``pk`` is still this run's to send; renews the claim first once a third of
+        its TTL has passed since it was last extended (also right after the run was frozen)."""
         with self._lock:
             if time.monotonic() - self.confirmed >= self.run.renew_every:
                 started = time.monotonic()
-                renew_claim(claim=self.id)
+                renewed = renew_claim(claim=self.id)
                 self.confirmed = started
-            return True
+                if renewed < len(self.held):
+                    self._lose(
+                        self.held, Reminder.objects.filter(claimed_by=self.id, claimed_until__isnull=False)
+                    )
+            return pk not in self.lost
 
     def start(self, pks: list) -> list:
-        """Count an attempt for each of ``pks`` (one UPDATE)."""
-        Reminder.objects.filter(pk__in=pks, claimed_by=self.id).update(attempts=F("attempts") + 1)
-        return pks
+        """Count an attempt for each of ``pks`` that is still this claim's and extend their
+        claims (one UPDATE); the ones that are."""
+        mine = Reminder.objects.filter(pk__in=pks, claimed_by=self.id, claimed_until__isnull=False)
+        counted = mine.update(attempts=F("attempts") + 1, claimed_until=_claim_expiry())
+        if counted < len(pks):
+            with self._lock:
+                self._lose(self.held & set(pks), mine)
+        return [pk for pk in pks if pk not in self.lost]
+
+    def _lose(self, expected: set, still_mine: QuerySet) -> None:
+        """Drop what of ``expected`` is not in ``still_mine`` (read now), with one WARNING."""
+        lost = expected - set(still_mine.values_list("pk", flat=True))
+        if lost:
+            self.lost |= lost
+            self.held -= lost
+            logger.warning(
+                "claim=%s %d of its reminders are no longer its own (its claim expired while this run was "
+                "stopped or slow, and another run took them, or they were deleted): dropped, not sent",
+                self.id,
+                len(lost),
+            )
 
     def recorded(self, pks: Iterable) -> None:
-        pass
+        with self._lock:
+            self.held -= set(pks)
 
 
 class _Group:

@@ -5,8 +5,8 @@ connection only talks SMTP. One connection (the default) sends in the run's thre
 have a thread of their own and take the messages of the group being sent from one queue, so a
 connection that waits for its server's answer never holds the others up, and none idles while
 another has work. A connection is opened when its first message comes: a run with nothing to
-send touches no mail server. Before each message the lease is checked (in memory) and the
-claim renewed when due (``_Claim.holds`` in contests/reminders.py).
+send touches no mail server. Before each message the connection asks whether the run still
+holds it (its lease, and the reminder's claim: ``_Claim.holds`` in contests/reminders.py).
 """
 
 from __future__ import annotations

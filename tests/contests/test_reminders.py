@@ -515,6 +515,66 @@ def test_a_lease_lost_mid_batch_stops_before_the_next_message_and_releases_the_r
     }
 
 
+def test_reminders_another_run_took_are_dropped_before_their_message_with_one_warning(
+    soon, settings, monkeypatch, mailoutbox, caplog
+):
+    """Issue 28, item 2, in one process: while the 20th message goes out, another run holds
+    15 of the batch (5 of this group, 10 of the next: what it does once this run's claims
+    expired). The renewal before the next message (here before each one: a claim TTL of 0)
+    finds them gone: they are dropped, with one WARNING, and the rest goes out."""
+    settings.SEND_REMINDERS_BATCH, settings.SEND_REMINDERS_CLAIM_TTL = 100, 0
+    pks = many_due_reminders(100, contest=soon)
+    real_send = senders.send_reminder
+    taken = pks[30:35] + pks[60:70]
+
+    def send_while_another_run_takes_over(**kwargs):
+        if len(mailoutbox) == 19:
+            Reminder.objects.filter(pk__in=taken).update(
+                claimed_by="other:1:ffffff/aaaaaa.1", claimed_until=Now() + timedelta(minutes=10)
+            )
+        return real_send(**kwargs)
+
+    monkeypatch.setattr(senders, "send_reminder", send_while_another_run_takes_over)
+
+    assert deliver_due_reminders().as_dict() == stats(due=100, sent=85)
+
+    assert sorted(m.to[0] for m in mailoutbox) == sorted(
+        Reminder.objects.exclude(pk__in=taken).values_list("user__email", flat=True)
+    )
+    assert Reminder.objects.filter(pk__in=taken, delivered_at__isnull=True).count() == 15
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1
+    assert re.fullmatch(
+        r"claim=\S+ 15 of its reminders are no longer its own \(.*\): dropped, not sent", warnings[0]
+    )
+
+
+def test_each_group_start_counts_what_is_still_its_own_and_drops_only_that(
+    soon, settings, monkeypatch, mailoutbox, caplog
+):
+    """No renewal falls due here (the default TTL); the second group's start, which counts
+    its attempts and extends its claims, finds 10 of its 50 taken: those 10 are dropped, the
+    third group is untouched."""
+    settings.SEND_REMINDERS_BATCH = 150
+    pks = many_due_reminders(150, contest=soon)
+    real_send = senders.send_reminder
+    taken = pks[60:70]
+
+    def send_while_another_run_takes_over(**kwargs):
+        if len(mailoutbox) == 10:
+            Reminder.objects.filter(pk__in=taken).update(claimed_by="other:1:ffffff/aaaaaa.1")
+        return real_send(**kwargs)
+
+    monkeypatch.setattr(senders, "send_reminder", send_while_another_run_takes_over)
+
+    assert deliver_due_reminders().as_dict() == stats(due=150, sent=140)
+
+    assert set(Reminder.objects.filter(delivered_at__isnull=True).values_list("pk", flat=True)) == set(taken)
+    assert set(Reminder.objects.filter(pk__in=taken).values_list("attempts", flat=True)) == {0}  # not tried
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1 and " 10 of its reminders are no longer its own " in warnings[0]
+
+
 def test_the_dry_run_counts_and_changes_nothing(soon, alice, mailoutbox):
     due_reminders(3, contest=soon)
     make_reminder(make_user("bob", email=""), soon, at=-timedelta(minutes=1))

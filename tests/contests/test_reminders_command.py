@@ -429,6 +429,59 @@ def test_a_sigkill_mid_batch_resends_at_most_one_group_and_loses_none(db_url, so
     assert set(Reminder.objects.values_list("attempts", flat=True)) == {1, 2}
 
 
+@pytest.mark.parametrize("point", ["started:2", "recorded:1"])
+def test_a_sender_frozen_past_its_claim_ttl_sends_nothing_another_run_took_over(db_url, soon, point):
+    """Issue 28, item 2: a run stopped (SIGSTOP: a paused VM, a debugger) longer than
+    SEND_REMINDERS_CLAIM_TTL (4 s here) while another run takes its reminders over. Frozen
+    right after its second group started (attempts counted, claims extended), the renewal
+    before its next message finds the claims gone; frozen between two groups, the next
+    group's start does. Either way it drops them with one WARNING: each of the 100 reminders
+    reaches the SMTP server once, where it used to send the second group again from memory."""
+    many_due_reminders(100, contest=soon)
+    with smtp_standin(keep=False) as server:
+        env = project_env(
+            DATABASE_URL=db_url,
+            EMAIL_URL=f"smtp://127.0.0.1:{server.port}",
+            EMAIL_TIMEOUT="1",
+            SEND_REMINDERS_CLAIM_TTL="4",
+            SEND_REMINDERS_BATCH="100",
+        )
+        frozen = spawn(
+            ["-m", "tests.contests.reminder_killpoint", point, "send_reminders", "--force"], env=env
+        )
+        try:
+            line = frozen.stdout.readline()
+            assert line.startswith(f"{point.split(':')[0].upper()} n="), line or frozen.stderr.read()
+            assert server.total() == RECORD_EVERY  # its first group, recorded; the second one not sent
+            # Past the claim TTL, by the database clock: every claim of the frozen run expired.
+            deadline = time.monotonic() + 30
+            unsent = Reminder.objects.filter(delivered_at__isnull=True)
+            while unsent.filter(claimed_until__gte=Now()).exists() and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert unsent.count() == 100 - RECORD_EVERY
+            assert not unsent.filter(claimed_until__gte=Now()).exists()
+            force_release(job="send_reminders", by="test")  # the frozen run's lease (its TTL is 120 s)
+            takeover = manage("send_reminders", "--force", env=env)
+            assert takeover.returncode == 0, takeover.stderr
+            assert "due=50 sent=50 failed=0 uncertain=0 skipped=0" in lock_lines(takeover.stderr)[0]
+        finally:
+            frozen.send_signal(signal.SIGCONT)
+        _, stderr = frozen.communicate(timeout=60)
+
+    assert len(server.received) == 100 and set(server.received.values()) == {1}, stderr
+    assert Reminder.objects.filter(delivered_at__isnull=False).count() == 100
+    warnings = [line for line in stderr.splitlines() if " WARNING contests.reminders " in line]
+    assert len(warnings) == 1, stderr
+    # Its lease was taken over too: the run ends lost_lock, with what it did send.
+    [ended] = lock_lines(stderr)
+    assert frozen.returncode == 1 and " outcome=lost_lock " in ended and " due=100 sent=50 " in ended
+    assert (
+        "50 of its reminders are no longer its own (its claim expired while this run was stopped"
+        in warnings[0]
+    )
+    assert "Traceback" not in stderr
+
+
 @pytest.mark.parametrize("connections", [1, 2])
 def test_a_sigterm_mid_batch_records_what_was_sent_and_releases_the_rest(db_url, soon, connections):
     """A stopped pod: SIGTERM arrives while the 30th message waits for its 250. With two
