@@ -72,8 +72,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--remind-connections",
         type=_ints,
-        default=[1, 4],
-        help="SEND_REMINDERS_CONNECTIONS values; those above 1 at the largest size only (default 1,4).",
+        default=[1, 2, 4],
+        help="SEND_REMINDERS_CONNECTIONS values against the slow server (default 1,2,4).",
+    )
+    parser.add_argument(
+        "--remind-slow-size",
+        type=int,
+        default=4000,
+        help="Due reminders sent to the slow server (default 4000).",
+    )
+    parser.add_argument(
+        "--remind-slow-delay",
+        type=float,
+        default=0.005,
+        help="Seconds the slow server takes to answer each message (default 0.005).",
     )
     parser.add_argument(
         "--docs", type=Path, default=ROOT / "docs" / "benchmarks.md", help="Markdown to update."
@@ -124,9 +136,10 @@ def main(argv: list[str] | None = None) -> int:
         "lock": f"{args.cycles} cycles; {', '.join(map(str, args.contenders))} contenders, "
         f"{args.rounds} rounds each",
         "prune": f"{args.reminders:,} reminders; median of {args.repeat} runs",
-        "remind": f"{', '.join(f'{n:,}' for n in args.remind_sizes)} due reminders; median of "
-        f"{args.remind_repeat} rounds, the approaches alternating; SEND_REMINDERS_CONNECTIONS "
-        f"{', '.join(map(str, args.remind_connections))}",
+        "remind": f"{', '.join(f'{n:,}' for n in args.remind_sizes)} due reminders, and "
+        f"{args.remind_slow_size:,} to a server taking {args.remind_slow_delay * 1000:g} ms a message with "
+        f"SEND_REMINDERS_CONNECTIONS {', '.join(map(str, args.remind_connections))}; median of "
+        f"{args.remind_repeat} rounds, the approaches alternating",
     }
     results: dict = {"environment": report.environment(), "backends": {}}
     previous = args.results
@@ -157,6 +170,8 @@ def main(argv: list[str] | None = None) -> int:
                 sizes=args.remind_sizes,
                 repeat=args.remind_repeat,
                 connections=args.remind_connections,
+                slow_size=args.remind_slow_size,
+                delay=args.remind_slow_delay,
             ),
         }
         for part, job in jobs.items():

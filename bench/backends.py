@@ -23,6 +23,7 @@ def base_env(**extra: str) -> dict[str, str]:
     env.update(
         DJANGO_DEBUG="0",
         DJANGO_SECRET_KEY="benchmark-only-" + "x" * 40,
+        SITE_URL="https://contests.example.com",  # the reminders' unsubscribe links (contests.E010)
         CODEFORCES_MAX_BYTES=str(512 * 1024 * 1024),
         CODEFORCES_BACKOFF="0.01",
         CODEFORCES_READ_TIMEOUT="120",

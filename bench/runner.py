@@ -340,56 +340,81 @@ def _fill_postgres(backend: Backend, *, users: int, contests: list, now: datetim
 # --- reminder fan-out -------------------------------------------------------------------
 
 
-def remind(backend: Backend, *, sizes: list[int], repeat: int, connections: list[int]) -> dict:
-    """``send_reminders`` over N due reminders against the project's own SMTP server
-    (tests/smtp_standin.py, counting only), next to the same emails sent through Django's
-    email framework without the database (``email``) and the bare-smtplib floor to the same
-    server (``floor``), each over one connection. More connections are measured at the
-    largest N only. The approaches alternate within each repeat, so that each repeat's
-    runs see the same machine; ``ratios`` are per repeat, against that repeat's floor.
-    Every run's messages are counted at the server by recipient: each exactly once."""
-    results: dict = {}
+def remind(
+    backend: Backend, *, sizes: list[int], repeat: int, connections: list[int], slow_size: int, delay: float
+) -> dict:
+    """``send_reminders`` against the project's own SMTP server on loopback
+    (tests/smtp_standin.py, counting only), next to its peer: what a Django user would write
+    instead (``django``: one ORM query, ``EmailMessage`` each, ``send_messages`` on one
+    connection, the same messages) and the bare-smtplib floor (``floor``).
+
+    ``fast``: N due reminders for each N in ``sizes``, one connection each, a server that
+    answers at once. ``slow``: ``slow_size`` due reminders to a server that takes ``delay``
+    seconds to answer each message, ``send_reminders`` with each count of ``connections``
+    against the peer's one connection. The approaches alternate within each repeat, so that
+    each repeat's runs see the same machine; ``ratios`` are per repeat, against that repeat's
+    peer (``floor_ratios``: against its floor). Every run's messages are counted at the
+    server by recipient: each exactly once."""
+    fast: dict = {}
     with smtp_standin(keep=False) as server:
         smtp = {"EMAIL_URL": f"smtp://127.0.0.1:{server.port}"}
         for size in sizes:
-            log(f"{backend.name}: reminder fan-out, {size:,} due reminders")
-            cases = [("service", 1), *(("service", c) for c in connections if c != 1 and size == max(sizes))]
-            cases += [("email", 1), ("floor", 1)]
-            runs: dict[str, list[dict]] = {}
-            for round_ in range(repeat):
-                for approach, count in cases:
-                    name = approach if count == 1 else f"{approach}-{count}"
-                    result = _remind_once(backend, server, smtp, approach=approach, count=count, size=size)
-                    runs.setdefault(name, []).append(result)
-                    log(f"  round {round_ + 1}: {name:10s} {result['seconds']:8.3f} s")
-            row: dict = {}
-            for name, found in runs.items():
-                row[name] = _median(found)
-                row[name]["all_once"] = all(run["delivered_once"] for run in found)
-                row[name]["ratios"] = [
-                    round(run["seconds"] / floor["seconds"], 3)
-                    for run, floor in zip(found, runs["floor"], strict=True)
+            log(f"{backend.name}: reminder fan-out, {size:,} due reminders, a server that answers at once")
+            fast[str(size)] = _remind_rounds(
+                backend, server, smtp, size=size, repeat=repeat, cases=[("service", 1), ("floor", 1)]
+            )
+        server.reply_delay = delay
+        log(
+            f"{backend.name}: {slow_size:,} due reminders, a server that takes {delay * 1000:.0f} ms a message"
+        )
+        slow = _remind_rounds(
+            backend, server, smtp, size=slow_size, repeat=repeat, cases=[("service", c) for c in connections]
+        )
+    return {"fast": fast, "slow": {"size": slow_size, "delay": delay, "rows": slow}}
+
+
+def _remind_rounds(backend: Backend, server, smtp: dict, *, size: int, repeat: int, cases: list) -> dict:
+    """``repeat`` rounds of the peer and each of ``cases``; the median of each, with every
+    round's ratio to that round's peer (and floor, when measured)."""
+    runs: dict[str, list[dict]] = {}
+    for round_ in range(repeat):
+        for approach, count in [("django", 1), *cases]:
+            name = approach if count == 1 else f"{approach}-{count}"
+            result = _remind_once(backend, server, smtp, approach=approach, count=count, size=size)
+            runs.setdefault(name, []).append(result)
+            log(f"  round {round_ + 1}: {name:10s} {result['seconds']:8.3f} s")
+    row: dict = {}
+    for name, found in runs.items():
+        row[name] = _median(found)
+        row[name]["all_once"] = all(run["delivered_once"] for run in found)
+        for versus, key in (("django", "ratios"), ("floor", "floor_ratios")):
+            if versus in runs:
+                row[name][key] = [
+                    round(run["seconds"] / other["seconds"], 3)
+                    for run, other in zip(found, runs[versus], strict=True)
                 ]
-                row[name]["cpu_ratios"] = [
-                    round(run["process_cpu"] / floor["process_cpu"], 3)
-                    for run, floor in zip(found, runs["floor"], strict=True)
+                row[name][f"cpu_{key}"] = [
+                    round(run["process_cpu"] / other["process_cpu"], 3)
+                    for run, other in zip(found, runs[versus], strict=True)
                 ]
-            results[str(size)] = row
-    return results
+    return row
 
 
 def _remind_once(backend: Backend, server, smtp: dict, *, approach: str, count: int, size: int) -> dict:
     server.received.clear()
+    server.per_session.clear()
     if approach == "floor":
         result = worker(backend, "remind-floor", "--port", str(server.port), "--count", str(size))
-    elif approach == "email":
-        result = worker(backend, "remind-email", "--count", str(size), env=smtp)
     else:
         backend.reset()
         worker(backend, "remind-fill", "--count", str(size))
-        result = worker(backend, "remind", env={**smtp, "SEND_REMINDERS_CONNECTIONS": str(count)})
+        if approach == "django":
+            result = worker(backend, "remind-django", env=smtp)
+        else:
+            result = worker(backend, "remind", env={**smtp, "SEND_REMINDERS_CONNECTIONS": str(count)})
     with server.lock:
         counts = dict(server.received)
+        result["per_session"] = sorted(server.per_session.values(), reverse=True)
     result["received"] = len(counts)
     result["duplicates"] = sum(found - 1 for found in counts.values())
     result["delivered_once"] = len(counts) == size and set(counts.values()) == {1}

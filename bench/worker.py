@@ -605,59 +605,56 @@ class PhaseMeter(Meter):
             yield row
 
 
-def remind_email_only(*, count: int) -> dict:
-    """The same emails through the same path, without the database: ``reminder_message``
-    for unsaved reminders, handed over one after another on one connection of the
-    project's SMTP backend (``EMAIL_URL``). What Django's email framework costs."""
+def remind_django() -> dict:
+    """What a Django user would write instead of ``send_reminders`` (the peer): one ORM query
+    for the due reminders, Django's ``EmailMessage`` for each (the same messages:
+    ``reminder_message``), ``get_connection().send_messages()`` on one connection of Django's
+    own SMTP backend (``EMAIL_URL``). No claims, no records, no exactly-once."""
     setup_django()
-    from django.contrib.auth import get_user_model
-    from django.utils import timezone
+    from django.core.mail import get_connection
+    from django.db.models.functions import Now
 
-    from contests.mail import hand_over, reminder_backend, reminder_message
-    from contests.models import Contest, Reminder
+    from contests.mail import reminder_message
+    from contests.models import Reminder
 
-    now = timezone.now()
-    contest = Contest(
-        contest_id=1, name="Codeforces Round 1000 (Div. 2)", start_time=now + timedelta(hours=2)
-    )
-    user_model = get_user_model()
-    backend = reminder_backend()
     start_rss = rss_mb()
     started, cpu = time.perf_counter(), cpu_seconds()
-    backend.open()
-    for n in range(count):
-        reminder = Reminder(user=user_model(username=f"r{n}", email=f"r{n}@example.com"), contest=contest)
-        handover = hand_over(reminder_message(reminder=reminder, now=now), backend=backend)
-        if handover.error:
-            raise SystemExit(f"message {n}: {handover.error}")
-    backend.close()
+    due = list(Reminder.objects.due().select_related("user", "contest").annotate(db_now=Now()))
+    messages = [reminder_message(reminder=reminder, now=reminder.db_now) for reminder in due]
+    sent = get_connection().send_messages(messages)
     seconds, cpu = time.perf_counter() - started, cpu_seconds() - cpu
-    return {"seconds": seconds, "cpu": cpu, "start_mb": round(start_rss, 1)}
+    if sent != len(due):
+        raise SystemExit(f"Django's send_messages sent {sent} of {len(due)}")
+    return {"seconds": seconds, "cpu": cpu, "sent": sent, "start_mb": round(start_rss, 1)}
 
 
 def remind_floor(*, port: int, count: int) -> dict:
-    """The floor: bare ``smtplib`` handing ``count`` similar messages (headers and a body
-    of the reminder's size, built with an f-string) to the server over one connection.
+    """The floor: bare ``smtplib`` handing ``count`` similar messages (the reminder's headers
+    and a body of its size, built with an f-string) to the server over one connection.
     No Django, no database."""
     import smtplib
-    from email.utils import formatdate, make_msgid
+    from email.utils import formatdate
 
     start_rss = rss_mb()
     started, cpu = time.perf_counter(), cpu_seconds()
     with smtplib.SMTP("127.0.0.1", port, timeout=10) as smtp:
         for n in range(count):
             to = f"r{n}@example.com"
+            link = f"https://contests.example.com/reminders/unsubscribe/{n:024d}:{'s' * 43}/"
             body = (
                 "Codeforces Round 1000 (Div. 2) starts on Wednesday 02 December 2026, 12:00 UTC, "
                 "in 1 hour, 55 minutes.\r\n\r\nContest page: https://codeforces.com/contest/1\r\n\r\n"
                 f"You get this email because r{n} asked for a reminder.\r\n"
+                f"No more reminders for this contest: {link}\r\nNo more reminders at all: {link}\r\n"
             )
             message = (
                 'Content-Type: text/plain; charset="utf-8"\r\nMIME-Version: 1.0\r\n'
                 "Content-Transfer-Encoding: 7bit\r\n"
                 "Subject: Reminder: Codeforces Round 1000 (Div. 2) starts 2026-12-02 12:00 UTC\r\n"
                 f"From: {FLOOR_SENDER}\r\nTo: {to}\r\nDate: {formatdate()}\r\n"
-                f"Message-ID: {make_msgid(domain='localhost')}\r\n\r\n{body}"
+                f"Message-ID: <reminder-{n}@localhost>\r\nAuto-Submitted: auto-generated\r\n"
+                f"List-Unsubscribe: \r\n <{link}>\r\nList-Unsubscribe-Post: List-Unsubscribe=One-Click\r\n"
+                f"\r\n{body}"
             )
             smtp.sendmail(FLOOR_SENDER, [to], message.encode())
     seconds, cpu = time.perf_counter() - started, cpu_seconds() - cpu
@@ -686,7 +683,7 @@ def main(argv: list[str] | None = None) -> None:
     pruning.add_argument("--now", required=True)
     sub.add_parser("remind-fill").add_argument("--count", type=int, required=True)
     sub.add_parser("remind")
-    sub.add_parser("remind-email").add_argument("--count", type=int, required=True)
+    sub.add_parser("remind-django")
     floor = sub.add_parser("remind-floor")
     floor.add_argument("--port", type=int, required=True)
     floor.add_argument("--count", type=int, required=True)
@@ -710,8 +707,8 @@ def main(argv: list[str] | None = None) -> None:
         emit(remind_fill(count=args.count))
     elif args.task == "remind":
         emit(remind_service())
-    elif args.task == "remind-email":
-        emit(remind_email_only(count=args.count))
+    elif args.task == "remind-django":
+        emit(remind_django())
     elif args.task == "remind-floor":
         emit(remind_floor(port=args.port, count=args.count))
 

@@ -142,9 +142,18 @@ CODEFORCES_MAX_BYTES = env.int("CODEFORCES_MAX_BYTES", 20 * 1024 * 1024)
 # A crash between sending and recording means at most one resend, this long later.
 SEND_REMINDERS_CLAIM_TTL = env.int("SEND_REMINDERS_CLAIM_TTL", 600)
 SEND_REMINDERS_MAX_ATTEMPTS = env.int("SEND_REMINDERS_MAX_ATTEMPTS", 5)
-# Due reminders one UPDATE claims at a time, and SMTP connections (threads) per run.
+# Due reminders one UPDATE claims at a time, and SMTP connections per run (threads, when more
+# than one, each fed the messages the run builds; none opened while nothing is due).
 SEND_REMINDERS_BATCH = env.int("SEND_REMINDERS_BATCH", 500)
 SEND_REMINDERS_CONNECTIONS = env.int("SEND_REMINDERS_CONNECTIONS", 1)
+# Each reminder's Message-ID is <reminder-PK@this domain> on every send; empty: the host's own
+# name (Django's DNS_NAME). Set it, the same on every host, when several hosts send.
+SEND_REMINDERS_MESSAGE_ID_DOMAIN = env.str("SEND_REMINDERS_MESSAGE_ID_DOMAIN", "")
+# Where the site is served (scheme, host, any path prefix): each reminder's one-click unsubscribe
+# link points there. https:// in production (contests.E010).
+SITE_URL = env.str("SITE_URL", "http://localhost:8000" if DEBUG else "")
+# An address that takes unsubscribe requests by email too (List-Unsubscribe's mailto:); empty: none.
+SEND_REMINDERS_UNSUBSCRIBE_MAILTO = env.str("SEND_REMINDERS_UNSUBSCRIBE_MAILTO", "")
 
 # --- Email (the reminders' delivery; docs/reminders.md) -----------------------
 # EMAIL_URL names the backend and its server; EMAIL_BACKEND and EMAIL_FILE_PATH override it.
@@ -220,6 +229,9 @@ LOCKS_CRONTAB_ENV_VARIABLES = (
         "SEND_REMINDERS_MAX_ATTEMPTS",
         "SEND_REMINDERS_BATCH",
         "SEND_REMINDERS_CONNECTIONS",
+        "SEND_REMINDERS_MESSAGE_ID_DOMAIN",
+        "SEND_REMINDERS_UNSUBSCRIBE_MAILTO",
+        "SITE_URL",
     ),
     *("EMAIL_URL", "EMAIL_BACKEND", "EMAIL_FILE_PATH", "EMAIL_TIMEOUT", "DEFAULT_FROM_EMAIL"),
 )

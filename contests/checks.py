@@ -1,12 +1,15 @@
-"""The reminders' settings (docs/reminders.md); the jobs' schedules and TTLs reach their
-LOCKS_JOBS entries, which the locks app checks. Tagged ``contests`` and ``locks``: ``run_job``
-runs the checks tagged ``locks`` before every run. With ``check --deploy``, the project's
-email and Codeforces transports (docs/security.md)."""
+"""The reminders' settings (docs/reminders.md) and what every reminder carries; the jobs'
+schedules and TTLs reach their LOCKS_JOBS entries, which the locks app checks. Tagged
+``contests`` and ``locks``: ``run_job`` runs the checks tagged ``locks`` before every run. With
+``check --deploy``, the project's email and Codeforces transports (docs/security.md)."""
 
+import re
 from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.checks import Error, Tags, Warning, register
+from django.core.exceptions import ValidationError
+from django.core.validators import validate_email
 
 from locks import CHECK_TAG
 
@@ -31,8 +34,26 @@ TOO_FEW_ATTEMPTS = "SEND_REMINDERS_MAX_ATTEMPTS must be 1 or more, got {attempts
 BATCH_OUT_OF_RANGE = "SEND_REMINDERS_BATCH must be between 1 and {most:,}, got {batch!r}."
 CONNECTIONS_OUT_OF_RANGE = "SEND_REMINDERS_CONNECTIONS must be between 1 and {most}, got {connections!r}."
 
+BAD_MESSAGE_ID_DOMAIN = (
+    "SEND_REMINDERS_MESSAGE_ID_DOMAIN must be a domain name (letters, digits, hyphens, dots), got {domain!r}: "
+    "it ends each reminder's Message-ID."
+)
+SITE_URL_NOT_HTTPS = (
+    "SITE_URL must be this site's https:// address when DEBUG is off, {got}: each reminder's one-click "
+    "unsubscribe link (RFC 8058) points there, and mailbox providers take only https:// ones."
+)
+SITE_URL_HINT = "Set SITE_URL to where users reach this site, e.g. https://contests.example.com."
+SITE_URL_MALFORMED = "SITE_URL must be an http:// or https:// address with a host, got {url!r}."
+BAD_UNSUBSCRIBE_MAILTO = "SEND_REMINDERS_UNSUBSCRIBE_MAILTO must be an email address, got {address!r}."
+
+SEND_REMINDERS = "contests.jobs.send_reminders"  # the callable of the job that sends them
+
+# A host name: labels of letters, digits and inner hyphens, joined by dots.
+DOMAIN = re.compile(
+    r"(?=.{1,253}\Z)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\Z"
+)
 MAX_BATCH = 10_000
-MAX_CONNECTIONS = 32  # each one also holds a database connection while the run lasts
+MAX_CONNECTIONS = 32  # each one a thread and an SMTP session while the run lasts
 
 
 @register("contests", CHECK_TAG)
@@ -54,6 +75,34 @@ def check_reminder_settings(app_configs=None, **kwargs) -> list[Error]:
             most=MAX_CONNECTIONS, connections=settings.SEND_REMINDERS_CONNECTIONS
         )
         errors.append(Error(message, id="contests.E008"))
+    return errors
+
+
+@register("contests", CHECK_TAG)
+def check_reminder_headers(app_configs=None, **kwargs) -> list[Error]:
+    """What every reminder carries: its Message-ID's domain, its unsubscribe links."""
+    errors = []
+    domain = settings.SEND_REMINDERS_MESSAGE_ID_DOMAIN
+    if domain and not DOMAIN.match(domain):
+        errors.append(Error(BAD_MESSAGE_ID_DOMAIN.format(domain=domain), id="contests.E009"))
+    sent = any(job.get("callable") == SEND_REMINDERS for job in settings.LOCKS_JOBS.values())
+    url = settings.SITE_URL
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname
+    except ValueError:  # an unclosed [ of an IPv6 address
+        parts, host = urlsplit(""), None
+    if url and (parts.scheme not in {"http", "https"} or not host):
+        errors.append(Error(SITE_URL_MALFORMED.format(url=url), hint=SITE_URL_HINT, id="contests.E010"))
+    elif sent and not settings.DEBUG and parts.scheme != "https":
+        got = f"got {url!r}" if url else "and it is not set"
+        errors.append(Error(SITE_URL_NOT_HTTPS.format(got=got), hint=SITE_URL_HINT, id="contests.E010"))
+    address = settings.SEND_REMINDERS_UNSUBSCRIBE_MAILTO
+    if address:
+        try:
+            validate_email(address)
+        except ValidationError:
+            errors.append(Error(BAD_UNSUBSCRIBE_MAILTO.format(address=address), id="contests.E011"))
     return errors
 
 

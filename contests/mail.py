@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import functools
 import smtplib
 import unicodedata
 from dataclasses import dataclass
@@ -23,11 +24,14 @@ from django.conf import settings
 from django.core.mail import EmailMessage
 from django.core.mail.backends import smtp
 from django.core.mail.backends.base import BaseEmailBackend
+from django.core.mail.message import sanitize_address
+from django.core.mail.utils import DNS_NAME
 from django.utils.module_loading import import_string
 from django.utils.timesince import timeuntil
 
 from contests.models import Reminder
 from contests.text import error_text
+from contests.unsubscribe import EVERY_CONTEST, list_unsubscribe_headers, make_token, unsubscribe_url
 
 # How far the last message got on an SMTP connection.
 ENVELOPE = "envelope"  # MAIL and RCPT (and the greeting before them)
@@ -48,22 +52,48 @@ def one_line(text: str) -> str:
     return " ".join("".join(kept).split())
 
 
+def message_id(reminder: Reminder) -> str:
+    """The reminder's one Message-ID, the same on every send of it (by any host, when
+    ``SEND_REMINDERS_MESSAGE_ID_DOMAIN`` is set), so that a receiver takes a message sent again
+    after a crash for the one it has (RFC 5322, 3.6.4)."""
+    domain = settings.SEND_REMINDERS_MESSAGE_ID_DOMAIN or str(DNS_NAME)
+    return f"<reminder-{reminder.pk}@{domain}>"
+
+
 def reminder_message(*, reminder: Reminder, now: datetime | None = None) -> EmailMessage:
-    """The email for ``reminder``: contest name, start time in UTC, Codeforces link."""
+    """The email for ``reminder``: contest name, start time in UTC, Codeforces link, the
+    links that stop reminders; its own Message-ID, ``Auto-Submitted`` (RFC 3834: no vacation
+    or out-of-office replies) and a one-click unsubscribe (RFC 8058) from every reminder."""
     contest = reminder.contest
-    name = one_line(contest.name)
-    start = contest.start_time.astimezone(UTC)
+    subject, opening = _contest_text(contest.name, contest.start_time, contest.url, now)
+    every = make_token(user_pk=reminder.user_id, contest_pk=EVERY_CONTEST)
+    every_url = unsubscribe_url(every)
+    this_url = unsubscribe_url(make_token(user_pk=reminder.user_id, contest_pk=reminder.contest_id))
+    body = (
+        f"{opening}"
+        f"You get this email because {reminder.user.get_username()} asked for a reminder.\n"
+        f"No more reminders for this contest: {this_url}\n"
+        f"No more reminders at all: {every_url}\n"
+    )
+    headers = {
+        "Message-ID": message_id(reminder),
+        "Auto-Submitted": "auto-generated",
+        **list_unsubscribe_headers(token=every, url=every_url),
+    }
+    return EmailMessage(subject=subject, body=body, to=[reminder.user.email], headers=headers)
+
+
+@functools.lru_cache(maxsize=16)
+def _contest_text(name: str, start_time: datetime, url: str, now: datetime | None) -> tuple[str, str]:
+    """The subject and the opening lines, the same for every reminder of a contest read at
+    one moment (a batch's reminders share the database clock of their read): made once."""
+    name = one_line(name)
+    start = start_time.astimezone(UTC)
     when = f"{start:%A %d %B %Y, %H:%M} UTC"
     until = timeuntil(start, now=now).replace("\xa0", " ")  # plain text: plain spaces
-    body = (
-        f"{name} starts on {when}, in {until}.\n\n"
-        f"Contest page: {contest.url}\n\n"
-        f"You get this email because {reminder.user.get_username()} asked for a reminder.\n"
-    )
-    return EmailMessage(
-        subject=f"Reminder: {name} starts {start:%Y-%m-%d %H:%M} UTC",
-        body=body,
-        to=[reminder.user.email],
+    return (
+        f"Reminder: {name} starts {start:%Y-%m-%d %H:%M} UTC",
+        f"{name} starts on {when}, in {until}.\n\nContest page: {url}\n\n",
     )
 
 
@@ -124,22 +154,53 @@ class StagedSMTPSSL(_Staged, smtplib.SMTP_SSL):
     pass
 
 
+@dataclass(frozen=True)
+class Flattened:
+    """A message as an SMTP connection sends it: what Django's SMTP backend makes of an
+    ``EmailMessage`` before its ``sendmail()``, made once, ahead, by whoever builds it."""
+
+    sender: str
+    recipients: list[str]
+    data: bytes
+
+
+def flatten(message: EmailMessage) -> Flattened:
+    """``message``'s envelope and bytes, as Django's SMTP backend would send them. Raises
+    ``ValueError`` for a message that cannot be sent (a bad address, a header with a newline)."""
+    encoding = message.encoding or settings.DEFAULT_CHARSET
+    recipients = [sanitize_address(address, encoding) for address in message.recipients()]
+    data = message.message().as_bytes(linesep="\r\n")
+    return Flattened(_sender(message.from_email, encoding), recipients, data)
+
+
+@functools.lru_cache(maxsize=4)
+def _sender(address: str, encoding: str) -> str:
+    return sanitize_address(address, encoding)  # DEFAULT_FROM_EMAIL, the same for every message
+
+
 class StagedSMTPBackend(smtp.EmailBackend):
     """Django's SMTP backend (plain, STARTTLS or implicit TLS, as configured), on a
-    connection that records each message's stage."""
+    connection that records each message's stage; it also sends a message flattened ahead."""
 
     @property
     def connection_class(self):
         return StagedSMTPSSL if self.use_ssl else StagedSMTP
 
+    def send_flattened(self, message: Flattened) -> bool:
+        """Send ``message`` on the open connection, as ``send_messages`` sends one."""
+        self.connection.sendmail(message.sender, message.recipients, message.data)
+        return True
+
+
+def reminder_backend_class() -> type[BaseEmailBackend]:
+    """``EMAIL_BACKEND``, except that Django's own SMTP backend is its staged subclass."""
+    backend_class = import_string(settings.EMAIL_BACKEND)
+    return StagedSMTPBackend if backend_class is smtp.EmailBackend else backend_class
+
 
 def reminder_backend() -> BaseEmailBackend:
-    """A new backend for one connection: ``EMAIL_BACKEND``, except that Django's own
-    SMTP backend is replaced by its staged subclass."""
-    backend_class = import_string(settings.EMAIL_BACKEND)
-    if backend_class is smtp.EmailBackend:
-        backend_class = StagedSMTPBackend
-    return backend_class(fail_silently=False)
+    """A new backend for one connection (``reminder_backend_class``)."""
+    return reminder_backend_class()(fail_silently=False)
 
 
 class Outcome(enum.Enum):
@@ -160,17 +221,21 @@ class Handover:
         return self.outcome in {Outcome.UNSENT, Outcome.UNCERTAIN}
 
 
-def hand_over(message: EmailMessage, *, backend: BaseEmailBackend) -> Handover:
-    """Send ``message`` on ``backend`` (already open) and say what became of it.
+def hand_over(message: EmailMessage | Flattened, *, backend: BaseEmailBackend) -> Handover:
+    """Send ``message`` on ``backend`` (already open) and say what became of it. A
+    ``Flattened`` one goes to a ``StagedSMTPBackend``, an ``EmailMessage`` to any backend.
 
     Raises only what is not a mail error (a bug, ``SystemExit``); the caller learns the
     message's fate from ``stage_outcome()`` then.
     """
-    message.connection = backend
     if isinstance(getattr(backend, "connection", None), _Staged):
         backend.connection.stage = ENVELOPE  # a new message: nothing of it has gone out
     try:
-        sent = message.send()
+        if isinstance(message, Flattened):
+            sent = backend.send_flattened(message)
+        else:
+            message.connection = backend
+            sent = message.send()
     except REFUSALS as exc:
         return Handover(Outcome.REFUSED, error_text(exc))
     except OSError as exc:  # smtplib's other errors, socket and TLS errors

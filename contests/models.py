@@ -119,7 +119,7 @@ class Reminder(models.Model):
         blank=True,
         default="",
         db_index=True,
-        help_text="The run, connection and batch (host:pid:suffix/run.connection.batch) that claimed it last.",
+        help_text="The run and batch (host:pid:suffix/run.batch) that claimed it last.",
     )
     failed_at = models.DateTimeField(
         "failed at",

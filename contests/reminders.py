@@ -6,7 +6,6 @@ automatically; at most RECORD_EVERY more per crash") are in docs/reminders.md.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import secrets
 import threading
@@ -22,8 +21,9 @@ from django.db import InterfaceError, OperationalError, connections, router
 from django.db.models import Case, ExpressionWrapper, F, QuerySet, When
 from django.db.models.functions import Now
 
-from contests.mail import Handover, Outcome, hand_over, reminder_backend, reminder_message, stage_outcome
+from contests.mail import Handover, Outcome, reminder_message
 from contests.models import Reminder
+from contests.senders import Post
 from contests.text import error_text
 from locks import Lease, make_holder, now_plus
 
@@ -33,10 +33,10 @@ logger = logging.getLogger(__name__)
 # messages to the server and recording them sends at most this many again (docs/reminders.md).
 RECORD_EVERY = 50
 # Recording a group again after a database error: 0.5 s, doubling, at most 5 s between tries
-# (until a third of SEND_REMINDERS_CLAIM_TTL after the claim's last renewal, _Group.record).
+# (for up to a third of SEND_REMINDERS_CLAIM_TTL, _Group.record).
 RECORD_RETRY_FIRST, RECORD_RETRY_MOST = 0.5, 5.0
 # Claims in a row that may come back empty, while due reminders remain, before a
-# connection gives up for this run (other runs took the rows each claim picked).
+# run gives up (other runs took the rows each claim picked).
 CLAIM_TRIES = 5
 # Which due reminders go first: the soonest contest, then the oldest reminder.
 CLAIM_ORDER = ("contest__start_time", "remind_at", "pk")
@@ -70,11 +70,6 @@ class ReminderStats:
 
     def describe(self) -> str:
         return " ".join(f"{field.name}={getattr(self, field.name)}" for field in fields(self))
-
-
-def send_reminder(*, reminder: Reminder, backend: BaseEmailBackend, now: datetime | None = None) -> Handover:
-    """Hand the reminder's email to ``backend`` (open); what became of it."""
-    return hand_over(reminder_message(reminder=reminder, now=now), backend=backend)
 
 
 def _claim_expiry() -> ExpressionWrapper:
@@ -138,7 +133,8 @@ def claimed_reminders(*, claim: str, limit: int) -> Iterator[Reminder]:
 
 
 def renew_claim(*, claim: str) -> int:
-    """Extend what is left of a claim by ``SEND_REMINDERS_CLAIM_TTL`` from now."""
+    """Extend what is left of a claim by ``SEND_REMINDERS_CLAIM_TTL`` from now; how many
+    reminders it still holds (fewer than it should: another run took some, ``_Claim``)."""
     return Reminder.objects.filter(claimed_by=claim, claimed_until__isnull=False).update(
         claimed_until=_claim_expiry()
     )
@@ -173,7 +169,7 @@ class _Stopped(Exception):
 
 
 class _Run:
-    """What the connections of one run share: settings, the lease, the counts."""
+    """What one run shares: settings, the lease, the counts."""
 
     def __init__(self, *, now: datetime | None, lease: Lease | None) -> None:
         self.now = now
@@ -200,21 +196,91 @@ class _Run:
             self.stats.add(**counts)
 
 
-class _Group:
-    """Up to ``RECORD_EVERY`` reminders of one claim: marked as tried, sent one after
-    another, then recorded together (one UPDATE for every delivery)."""
+class _Claim:
+    """One claimed batch, and which of its reminders are still this run's to send.
 
-    def __init__(self, run: _Run, claim: str, reminders: list[Reminder]) -> None:
+    A claim is renewed every third of ``SEND_REMINDERS_CLAIM_TTL`` while its batch lasts, and
+    each group's start renews its own reminders' (counting their attempt, one UPDATE). Either
+    UPDATE says how many it still held: fewer than it should means the claim expired meanwhile
+    (the run was frozen, a SIGSTOP or a paused VM, longer than the TTL) and another run took
+    them; those are dropped, never sent from memory, with one WARNING.
+    """
+
+    def __init__(self, run: _Run, claim: str, reminders: list[Reminder], *, confirmed: float) -> None:
+        self.run, self.id = run, claim
+        self.held = {reminder.pk for reminder in reminders}  # claimed, neither recorded nor lost
+        self.lost: set = set()
+        self.confirmed = confirmed  # time.monotonic() when the database last extended it all
+        self._lock = threading.Lock()
+
+    def holds(self, pk) -> bool:
+        """Whether ``pk`` is still this run's to send; renews the claim first once a third of
+        its TTL has passed since it was last extended (also right after the run was frozen)."""
+        with self._lock:
+            if time.monotonic() - self.confirmed >= self.run.renew_every:
+                started = time.monotonic()
+                renewed = renew_claim(claim=self.id)
+                self.confirmed = started
+                if renewed < len(self.held):
+                    self._lose(
+                        self.held, Reminder.objects.filter(claimed_by=self.id, claimed_until__isnull=False)
+                    )
+            return pk not in self.lost
+
+    def start(self, pks: list) -> list:
+        """Count an attempt for each of ``pks`` that is still this claim's and extend their
+        claims (one UPDATE); the ones that are."""
+        mine = Reminder.objects.filter(pk__in=pks, claimed_by=self.id, claimed_until__isnull=False)
+        counted = mine.update(attempts=F("attempts") + 1, claimed_until=_claim_expiry())
+        if counted < len(pks):
+            with self._lock:
+                self._lose(self.held & set(pks), mine)
+        return [pk for pk in pks if pk not in self.lost]
+
+    def _lose(self, expected: set, still_mine: QuerySet) -> None:
+        """Drop what of ``expected`` is not in ``still_mine`` (read now), with one WARNING."""
+        lost = expected - set(still_mine.values_list("pk", flat=True))
+        if lost:
+            self.lost |= lost
+            self.held -= lost
+            logger.warning(
+                "claim=%s %d of its reminders are no longer its own (its claim expired while this run was "
+                "stopped or slow, and another run took them, or they were deleted): dropped, not sent",
+                self.id,
+                len(lost),
+            )
+
+    def recorded(self, pks: Iterable) -> None:
+        with self._lock:
+            self.held -= set(pks)
+
+
+class _Group:
+    """Up to ``RECORD_EVERY`` reminders of one claim: marked as tried, sent, then recorded
+    together (one UPDATE for every delivery)."""
+
+    def __init__(self, run: _Run, claim: _Claim, reminders: list[Reminder]) -> None:
         self.run, self.claim = run, claim
+        self.pks = [r.pk for r in reminders]
         self.skipped = [r.pk for r in reminders if not r.user.email]
-        self.to_send = [r for r in reminders if r.user.email]
+        addressed = [r for r in reminders if r.user.email]
+        # An attempt is counted as it starts: a crash before the record leaves it counted.
+        self.extended = time.monotonic()  # its claims were last extended here or later (claim.confirmed)
+        started = set(claim.start([r.pk for r in addressed])) if addressed else set()
+        self.to_send = [r for r in addressed if r.pk in started]
         # pk -> (outcome, error), one assignment per message: a signal cannot leave half of one.
         self.outcomes: dict = {}
-        if self.to_send:
-            # An attempt is counted as it starts: a crash before the record leaves it counted.
-            Reminder.objects.filter(pk__in=[r.pk for r in self.to_send], claimed_by=claim).update(
-                attempts=F("attempts") + 1
-            )
+
+    def messages(self, build) -> Iterator[tuple[Reminder, object]]:
+        """Each reminder to send with its message, built (``build``) as it is asked for; one
+        that cannot be built (a bad address) is refused without a word to the server."""
+        for reminder in self.to_send:
+            try:
+                message = build(reminder_message(reminder=reminder, now=reminder.db_now))
+            except ValueError as exc:
+                self.done(reminder, Handover(Outcome.REFUSED, error_text(exc)))
+                continue
+            yield reminder, message
 
     def done(self, reminder: Reminder, handover: Handover) -> None:
         """What became of ``reminder``'s email; the first word on it stands. An unsent one
@@ -233,21 +299,21 @@ class _Group:
             error = ""
         self.outcomes.setdefault(reminder.pk, (handover.outcome, error))
 
-    def record(self, *, unsent_reason: str, renewed: float) -> None:
+    def record(self, *, unsent_reason: str) -> None:
         """What went out is recorded whoever holds the reminder now (only a claim that
         expired mid-group lets another run take it); the rest only while it is this claim's.
 
         A database error (a restart, a failover) is retried, each step from where it stopped,
-        until a third of ``SEND_REMINDERS_CLAIM_TTL`` after the claim's last renewal
-        (``renewed``, ``time.monotonic()``), not after the record began: its claims stay this run's
-        meanwhile, with two thirds of their TTL to spare, however long the writes before it waited
-        (a synchronous standby away), so no other run sends again what this one sent. Each step can be run twice (its first COMMIT's answer lost) to the same end.
+        until a third of ``SEND_REMINDERS_CLAIM_TTL`` after its claims were last extended, not after
+        the record began (issue 26: the writes before it may have waited, for a synchronous standby
+        away): its claims stay this run's meanwhile, so no other run sends again what this one
+        sent. Each step can be run twice (its first COMMIT's answer lost) to the same end.
         """
         found = {outcome: [] for outcome in Outcome}
-        for pk, (outcome, error) in self.outcomes.items():
+        for pk, (outcome, error) in dict(self.outcomes).items():
             found[outcome].append((pk, error))
         steps = self._steps(found, unsent_reason=unsent_reason)
-        deadline = renewed + settings.SEND_REMINDERS_CLAIM_TTL / 3
+        deadline = max(self.extended, self.claim.confirmed) + settings.SEND_REMINDERS_CLAIM_TTL / 3
         pause = RECORD_RETRY_FIRST
         while steps:
             try:
@@ -257,7 +323,7 @@ class _Group:
                     raise
                 logger.warning(
                     "claim=%s could not record its group (%s); trying again in %.1f s",
-                    self.claim,
+                    self.claim.id,
                     error_text(exc),
                     pause,
                 )
@@ -266,6 +332,7 @@ class _Group:
                 pause = min(2 * pause, RECORD_RETRY_MOST)
                 continue
             steps.pop(0)
+        self.claim.recorded(self.pks)
         self.run.count(
             sent=len(found[Outcome.DELIVERED]),
             failed=len(found[Outcome.REFUSED]),
@@ -276,7 +343,7 @@ class _Group:
     def _steps(self, found: dict, *, unsent_reason: str) -> list:
         undelivered = Reminder.objects.filter(delivered_at__isnull=True)
         # Still claimed by this group: a step run again after its COMMIT changes nothing more.
-        mine = undelivered.filter(claimed_by=self.claim, claimed_until__isnull=False)
+        mine = undelivered.filter(claimed_by=self.claim.id, claimed_until__isnull=False)
         steps = []
         if found[Outcome.DELIVERED]:
             delivered = [pk for pk, _ in found[Outcome.DELIVERED]]
@@ -287,7 +354,7 @@ class _Group:
                     logger.warning(
                         "claim=%s %d of its %d delivered reminders were recorded as delivered by another "
                         "run (its claim had expired): they went out twice",
-                        self.claim,
+                        self.claim.id,
                         len(delivered) - recorded,
                         len(delivered),
                     )
@@ -321,96 +388,51 @@ class _Group:
         return steps
 
 
-class _Courier:
-    """One mail server connection of a run: claims batch after batch and sends them,
-    until nothing due is left or the connection fails."""
-
-    def __init__(self, run: _Run, *, number: int, backend: BaseEmailBackend | None = None) -> None:
-        self.run, self.number = run, number
-        self.backend = backend
-        self.error = ""  # why it stopped early
-        self.unreachable = False
-        self.exception: BaseException | None = None  # raised in its thread
-        self.finished = threading.Event()
-
-    def work(self) -> None:
-        backend = self.backend or reminder_backend()
-        try:
-            opened = backend.open()
-        except OSError as exc:
-            # Before any claim: an outage costs no attempt.
-            self.unreachable = True
-            self.error = f"the mail server is unreachable: {error_text(exc)}"
+def _deliver_batches(run: _Run, post: Post) -> None:
+    """Claim batch after batch and send it, until nothing due is left or every connection failed."""
+    batch = 0
+    while not post.failed:
+        run.check()
+        batch += 1
+        claim = f"{run.id}.{batch}"
+        started = time.monotonic()
+        claimed = claim_batch(
+            run=run.id, claim=claim, limit=run.batch, max_attempts=run.max_attempts, now=run.now
+        )
+        if not claimed:
             return
-        try:
-            batch = 0
-            while not self.error:
-                self.run.check()
-                batch += 1
-                claim = f"{self.run.id}.{self.number}.{batch}"
-                claimed = claim_batch(
-                    run=self.run.id,
-                    claim=claim,
-                    limit=self.run.batch,
-                    max_attempts=self.run.max_attempts,
-                    now=self.run.now,
-                )
-                if not claimed:
-                    return
-                self.run.count(due=claimed)
-                self._deliver(claim, backend)
-        finally:
-            if opened:
-                with contextlib.suppress(OSError):  # the connection is gone already; all is recorded
-                    backend.close()
+        run.count(due=claimed)
+        _deliver(run, post, claim, started=started)
 
-    def _deliver(self, claim: str, backend: BaseEmailBackend) -> None:
-        """Send one claimed batch; on a lost connection, record and set ``self.error``.
-        However it ends, what it did not send is released with no attempt used, unless a
-        group's record was cut short: then its claims stay, to expire (as after a crash)."""
-        run, group, in_flight, unrecorded, finished = self.run, None, None, None, False
-        renewed = time.monotonic()
-        reason = "not sent yet: the run stopped before sending it"
-        try:
-            for reminders in _chunks(claimed_reminders(claim=claim, limit=run.batch), RECORD_EVERY):
-                group = _Group(run, claim, reminders)
-                for reminder in group.to_send:
-                    run.check()  # in memory: the heartbeat's verdict, a SIGTERM
-                    if time.monotonic() - renewed > run.renew_every:
-                        renew_claim(claim=claim)
-                        renewed = time.monotonic()
-                    in_flight = reminder
-                    handover = send_reminder(reminder=reminder, backend=backend, now=reminder.db_now)
-                    group.done(reminder, handover)
-                    in_flight = None
-                    if handover.connection_lost:
-                        self.error = f"the mail server connection failed: {handover.error}"
-                        reason = f"not sent yet: {self.error}"
-                        return
-                unrecorded, group = group, None
-                unrecorded.record(unsent_reason=reason, renewed=renewed)
-                unrecorded = None
-            finished = True
-        except BaseException as exc:
-            reason = f"not sent yet: the run stopped: {error_text(exc)}"
-            if in_flight is not None:
-                # Interrupted mid-send (SIGTERM, a bug): the stage says whether it went out.
-                group.done(in_flight, Handover(stage_outcome(backend), f"interrupted: {error_text(exc)}"))
-            raise
-        finally:
-            if group is not None:
-                group.record(unsent_reason=reason, renewed=renewed)
-            if not finished and unrecorded is None:
-                release_claim(claim=claim, reason=reason)
 
-    def work_in_thread(self) -> None:
-        try:
-            self.work()
-        except BaseException as exc:  # handed to the run's thread, which raises it
-            self.exception = exc
-        finally:
-            connections.close_all()  # this thread's own database connections
-            self.finished.set()
+def _deliver(run: _Run, post: Post, claim_id: str, *, started: float) -> None:
+    """Send one claimed batch, group by group. However it ends, what it did not send is
+    released with no attempt used, unless a group's record was cut short: then its claims
+    stay, to expire (as after a crash)."""
+    reminders = list(claimed_reminders(claim=claim_id, limit=run.batch))
+    claim = _Claim(run, claim_id, reminders, confirmed=started)
+    group, unrecorded, finished = None, None, False
+    reason = "not sent yet: the run stopped before sending it"
+    try:
+        for chunk in _chunks(reminders, RECORD_EVERY):
+            group = _Group(run, claim, chunk)
+            post.send(group, group.messages(post.build))
+            if post.failed:
+                reason = post.unsent_reason()
+            unrecorded, group = group, None
+            unrecorded.record(unsent_reason=reason)
+            unrecorded = None
+            if post.failed:
+                return
+        finished = True
+    except BaseException as exc:
+        reason = f"not sent yet: the run stopped: {error_text(exc)}"
+        raise
+    finally:
+        if group is not None:
+            group.record(unsent_reason=reason)
+        if not finished and unrecorded is None:
+            release_claim(claim=claim_id, reason=reason)
 
 
 def _chunks(items: Iterable, size: int) -> Iterator[list]:
@@ -428,14 +450,16 @@ def deliver_due_reminders(
 ) -> ReminderStats:
     """Send every due reminder that no other run has claimed, each at most once.
 
-    Each of ``SEND_REMINDERS_CONNECTIONS`` mail server connections (threads, when more
-    than one) claims up to ``SEND_REMINDERS_BATCH`` due reminders at a time with one
-    UPDATE, sends them and records them after every ``RECORD_EVERY``, until nothing due
-    is left: reminders that fall due meanwhile are claimed by the same run. ``connection``
-    (a backend) replaces them with that one connection. ``now`` (default: the database
-    clock) decides what is due. Raises ``ReminderDeliveryError`` when the mail server
-    cannot be reached or a connection fails (the unsent reminders are released with no
-    attempt used), ``LockLost`` when ``lease`` is lost (checked before each message).
+    Claims up to ``SEND_REMINDERS_BATCH`` due reminders at a time with one UPDATE, builds
+    their messages and hands them, group by group (``RECORD_EVERY``), to
+    ``SEND_REMINDERS_CONNECTIONS`` mail server connections (contests/senders.py), recording
+    each group once it is sent, until nothing due is left: reminders that fall due meanwhile
+    are claimed by the same run. A connection opens with its first message: with nothing due,
+    no mail server is asked. ``connection`` (a backend) replaces them with that one.
+    ``now`` (default: the database clock) decides what is due. Raises
+    ``ReminderDeliveryError`` when the mail server cannot be reached or every connection
+    failed (the unsent reminders are released with no attempt used), ``LockLost`` when
+    ``lease`` is lost (checked before each message).
     """
     due = Reminder.objects.due(now=now).claimable()
     if dry_run:
@@ -443,54 +467,28 @@ def deliver_due_reminders(
     run = _Run(now=now, lease=lease)
     uncertain, failed = settle_exhausted(now=now, max_attempts=run.max_attempts)
     run.count(due=uncertain + failed, uncertain=uncertain, failed=failed)
-    if connection is not None:
-        couriers = [_Courier(run, number=1, backend=connection)]
-    else:
-        couriers = [_Courier(run, number=n) for n in range(1, settings.SEND_REMINDERS_CONNECTIONS + 1)]
-    if len(couriers) == 1:
-        couriers[0].work()
-    else:
-        _work_in_threads(run, couriers)
-    failures = [courier for courier in couriers if courier.error]
+    post = Post(
+        run, count=1 if connection is not None else settings.SEND_REMINDERS_CONNECTIONS, backend=connection
+    )
+    try:
+        _deliver_batches(run, post)
+    finally:
+        post.close()
+    failures = post.errors
     if not failures:
         return run.stats
-    if all(courier.unreachable for courier in couriers):
+    if all(failure.unreachable for failure in failures) and not any(
+        connection.connected for connection in post.connections
+    ):
         error = f"not sent yet: {failures[0].error}"
         waiting = Reminder.objects.filter(pk__in=_keys(due)).update(last_error=error)
         raise ReminderDeliveryError(
             f"{error}; {waiting} due reminders wait for the next run, no attempt used"
         )
-    errors = "; ".join(f"connection {courier.number}: {courier.error}" for courier in failures)
+    errors = "; ".join(f"connection {failure.number}: {failure.error}" for failure in failures)
     raise ReminderDeliveryError(
         f"{errors}; {run.stats.describe()}; its unsent reminders wait for the next run, no attempt used"
     )
-
-
-def _work_in_threads(run: _Run, couriers: list[_Courier]) -> None:
-    threads = [
-        threading.Thread(target=courier.work_in_thread, name=f"reminders-{courier.number}", daemon=True)
-        for courier in couriers
-    ]
-    for thread in threads:
-        thread.start()
-    try:
-        _wait_for(couriers)
-    except BaseException:  # SIGTERM (SystemExit) in this thread: every connection stops and records
-        run.stopping.set()
-        _wait_for(couriers)
-        raise
-    for courier in couriers:
-        if courier.exception is not None:
-            raise courier.exception
-
-
-def _wait_for(couriers: list[_Courier]) -> None:
-    """Until every connection's thread has finished. Each stops within one message once the
-    run stops or its lease is lost (the heartbeat's maximum run time bounds the run). An
-    event, not ``Thread.join()``: a join cut short by a signal can leave the thread
-    looking finished on Python 3.11, and the process would exit under it."""
-    for courier in couriers:
-        courier.finished.wait()
 
 
 def retry_reminders(*, reminders) -> int:

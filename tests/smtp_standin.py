@@ -10,14 +10,15 @@ each chosen per recipient address (or per session for ``drop_after``):
 - ``late``: the 250 after the content is held back until the client hangs up (at most
   ``late_bound`` seconds), so it comes later than any client timeout shorter than that;
 - ``drop_after_data``: the connection is closed once the content has arrived, no reply;
-- ``drop_after``: the connection is closed after that many messages of one session;
+- ``drop_after``: the connection is closed after that many messages of one session (of the
+  sessions numbered in ``drop_sessions``, when set: 1 is the first to connect);
 - ``lose_reply`` (every recipient, while set; the soak's ``smtp-lost-reply``): ``"late"``
   holds every 250 back as ``late`` does, ``"drop"`` closes the connection after the
   content as ``drop_after_data`` does;
 - ``reply_delay``: seconds before each 250 (a mail server's latency).
 
 ``received`` counts, per recipient, every message whose content arrived in full (what a
-user might get); ``accepted`` those answered 250. With ``keep=True`` the messages are kept
+user might get); ``accepted`` those answered 250, and ``per_session`` per connection. With ``keep=True`` the messages are kept
 (``email.message.Message``) in ``messages``, and ``arrivals`` says when each one's content
 arrived and whether its 250 was sent; the benchmark turns that off: it only counts.
 Every wait is bounded: a silent client is dropped after ``idle_timeout`` seconds.
@@ -61,6 +62,7 @@ class SmtpStandin:
         self.late_bound = 30.0
         self.drop_after_data: set[str] = set()
         self.drop_after: int | None = None
+        self.drop_sessions: set[int] | None = None  # None: every session
         self.lose_reply = ""  # "late" or "drop": for every recipient, while set
         self.reply_delay = 0.0
         self.messages: list[Message] = []
@@ -68,6 +70,7 @@ class SmtpStandin:
         self.received: Counter[str] = Counter()
         self.accepted: Counter[str] = Counter()
         self.sessions = 0  # connections accepted
+        self.per_session: Counter[int] = Counter()  # session number (1, 2, …) -> messages it had accepted
         self.on_message = None  # called with the recipient after each accepted message
         self.tls: ssl.SSLContext | None = None  # offers STARTTLS with this context
         self.lock = threading.Lock()
@@ -105,6 +108,7 @@ def _handler(standin: SmtpStandin, *, implicit_tls: ssl.SSLContext | None):
         def handle(self) -> None:
             with standin.lock:
                 standin.sessions += 1
+                self.session = standin.sessions
             self.secure = implicit_tls is not None
             self.delivered = 0
             self.reply("220 standin ESMTP")
@@ -176,10 +180,12 @@ def _handler(standin: SmtpStandin, *, implicit_tls: ssl.SSLContext | None):
             self.reply("250 OK queued")
             with standin.lock:
                 standin.accepted[recipient] += 1
+                standin.per_session[self.session] += 1
                 if arrival is not None:
                     arrival.answered = True
             self.delivered += 1
-            if standin.drop_after is not None and self.delivered >= standin.drop_after:
+            dropping = standin.drop_sessions is None or self.session in standin.drop_sessions
+            if standin.drop_after is not None and dropping and self.delivered >= standin.drop_after:
                 self.connection.shutdown(socket.SHUT_RDWR)
                 raise _Closed
 

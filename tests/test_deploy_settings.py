@@ -29,6 +29,7 @@ def production_env(**extra: str) -> dict[str, str]:
         DJANGO_DEBUG="0",
         DJANGO_SECRET_KEY=secrets.token_urlsafe(50),
         DJANGO_ALLOWED_HOSTS="contests.example.com",
+        SITE_URL="https://contests.example.com",
         LOCKS_TRIGGER_TOKEN=TOKEN,
         DJANGO_ADMINS="oncall@example.com",  # check_jobs' alerts need a recipient (locks.W005)
     )

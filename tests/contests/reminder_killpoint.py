@@ -2,6 +2,8 @@
 
     python -m tests.contests.reminder_killpoint claimed send_reminders --force
     python -m tests.contests.reminder_killpoint sent:120 send_reminders --force
+    python -m tests.contests.reminder_killpoint started:2 send_reminders --force
+    python -m tests.contests.reminder_killpoint recorded:1 send_reminders --force
 
 ``claimed``: the first batch is claimed (for real, in the database), then the process
 prints ``CLAIMED n=<reminders> claim=<id>`` and sleeps before sending any of it.
@@ -9,30 +11,41 @@ prints ``CLAIMED n=<reminders> claim=<id>`` and sleeps before sending any of it.
 configured backend), then the process prints ``SENT n=K pk=<its reminder>`` and sleeps
 before anything else, so the group it belongs to is not recorded. Either way a test can
 SIGKILL it right there: only the moment is made deterministic.
+
+``started:K`` and ``recorded:K`` freeze the process instead (it sends itself SIGSTOP, as a
+paused VM or a debugger would stop it): right after the K-th group started (its attempts
+counted, its claims extended) and before its first message, or right after the K-th group's
+record; it prints ``STARTED n=K claim=<id>`` or ``RECORDED n=K claim=<id>`` first. A test
+sends SIGCONT when it likes.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
+
+POINTS = {"claimed", "sent", "started", "recorded"}
 
 
 def main() -> None:
     point, *command = sys.argv[1:]
     name, _, count = point.partition(":")
-    if name not in {"claimed", "sent"} or (name == "sent") != count.isdigit():
-        raise SystemExit(f"kill point must be 'claimed' or 'sent:K', not {point!r}")
+    if name not in POINTS or (name != "claimed") != count.isdigit():
+        raise SystemExit(
+            f"kill point must be 'claimed', 'sent:K', 'started:K' or 'recorded:K', not {point!r}"
+        )
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
     import django
 
     django.setup()
     from django.core.management import execute_from_command_line
 
-    from contests import reminders
+    from contests import reminders, senders
     from contests.mail import Outcome
 
-    claim_batch, send_reminder, sent = reminders.claim_batch, reminders.send_reminder, []
+    claim_batch, send_reminder, sent = reminders.claim_batch, senders.send_reminder, []
 
     def claim_then_pause(**kwargs):
         claimed = claim_batch(**kwargs)
@@ -50,10 +63,29 @@ def main() -> None:
                 time.sleep(120)
         return handover
 
+    groups = {"started": 0, "recorded": 0}
+
+    def freeze(step: str, claim: str) -> None:
+        groups[step] += 1
+        if step == name and groups[step] == int(count):
+            print(f"{step.upper()} n={groups[step]} claim={claim}", flush=True)
+            os.kill(os.getpid(), signal.SIGSTOP)
+
+    class Group(reminders._Group):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            freeze("started", self.claim.id)
+
+        def record(self, *args, **kwargs):
+            super().record(*args, **kwargs)
+            freeze("recorded", self.claim.id)
+
     if name == "claimed":
         reminders.claim_batch = claim_then_pause
+    elif name == "sent":
+        senders.send_reminder = send_then_pause
     else:
-        reminders.send_reminder = send_then_pause
+        reminders._Group = Group
     execute_from_command_line(["manage.py", *command])
 
 

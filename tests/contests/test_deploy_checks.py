@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from django.core.checks import run_checks
 
-from contests.checks import SMTP_BACKEND, W001, W002
+from contests.checks import SITE_URL_HINT, SMTP_BACKEND, W001, W002
+from locks.models import JobRun
 from tests.conftest import manage
 from tests.test_deploy_settings import production_env
 
@@ -71,3 +72,24 @@ def test_check_deploy_names_both_in_a_real_process():
     )
     result = manage("check", "--deploy", "--fail-level", "WARNING", env=fixed)
     assert result.returncode == 0, result.stderr
+
+
+def test_a_production_site_without_an_https_site_url_is_refused_before_any_reminder_is_sent(db_url):
+    """Issue 28, item 4: every reminder's one-click unsubscribe link needs the site's https://
+    address. `manage.py check`, and every job run (its checks tagged locks), refuse without it."""
+    for url, said in [("", "and it is not set"), ("http://contests.example.com", "got 'http://")]:
+        env = production_env(SITE_URL=url, DATABASE_URL=db_url)
+        checked = manage("check", env=env)
+        run = manage("send_reminders", env=env)
+
+        assert checked.returncode == 1
+        assert f"(contests.E010) SITE_URL must be this site's https:// address when DEBUG is off, {said}" in (
+            checked.stderr
+        )
+        assert f"HINT: {SITE_URL_HINT}" in checked.stderr
+        assert run.returncode == 1 and "(contests.E010)" in run.stderr, run.stderr
+        assert "Traceback" not in checked.stderr + run.stderr
+        assert not JobRun.objects.exists()  # refused before the lease: no run
+
+    fine = manage("check", env=production_env(DATABASE_URL=db_url))  # SITE_URL=https://contests.example.com
+    assert fine.returncode == 0, fine.stderr

@@ -14,13 +14,14 @@ from datetime import UTC, timedelta
 
 import pytest
 from django.core.checks import run_checks
+from django.core.mail.utils import DNS_NAME
 from django.db import connection, connections, transaction
 from django.db.models.functions import Now
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from contests import reminders
-from contests.mail import StagedSMTPBackend, one_line, reminder_backend
+from contests import reminders, senders
+from contests.mail import StagedSMTPBackend, message_id, one_line, reminder_backend
 from contests.models import Reminder
 from contests.reminders import (
     ReminderDeliveryError,
@@ -133,10 +134,34 @@ def test_a_due_reminder_is_emailed_once_with_the_name_the_start_in_utc_and_the_l
     assert "Contest page: https://codeforces.com/contest/1843\n" in message.body
     assert state(reminder) == (1, *DELIVERED)
     assert reminder.last_error == ""
-    assert re.fullmatch(r".+:\d+:[0-9a-f]{6}/[0-9a-f]{6}\.1\.1", reminder.claimed_by)  # connection 1, batch 1
+    assert re.fullmatch(r".+:\d+:[0-9a-f]{6}/[0-9a-f]{6}\.1", reminder.claimed_by)  # the run's batch 1
 
     assert deliver_due_reminders().as_dict() == NOTHING
     assert len(mailoutbox) == 1
+
+
+def test_a_reminder_has_one_message_id_on_every_send_and_says_it_is_auto_generated(
+    soon, alice, settings, mailoutbox
+):
+    """Issue 28, item 3: <reminder-PK@DOMAIN>, the domain from SEND_REMINDERS_MESSAGE_ID_DOMAIN
+    (default: Django's DNS_NAME), the same each time it is sent; Auto-Submitted (RFC 3834)."""
+    settings.SEND_REMINDERS_MESSAGE_ID_DOMAIN = "reminders.example.com"
+    reminder = make_reminder(alice, soon, at=-timedelta(minutes=1))
+    other = make_reminder(make_user("bob"), soon, at=-timedelta(minutes=1))
+
+    assert deliver_due_reminders().sent == 2
+    Reminder.objects.update(delivered_at=None)  # as if the record had been lost: sent again
+    assert deliver_due_reminders().sent == 2
+
+    built = [message.message() for message in mailoutbox]
+    by_pk = {reminder.pk: "alice@example.com", other.pk: "bob@example.com"}
+    assert sorted((m["To"], m["Message-ID"]) for m in built) == sorted(
+        [(to, f"<reminder-{pk}@reminders.example.com>") for pk, to in by_pk.items()] * 2
+    )
+    assert {m["Auto-Submitted"] for m in built} == {"auto-generated"}
+
+    settings.SEND_REMINDERS_MESSAGE_ID_DOMAIN = ""
+    assert message_id(reminder) == f"<reminder-{reminder.pk}@{DNS_NAME}>"
 
 
 def test_control_characters_in_a_contest_name_never_reach_the_subject_or_body(alice, mailoutbox):
@@ -196,15 +221,15 @@ def test_one_update_claims_a_batch_for_one_claim_id_and_costs_no_attempt(soon):
     make_reminder(make_user("later"), soon, at=timedelta(minutes=5))  # not due: never claimed
 
     with CaptureQueriesContext(connection) as queries:
-        first = claim_batch(run="host:1:aaaaaa/r", claim="host:1:aaaaaa/r.1.1", limit=3, max_attempts=5)
+        first = claim_batch(run="host:1:aaaaaa/r", claim="host:1:aaaaaa/r.1", limit=3, max_attempts=5)
     assert first == 3
     [update] = queries.captured_queries
     assert update["sql"].startswith("UPDATE ")
-    assert claim_batch(run="host:2:bbbbbb/r", claim="host:2:bbbbbb/r.1.1", limit=3, max_attempts=5) == 2
-    assert claim_batch(run="host:3:cccccc/r", claim="host:3:cccccc/r.1.1", limit=3, max_attempts=5) == 0
+    assert claim_batch(run="host:2:bbbbbb/r", claim="host:2:bbbbbb/r.1", limit=3, max_attempts=5) == 2
+    assert claim_batch(run="host:3:cccccc/r", claim="host:3:cccccc/r.1", limit=3, max_attempts=5) == 0
 
     claims = Counter(Reminder.objects.values_list("claimed_by", flat=True))
-    assert claims == {"host:1:aaaaaa/r.1.1": 3, "host:2:bbbbbb/r.1.1": 2, "": 1}
+    assert claims == {"host:1:aaaaaa/r.1": 3, "host:2:bbbbbb/r.1": 2, "": 1}
     assert set(Reminder.objects.exclude(claimed_by="").values_list("attempts", flat=True)) == {0}
     assert Reminder.objects.filter(claimed_until__gt=timezone.now() + timedelta(minutes=9)).count() == 5
 
@@ -218,15 +243,15 @@ def test_claims_take_the_soonest_contest_first_then_the_oldest_reminder(alice):
 
     order = []
     for n in range(1, 4):
-        assert claim_batch(run="h", claim=f"h.1.{n}", limit=1, max_attempts=5) == 1
-        order.append(Reminder.objects.get(claimed_by=f"h.1.{n}"))
+        assert claim_batch(run="h", claim=f"h.{n}", limit=1, max_attempts=5) == 1
+        order.append(Reminder.objects.get(claimed_by=f"h.{n}"))
 
     assert order == [old_for_sooner, new_for_sooner, old_for_later]
 
 
 def test_a_reminder_claimed_by_another_run_waits_until_its_claim_expires(soon, alice, mailoutbox):
     reminder = make_reminder(alice, soon, at=-timedelta(minutes=1))
-    claim_batch(run="host:1:aaaaaa/r", claim="host:1:aaaaaa/r.1.1", limit=500, max_attempts=5)
+    claim_batch(run="host:1:aaaaaa/r", claim="host:1:aaaaaa/r.1", limit=500, max_attempts=5)
 
     assert deliver_due_reminders().as_dict() == NOTHING
     assert mailoutbox == []
@@ -437,7 +462,7 @@ def test_a_run_that_died_on_the_last_attempt_leaves_the_reminder_uncertain(soon,
     settings.SEND_REMINDERS_MAX_ATTEMPTS = 2
     reminder = make_reminder(alice, soon, at=-timedelta(minutes=1), attempts=2)
     Reminder.objects.filter(pk=reminder.pk).update(
-        claimed_until=Now() - timedelta(seconds=1), claimed_by="dead:1:cccccc/r.1.1"
+        claimed_until=Now() - timedelta(seconds=1), claimed_by="dead:1:cccccc/r.1"
     )
 
     assert deliver_due_reminders().as_dict() == stats(due=1, uncertain=1)
@@ -467,14 +492,14 @@ def test_a_lease_lost_mid_batch_stops_before_the_next_message_and_releases_the_r
 ):
     many_due_reminders(120, contest=soon)
     lease = a_lease(holder="h:1:aaaaaa")
-    real_send = reminders.send_reminder
+    real_send = senders.send_reminder
 
     def send_then_lose_the_lease(**kwargs):
         if len(mailoutbox) == 30:
             lease.mark_lost("ran longer than its maximum run time")
         return real_send(**kwargs)
 
-    monkeypatch.setattr(reminders, "send_reminder", send_then_lose_the_lease)
+    monkeypatch.setattr(senders, "send_reminder", send_then_lose_the_lease)
 
     with pytest.raises(LockLost):
         deliver_due_reminders(lease=lease)
@@ -488,6 +513,66 @@ def test_a_lease_lost_mid_batch_stops_before_the_next_message_and_releases_the_r
     assert {e for e in rest.values_list("last_error", flat=True)} == {
         "not sent yet: the run stopped: LockLost: ran longer than its maximum run time"
     }
+
+
+def test_reminders_another_run_took_are_dropped_before_their_message_with_one_warning(
+    soon, settings, monkeypatch, mailoutbox, caplog
+):
+    """Issue 28, item 2, in one process: while the 20th message goes out, another run holds
+    15 of the batch (5 of this group, 10 of the next: what it does once this run's claims
+    expired). The renewal before the next message (here before each one: a claim TTL of 0)
+    finds them gone: they are dropped, with one WARNING, and the rest goes out."""
+    settings.SEND_REMINDERS_BATCH, settings.SEND_REMINDERS_CLAIM_TTL = 100, 0
+    pks = sorted(many_due_reminders(100, contest=soon))  # the claim's order: one contest, one time
+    real_send = senders.send_reminder
+    taken = pks[30:35] + pks[60:70]
+
+    def send_while_another_run_takes_over(**kwargs):
+        if len(mailoutbox) == 19:
+            Reminder.objects.filter(pk__in=taken).update(
+                claimed_by="other:1:ffffff/aaaaaa.1", claimed_until=Now() + timedelta(minutes=10)
+            )
+        return real_send(**kwargs)
+
+    monkeypatch.setattr(senders, "send_reminder", send_while_another_run_takes_over)
+
+    assert deliver_due_reminders().as_dict() == stats(due=100, sent=85)
+
+    assert sorted(m.to[0] for m in mailoutbox) == sorted(
+        Reminder.objects.exclude(pk__in=taken).values_list("user__email", flat=True)
+    )
+    assert Reminder.objects.filter(pk__in=taken, delivered_at__isnull=True).count() == 15
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1
+    assert re.fullmatch(
+        r"claim=\S+ 15 of its reminders are no longer its own \(.*\): dropped, not sent", warnings[0]
+    )
+
+
+def test_each_group_start_counts_what_is_still_its_own_and_drops_only_that(
+    soon, settings, monkeypatch, mailoutbox, caplog
+):
+    """No renewal falls due here (the default TTL); the second group's start, which counts
+    its attempts and extends its claims, finds 10 of its 50 taken: those 10 are dropped, the
+    third group is untouched."""
+    settings.SEND_REMINDERS_BATCH = 150
+    pks = sorted(many_due_reminders(150, contest=soon))  # the claim's order: one contest, one time
+    real_send = senders.send_reminder
+    taken = pks[60:70]
+
+    def send_while_another_run_takes_over(**kwargs):
+        if len(mailoutbox) == 10:
+            Reminder.objects.filter(pk__in=taken).update(claimed_by="other:1:ffffff/aaaaaa.1")
+        return real_send(**kwargs)
+
+    monkeypatch.setattr(senders, "send_reminder", send_while_another_run_takes_over)
+
+    assert deliver_due_reminders().as_dict() == stats(due=150, sent=140)
+
+    assert set(Reminder.objects.filter(delivered_at__isnull=True).values_list("pk", flat=True)) == set(taken)
+    assert set(Reminder.objects.filter(pk__in=taken).values_list("attempts", flat=True)) == {0}  # not tried
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1 and " 10 of its reminders are no longer its own " in warnings[0]
 
 
 def test_the_dry_run_counts_and_changes_nothing(soon, alice, mailoutbox):
@@ -553,21 +638,60 @@ def committed(transactional_db):
 
 
 def test_several_connections_share_the_work_and_send_each_reminder_once(committed, settings, server):
+    """The run claims and builds; each message goes to whichever connection is free (a
+    server that takes 5 ms a message keeps each busy for a while)."""
     settings.SEND_REMINDERS_CONNECTIONS, settings.SEND_REMINDERS_BATCH = 3, 7
     many_due_reminders(90, contest=committed)
+    server.reply_delay = 0.005
 
     assert deliver_due_reminders().as_dict() == stats(due=90, sent=90)
 
     assert server.sessions == 3
     assert len(server.received) == 90 and set(server.received.values()) == {1}
+    assert sum(server.per_session.values()) == 90 and min(server.per_session.values()) >= 10
     claims = set(Reminder.objects.values_list("claimed_by", flat=True))
-    assert len(claims) == 90 // 7 + 1  # 13 batches of 7 (the last of 6) over the three connections
-    assert {claim.rsplit("/", 1)[1].split(".")[1] for claim in claims} <= {"1", "2", "3"}
+    # 13 batches of 7 (the last of 6), claimed one after another by the run.
+    assert {claim.rsplit(".", 1)[1] for claim in claims} == {str(n) for n in range(1, 14)}
 
 
-def test_a_connection_that_fails_mid_batch_releases_its_claims_and_the_others_go_on(
-    committed, settings, server
-):
+def test_connections_open_only_for_messages_to_send(committed, settings, server):
+    """Two due reminders, four connections: the connections that get no message never
+    connect; nothing due, none does (issue 28, items 1 and 5)."""
+    settings.SEND_REMINDERS_CONNECTIONS = 4
+    assert deliver_due_reminders().as_dict() == NOTHING
+    assert server.sessions == 0
+
+    many_due_reminders(2, contest=committed)
+    server.reply_delay = 0.05  # the first connection is still busy when the second message comes
+
+    assert deliver_due_reminders().as_dict() == stats(due=2, sent=2)
+    assert server.sessions == 2
+
+
+def test_a_connection_that_fails_mid_batch_hands_its_message_to_the_others(committed, settings, server):
+    """The first connection's session is dropped after 10 messages: its next message never
+    went out, so the other connection sends it, and everything else; the run then fails,
+    naming the connection it lost, so that the operator sees it."""
+    settings.SEND_REMINDERS_CONNECTIONS, settings.SEND_REMINDERS_BATCH = 2, 30
+    many_due_reminders(100, contest=committed)
+    server.drop_after, server.drop_sessions = 10, {1}
+
+    with pytest.raises(ReminderDeliveryError) as excinfo:
+        deliver_due_reminders()
+
+    assert re.fullmatch(
+        r"connection [12]: the mail server connection failed: SMTPServerDisconnected: .*; "
+        r"due=100 sent=100 failed=0 uncertain=0 skipped=0; its unsent reminders wait for the next run, "
+        r"no attempt used",
+        str(excinfo.value),
+    )
+    assert len(server.received) == 100 and set(server.received.values()) == {1}
+    assert server.per_session[1] == 10 and server.per_session[2] == 90
+    # The handed-over one too: one attempt each (the lost connection never sent it).
+    assert Reminder.objects.filter(delivered_at__isnull=False, attempts=1).count() == 100
+
+
+def test_when_every_connection_fails_the_rest_is_released_with_no_attempt_used(committed, settings, server):
     settings.SEND_REMINDERS_CONNECTIONS, settings.SEND_REMINDERS_BATCH = 2, 30
     many_due_reminders(100, contest=committed)
     server.drop_after = 10  # each session: 10 messages, then the server hangs up
@@ -582,6 +706,8 @@ def test_a_connection_that_fails_mid_batch_releases_its_claims_and_the_others_go
     rest = Reminder.objects.filter(delivered_at__isnull=True)
     assert rest.count() == 80
     assert set(rest.values_list("attempts", "claimed_until")) == {(0, None)}
+    claimed = rest.exclude(claimed_by="")  # the batches it had claimed; the rest it never took
+    assert {e.split(":")[0] for e in claimed.values_list("last_error", flat=True)} == {"not sent yet"}
 
 
 def test_a_claim_that_waited_for_another_runs_rows_takes_the_next_ones_on_postgresql(committed):
@@ -601,7 +727,7 @@ def test_a_claim_that_waited_for_another_runs_rows_takes_the_next_ones_on_postgr
     def run(name: str) -> None:
         try:
             with transaction.atomic():
-                claimed[name] = claim_batch(run=name, claim=f"{name}.1.1", limit=5, max_attempts=5)
+                claimed[name] = claim_batch(run=name, claim=f"{name}.1", limit=5, max_attempts=5)
                 if name == "a":
                     a_claimed.set()
                     a_may_commit.wait(30)
@@ -629,7 +755,7 @@ def test_a_claim_that_waited_for_another_runs_rows_takes_the_next_ones_on_postgr
     assert waiting == 1
     assert claimed == {"a": 5, "b": 5}
     by_claim = {claim: set(pks) for claim, pks in _claims().items()}
-    assert by_claim == {"a.1.1": set(pks[:5]), "b.1.1": set(pks[5:])}
+    assert by_claim == {"a.1": set(pks[:5]), "b.1": set(pks[5:])}
 
 
 def _claims() -> dict[str, list[int]]:
@@ -646,7 +772,8 @@ def _ids() -> set[str]:
     return {message.id for message in run_checks()}
 
 
-def test_the_default_settings_pass_the_reminder_checks():
+def test_the_default_settings_pass_the_reminder_checks(settings):
+    settings.DEBUG = True  # as DJANGO_DEBUG=1 leaves it (the test runner turns it off): SITE_URL's default
     assert not {i for i in _ids() if i.startswith("contests.E")}
 
 
@@ -657,6 +784,7 @@ def test_the_default_settings_pass_the_reminder_checks():
         ("SEND_REMINDERS_MAX_ATTEMPTS", 0, "contests.E006", "must be 1 or more, got 0"),
         ("SEND_REMINDERS_BATCH", 0, "contests.E007", "must be between 1 and 10,000, got 0"),
         ("SEND_REMINDERS_CONNECTIONS", 33, "contests.E008", "must be between 1 and 32, got 33"),
+        ("SEND_REMINDERS_MESSAGE_ID_DOMAIN", "mail example>", "contests.E009", "must be a domain name"),
     ],
 )
 def test_a_bad_reminder_setting_fails_its_check(settings, name, value, code, text):

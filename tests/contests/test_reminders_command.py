@@ -212,6 +212,54 @@ def test_an_unreachable_smtp_server_fails_the_run_and_the_next_run_delivers(db_u
     assert (reminder.attempts, reminder.delivered_at is not None) == (1, True)
 
 
+def test_with_nothing_due_a_run_asks_no_mail_server_and_succeeds_even_while_it_is_down(
+    db_url, client, settings, soon
+):
+    """Issue 28, item 1: a site with nothing to send never learns that its mail server is
+    down. The run succeeds with sent=0 and opens no connection (counted at a live stand-in);
+    /healthz stays 200 and the HTTP trigger answers 200, where they were 503 and 502."""
+    make_reminder(make_user("later"), soon, at=timedelta(minutes=30))  # not yet due
+    make_reminder(make_user("done"), soon, at=-timedelta(minutes=5), delivered_at=timezone.now())
+    down = project_env(DATABASE_URL=db_url, EMAIL_URL=f"smtp://127.0.0.1:{closed_port()}")
+
+    quiet = manage("send_reminders", env=down)
+
+    assert quiet.returncode == 0, quiet.stderr
+    [line] = lock_lines(quiet.stderr)
+    assert " INFO locks.api job=send_reminders " in line and " outcome=succeeded " in line
+    assert " due=0 sent=0 failed=0 uncertain=0 skipped=0 " in line
+    assert "Traceback" not in quiet.stderr
+    with smtp_standin() as server:
+        again = manage(
+            "send_reminders", "--force", env={**down, "EMAIL_URL": f"smtp://127.0.0.1:{server.port}"}
+        )
+        four = manage(
+            "send_reminders",
+            "--force",
+            env={**down, "EMAIL_URL": f"smtp://127.0.0.1:{server.port}", "SEND_REMINDERS_CONNECTIONS": "4"},
+        )
+    assert again.returncode == four.returncode == 0, again.stderr + four.stderr
+    assert server.sessions == 0  # not one connection, with one or four of them
+
+    settings.LOCKS_JOBS = {"send_reminders": settings.LOCKS_JOBS["send_reminders"]}
+    settings.LOCKS_CHECK_JOBS = False
+    settings.LOCKS_TRIGGER_TOKEN = "t" * 40
+    settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+    settings.EMAIL_HOST, settings.EMAIL_PORT = "127.0.0.1", closed_port()
+    health = client.get("/healthz")
+    trigger = client.post(
+        "/api/jobs/send_reminders/run?force=1",
+        REMOTE_ADDR="192.0.2.1",
+        HTTP_AUTHORIZATION=f"Bearer {'t' * 40}",
+    )
+
+    assert health.status_code == 200, health.content
+    assert health.json()["jobs"]["send_reminders"]["status"] == "ok"
+    assert trigger.status_code == 200, trigger.content
+    assert (trigger.json()["outcome"], trigger.json()["counts"]["sent"]) == ("succeeded", 0)
+    assert set(JobRun.objects.values_list("status", flat=True)) == {"succeeded"}
+
+
 def test_dry_run_counts_and_sends_nothing(env, outbox, soon):
     make_reminder(make_user("alice"), soon, at=-timedelta(minutes=1))
 
@@ -317,6 +365,33 @@ def test_a_crash_between_send_and_record_resends_once_after_the_claim_expires(en
     assert "due=0 sent=0" in lock_lines(again.stderr)[0]
 
 
+def test_a_reminder_sent_again_after_a_kill_carries_the_same_message_id(db_url, soon):
+    """Killed after the 2nd of 3 emails went out (its group unrecorded): after the claims
+    expire the next run sends the group again, and each copy of a reminder carries that
+    reminder's one Message-ID, so the receiver keeps one message (issue 28, item 3)."""
+    reminders = due_reminders(3, contest=soon)
+    with smtp_standin() as server:
+        env = project_env(
+            DATABASE_URL=db_url,
+            EMAIL_URL=f"smtp://127.0.0.1:{server.port}",
+            SEND_REMINDERS_MESSAGE_ID_DOMAIN="reminders.example.com",
+        )
+
+        killed_at("sent:2", env=env)
+        first = [(m["To"], m["Message-ID"]) for m in server.messages]
+        expire_claims()
+        again = manage("send_reminders", "--force", env=env)
+
+    assert again.returncode == 0, again.stderr
+    assert "due=3 sent=3" in lock_lines(again.stderr)[0]
+    ids = {r.user.email: f"<reminder-{r.pk}@reminders.example.com>" for r in reminders}
+    assert len(first) == 2 and all(message_id == ids[to] for to, message_id in first)
+    copies = sorted((m["To"], m["Message-ID"]) for m in server.messages)
+    assert copies == sorted([*first, *ids.items()])  # the two sent again: the same Message-ID as before
+    assert len(set(ids.values())) == 3
+    assert {m["Auto-Submitted"] for m in server.messages} == {"auto-generated"}
+
+
 def test_a_sigkill_mid_batch_resends_at_most_one_group_and_loses_none(db_url, soon):
     """300 due reminders in batches of 100, killed just after the 120th email went out:
     the first 100 were recorded (two groups of RECORD_EVERY), the 20 sent since are not;
@@ -352,6 +427,59 @@ def test_a_sigkill_mid_batch_resends_at_most_one_group_and_loses_none(db_url, so
     assert resent == [1] * 20  # each of them once more, never more
     assert Reminder.objects.filter(pk__in=pks, delivered_at__isnull=False).count() == 300
     assert set(Reminder.objects.values_list("attempts", flat=True)) == {1, 2}
+
+
+@pytest.mark.parametrize("point", ["started:2", "recorded:1"])
+def test_a_sender_frozen_past_its_claim_ttl_sends_nothing_another_run_took_over(db_url, soon, point):
+    """Issue 28, item 2: a run stopped (SIGSTOP: a paused VM, a debugger) longer than
+    SEND_REMINDERS_CLAIM_TTL (4 s here) while another run takes its reminders over. Frozen
+    right after its second group started (attempts counted, claims extended), the renewal
+    before its next message finds the claims gone; frozen between two groups, the next
+    group's start does. Either way it drops them with one WARNING: each of the 100 reminders
+    reaches the SMTP server once, where it used to send the second group again from memory."""
+    many_due_reminders(100, contest=soon)
+    with smtp_standin(keep=False) as server:
+        env = project_env(
+            DATABASE_URL=db_url,
+            EMAIL_URL=f"smtp://127.0.0.1:{server.port}",
+            EMAIL_TIMEOUT="1",
+            SEND_REMINDERS_CLAIM_TTL="4",
+            SEND_REMINDERS_BATCH="100",
+        )
+        frozen = spawn(
+            ["-m", "tests.contests.reminder_killpoint", point, "send_reminders", "--force"], env=env
+        )
+        try:
+            line = frozen.stdout.readline()
+            assert line.startswith(f"{point.split(':')[0].upper()} n="), line or frozen.stderr.read()
+            assert server.total() == RECORD_EVERY  # its first group, recorded; the second one not sent
+            # Past the claim TTL, by the database clock: every claim of the frozen run expired.
+            deadline = time.monotonic() + 30
+            unsent = Reminder.objects.filter(delivered_at__isnull=True)
+            while unsent.filter(claimed_until__gte=Now()).exists() and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert unsent.count() == 100 - RECORD_EVERY
+            assert not unsent.filter(claimed_until__gte=Now()).exists()
+            force_release(job="send_reminders", by="test")  # the frozen run's lease (its TTL is 120 s)
+            takeover = manage("send_reminders", "--force", env=env)
+            assert takeover.returncode == 0, takeover.stderr
+            assert "due=50 sent=50 failed=0 uncertain=0 skipped=0" in lock_lines(takeover.stderr)[0]
+        finally:
+            frozen.send_signal(signal.SIGCONT)
+        _, stderr = frozen.communicate(timeout=60)
+
+    assert len(server.received) == 100 and set(server.received.values()) == {1}, stderr
+    assert Reminder.objects.filter(delivered_at__isnull=False).count() == 100
+    warnings = [line for line in stderr.splitlines() if " WARNING contests.reminders " in line]
+    assert len(warnings) == 1, stderr
+    # Its lease was taken over too: the run ends lost_lock, with what it did send.
+    [ended] = lock_lines(stderr)
+    assert frozen.returncode == 1 and " outcome=lost_lock " in ended and " due=100 sent=50 " in ended
+    assert (
+        "50 of its reminders are no longer its own (its claim expired while this run was stopped"
+        in warnings[0]
+    )
+    assert "Traceback" not in stderr
 
 
 @pytest.mark.parametrize("connections", [1, 2])
