@@ -760,6 +760,7 @@ def plot_reminders(results: dict, path: Path) -> None:
             slow_axis.set_title(
                 f"{slow['size']:,} reminders, a server taking {slow['delay'] * 1000:g} ms a message"
             )
+            slow_axis.set_xticks(counts)
     times.set_title("Wall time, one connection, a server that answers at once")
     times.set_ylabel("seconds")
     times.set_xlabel("due reminders")
