@@ -160,7 +160,11 @@ class ForceReleaseInTheBrowser(StaticLiveServerTestCase):
         JobRun.objects.bulk_create(runs)
         # The current run: sync_contests held by a web worker that may be stuck.
         self.lease = acquire(job="sync_contests", tick=hour, ttl=timedelta(minutes=10), holder=HOLDER)
-        SyncLock.objects.filter(job_name="sync_contests").update(token=HISTORY + 1)
+        # The job existed a day ago: its ledger starts with its lock row (issue 27), so the slot
+        # nobody ran 23 hours ago shows as missed.
+        SyncLock.objects.filter(job_name="sync_contests").update(
+            token=HISTORY + 1, created_at=hour - timedelta(hours=HISTORY + 2)
+        )
         self.lease.token = HISTORY + 1
         JobRun.objects.create(
             job_name="sync_contests",
@@ -181,6 +185,7 @@ class ForceReleaseInTheBrowser(StaticLiveServerTestCase):
             paused_at=now_plus(-timedelta(hours=2)),
             paused_by="admin:operator",
             paused_note="mail relay down",
+            created_at=now - timedelta(days=1),  # it existed before the pause (the ledger starts here)
         )
         JobPause.objects.create(
             job_name="send_reminders",
