@@ -151,16 +151,6 @@ def history(*, using: str) -> dict:
     return {"timeline": Timeline(), "system_id": SystemId()}
 
 
-def current_history(*, using: str) -> dict:
-    """The server's timeline and system identifier now (PostgreSQL), else {}."""
-    expressions = history(using=using)
-    if not expressions:
-        return {}
-    with connections[using].cursor() as cursor:
-        cursor.execute("SELECT " + ", ".join(expression.template for expression in expressions.values()))
-        return dict(zip(expressions, cursor.fetchone(), strict=True))
-
-
 def replication_settings(*, using: str) -> dict | None:
     """``synchronous_commit`` and ``synchronous_standby_names`` of a PostgreSQL server; None
     elsewhere or when it cannot be asked."""

@@ -24,7 +24,6 @@ from django.utils import timezone
 from locks.db import (
     bound_lock_wait,
     bound_transaction,
-    current_history,
     error_text,
     history,
     row_locked,
@@ -472,12 +471,13 @@ def _renew(lease: Lease, *, rows, values: dict) -> None:
     )
     if not updated:
         reason = f"lease on {lease.job} (token {lease.token}) was taken over, released or expired"
-        now = current_history(using=using) if same else {}
-        if now and now["timeline"] != lease.timeline:
+        rows = SyncLock.objects.using(using).for_job(lease.job)
+        now = rows.annotate(now=same["timeline"]).values_list("now", flat=True).first() if same else None
+        if now is not None and now != lease.timeline:
             reason = (
                 f"lease on {lease.job} (token {lease.name}) belongs to another database history: the "
                 f"database failed over since token {lease.token} was granted on timeline {lease.timeline} "
-                f"(now timeline {now['timeline']})"
+                f"(now timeline {now})"
             )
         lease.mark_lost(reason)
         raise LockLost(reason)

@@ -377,10 +377,19 @@ def _request(job: str, rows, locked, by: str) -> Change:
 
 
 def end_run_request(*, job: str, by: str) -> None:
-    """The requested run ended (or never started): another request may start one."""
-    SyncLock.objects.for_job(job).filter(run_requested_by=by).update(
-        run_requested_at=None, run_requested_by=""
-    )
+    """The requested run ended (or never started): another request may start one. Like every
+    operator write, it never waits on a row locked by a write in progress past ``OPERATOR_WAIT``;
+    a request it cannot end then goes stale by itself after ``REQUEST_STALE``."""
+    try:
+        _write(
+            lambda rows, locked: locked.filter(run_requested_by=by).update(
+                run_requested_at=None, run_requested_by=""
+            ),
+            job=job,
+            what="end of the run request",
+        )
+    except RowLocked as exc:
+        logger.warning("job=%s %s", job, exc)
 
 
 def run_now_command(*, job: str, requested_by: str) -> list[str]:

@@ -332,8 +332,6 @@ ALLOWED = {
     ("locks/db.py", "bound_lock_wait", "cursor"),
     ("locks/db.py", "bound_lock_wait", "execute"),
     # The server's history (WAL timeline, system id) and replication settings: PostgreSQL only.
-    ("locks/db.py", "current_history", "cursor"),
-    ("locks/db.py", "current_history", "execute"),
     ("locks/db.py", "replication_settings", "cursor"),
     ("locks/db.py", "replication_settings", "execute"),
 }
