@@ -55,29 +55,27 @@ def bound_transaction(*, using: str, seconds: float) -> None:
     """On PostgreSQL, have the server end the current transaction when one of its statements,
     a wait of one for a lock, or a pause between two of them (a frozen process: SIGSTOP, a
     paused VM, a partition) lasts longer than ``seconds``. For this transaction only."""
-    connection = connections[using]
-    if connection.vendor != "postgresql":
-        return
-    milliseconds = str(max(1, round(seconds * 1000)))
-    # No ORM way to set a server setting: set_config(name, value, true) is SET LOCAL, which
-    # lasts until this transaction ends. (transaction_timeout, a bound on the whole
-    # transaction, needs PostgreSQL 17.)
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT set_config('statement_timeout', %s, true), set_config('lock_timeout', %s, true), "
-            "set_config('idle_in_transaction_session_timeout', %s, true)",
-            [milliseconds] * 3,
-        )
+    # (transaction_timeout, a bound on the whole transaction, needs PostgreSQL 17.)
+    _set_local(using, ("statement_timeout", "lock_timeout", "idle_in_transaction_session_timeout"), seconds)
 
 
 def bound_lock_wait(*, using: str, seconds: float) -> None:
     """On PostgreSQL, have a statement of the current transaction that waits for a lock (a row,
     a unique key another transaction is inserting) fail after ``seconds`` (``row_locked``)."""
+    _set_local(using, ("lock_timeout",), seconds)
+
+
+def _set_local(using: str, names: tuple[str, ...], seconds: float) -> None:
+    """Each server setting of ``names`` to ``seconds`` for the current transaction, on PostgreSQL.
+    No ORM way to set a server setting: set_config(name, value, true) is SET LOCAL, which lasts
+    until this transaction ends."""
     connection = connections[using]
     if connection.vendor != "postgresql":
         return
+    milliseconds = str(max(1, round(seconds * 1000)))
+    calls = ", ".join("set_config(%s, %s, true)" for _name in names)
     with connection.cursor() as cursor:
-        cursor.execute("SELECT set_config('lock_timeout', %s, true)", [str(max(1, round(seconds * 1000)))])
+        cursor.execute(f"SELECT {calls}", [value for name in names for value in (name, milliseconds)])
 
 
 class RowLocked(RuntimeError):

@@ -327,10 +327,8 @@ ALLOWED = {
     # elsewhere the rows are returned unchanged: MongoDB locks no rows to wait for.
     ("locks/db.py", "unlocked", "select_for_update"),
     # set_config() of the server's timeouts, only when the vendor is PostgreSQL.
-    ("locks/db.py", "bound_transaction", "cursor"),
-    ("locks/db.py", "bound_transaction", "execute"),
-    ("locks/db.py", "bound_lock_wait", "cursor"),
-    ("locks/db.py", "bound_lock_wait", "execute"),
+    ("locks/db.py", "_set_local", "cursor"),
+    ("locks/db.py", "_set_local", "execute"),
     # The server's history (WAL timeline, system id) and replication settings: PostgreSQL only.
     ("locks/db.py", "replication_settings", "cursor"),
     ("locks/db.py", "replication_settings", "execute"),
