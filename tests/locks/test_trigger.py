@@ -12,6 +12,7 @@ from datetime import timedelta
 
 import pytest
 import requests
+from django.db import connection
 from django.test import Client, RequestFactory
 
 from locks.lease import acquire
@@ -104,6 +105,9 @@ def test_the_right_token_runs_the_job_for_the_tick_of_now(client, trigger, caplo
     assert (row.tick.isoformat(), row.token, row.holder) == (body["tick"], body["token"], body["holder"])
     run = JobRun.objects.get()
     assert (run.status, run.holder, run.token) == (RunStatus.SUCCEEDED, body["holder"], body["token"])
+    # The token leaves the database with its history: the pair (timeline, token), null off PostgreSQL.
+    assert body["timeline"] == run.timeline
+    assert (body["timeline"] is not None) == (connection.vendor == "postgresql")
     assert response["Content-Type"] == "application/json"
     assert f"job={JOB} triggered over HTTP by 192.0.2.1" in caplog.messages
     assert "no-store" in response["Cache-Control"]
