@@ -101,11 +101,15 @@ def outcome_badge(outcome: str) -> str:
 
 def ledger_strip(ledger) -> str:
     """A ``locks.status.Ledger`` as a strip of cells, oldest left, newest right: one per slot,
-    coloured by its outcome (locks/admin.css), the slot and outcome in its title."""
+    coloured by its outcome (locks/admin.css), the slot and outcome in its title; a slot a database
+    failover touched is outlined (``data-failover="yes"``)."""
     cells = format_html_join(
         "",
-        '<span class="tick-cell" data-outcome="{}" title="{}"></span>',
-        ((slot.outcome, slot.describe(tz=ledger.timezone)) for slot in reversed(ledger.slots)),
+        '<span class="tick-cell" data-outcome="{}" data-failover="{}" title="{}"></span>',
+        (
+            (slot.outcome, "yes" if slot.failover else "no", slot.describe(tz=ledger.timezone))
+            for slot in reversed(ledger.slots)
+        ),
     )
     return format_html('<span class="tick-strip" data-job="{}">{}</span>', ledger.job, cells)
 

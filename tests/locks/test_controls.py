@@ -267,7 +267,7 @@ def test_the_list_shows_a_strip_of_one_cell_per_slot_and_the_page_the_whole_ledg
 
     listing = alice.get(LIST_URL).content.decode()
     [strip] = re.findall(r'<span class="tick-strip" data-job="record">(.*?)</span></td>', listing)
-    cells = re.findall(r'data-outcome="(\w+)" title="([^"]+)"', strip)
+    cells = re.findall(r'data-outcome="(\w+)" data-failover="no" title="([^"]+)"', strip)
     assert [outcome for outcome, _title in cells] == [
         "missed",
         "missed",
@@ -282,6 +282,41 @@ def test_the_list_shows_a_strip_of_one_cell_per_slot_and_the_page_the_whole_ledg
     page = alice.get(url("change")).content.decode()
     assert "Tick ledger: the last 6 slots" in page
     assert "failed (token 2, cron)" in page
+    assert "database failover" not in page
+
+
+def test_a_slot_a_failover_touched_is_marked_in_the_strip_and_the_ledger(alice, settings):
+    """Rule 16: a run lost with the old primary, or the rerun after a failover, marks its slot."""
+    reschedule(settings, "record", "0 * * * *")
+    settings.LOCKS_LEDGER_SLOTS = 3
+    ticks = previous_slots("0 * * * *", now=database_now(), count=3)
+    SyncLock.objects.create(job_name="record", created_at=ticks[-1] - timedelta(minutes=1))
+    failover = "the database failed over since token 1 was granted on timeline 1 (now timeline 2)"
+    for token, tick, note in [(1, ticks[2], ""), (2, ticks[1], failover)]:
+        JobRun.objects.create(
+            job_name="record",
+            tick=tick,
+            holder="h:1:a",
+            token=token,
+            timeline=1 + (token == 2),
+            status=RunStatus.SUCCEEDED,
+            started_at=tick,
+            failover=note,
+        )
+
+    listing = alice.get(LIST_URL).content.decode()
+    [strip] = re.findall(r'<span class="tick-strip" data-job="record">(.*?)</span></td>', listing)
+    marks = re.findall(r'data-outcome="(\w+)" data-failover="(\w+)" title="([^"]+)"', strip)
+    assert [(outcome, mark) for outcome, mark, _title in marks] == [
+        ("succeeded", "no"),
+        ("succeeded", "yes"),
+        ("pending", "no"),
+    ]
+    assert marks[1][2].endswith("(a database failover: it may have run on the old primary too)")
+
+    page = alice.get(url("change")).content.decode()
+    assert page.count("database failover: this slot may have run on the old primary too") == 1
+    assert "succeeded (token 2/2)" in page  # the pair (timeline, token)
 
 
 @pytest.mark.parametrize("runs", [10, 1000])
