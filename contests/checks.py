@@ -78,9 +78,11 @@ def check_reminder_settings(app_configs=None, **kwargs) -> list[Error]:
     return errors
 
 
-@register("contests", CHECK_TAG)
+@register("contests")
 def check_reminder_headers(app_configs=None, **kwargs) -> list[Error]:
-    """What every reminder carries: its Message-ID's domain, its unsubscribe links."""
+    """What every reminder carries: its Message-ID's domain, its unsubscribe links. Not tagged
+    ``locks``: a wrong one stops only ``send_reminders`` (``contests.jobs``), never another job's
+    run; ``manage.py check`` reports it."""
     errors = []
     domain = settings.SEND_REMINDERS_MESSAGE_ID_DOMAIN
     if domain and not DOMAIN.match(domain):

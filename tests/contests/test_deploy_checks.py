@@ -6,7 +6,7 @@ import pytest
 from django.core.checks import run_checks
 
 from contests.checks import SITE_URL_HINT, SMTP_BACKEND, W001, W002
-from locks.models import JobRun
+from locks.models import JobRun, SyncLock
 from tests.conftest import manage
 from tests.test_deploy_settings import production_env
 
@@ -74,13 +74,18 @@ def test_check_deploy_names_both_in_a_real_process():
     assert result.returncode == 0, result.stderr
 
 
-def test_a_production_site_without_an_https_site_url_is_refused_before_any_reminder_is_sent(db_url):
+def test_a_production_site_without_an_https_site_url_sends_no_reminder_and_stops_no_other_job(db_url):
     """Issue 28, item 4: every reminder's one-click unsubscribe link needs the site's https://
-    address. `manage.py check`, and every job run (its checks tagged locks), refuse without it."""
+    address. `manage.py check` refuses without it, and so does every run of send_reminders (a
+    failed run that claims nothing), while the other jobs go on: one job's setting never stops
+    another job (as one impossible schedule stops only its own job)."""
     for url, said in [("", "and it is not set"), ("http://contests.example.com", "got 'http://")]:
+        JobRun.objects.all().delete()
+        SyncLock.objects.all().delete()  # each round a first run
         env = production_env(SITE_URL=url, DATABASE_URL=db_url)
         checked = manage("check", env=env)
         run = manage("send_reminders", env=env)
+        other = manage("run_job", "check_jobs", env=env)
 
         assert checked.returncode == 1
         assert f"(contests.E010) SITE_URL must be this site's https:// address when DEBUG is off, {said}" in (
@@ -89,7 +94,11 @@ def test_a_production_site_without_an_https_site_url_is_refused_before_any_remin
         assert f"HINT: {SITE_URL_HINT}" in checked.stderr
         assert run.returncode == 1 and "(contests.E010)" in run.stderr, run.stderr
         assert "Traceback" not in checked.stderr + run.stderr
-        assert not JobRun.objects.exists()  # refused before the lease: no run
+        refused = JobRun.objects.get(job_name="send_reminders")
+        assert refused.status == "failed"
+        assert refused.error.startswith("not sent: (contests.E010) SITE_URL must be"), refused.error
+        assert other.returncode == 0 and "contests.E010" not in other.stderr, other.stderr
+        assert JobRun.objects.get(job_name="check_jobs").status == "succeeded"
 
     fine = manage("check", env=production_env(DATABASE_URL=db_url))  # SITE_URL=https://contests.example.com
     assert fine.returncode == 0, fine.stderr
