@@ -12,7 +12,7 @@ from typing import TypeVar
 from django.db import Error, OperationalError, ProgrammingError, connections, transaction
 from django.db.models import BigIntegerField, Func, QuerySet
 
-# --- from bounds.py ---
+# --- bounded waits: NOWAIT, SKIP LOCKED, server timeouts ---------------------------------
 
 T = TypeVar("T")
 
@@ -189,7 +189,7 @@ def sync_wait_cancelled(*, using: str, forget: bool = False) -> str:
     return said
 
 
-# --- from text.py ---
+# --- error and outside text, bounded to one line ---------------------------------------
 
 # Characters of outside text kept in a log line, a stored error or a JSON answer.
 LIMIT = 500

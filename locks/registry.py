@@ -22,7 +22,7 @@ SLOT_ERRORS = (CroniterBadDateError, OverflowError)
 # A schedule whose next slot lies further ahead than this is refused by the checks (locks.E026).
 SLOT_HORIZON_YEARS = 5
 
-# --- from builtin.py ---
+# --- the app's own jobs -----------------------------------------------------------------
 
 BUILTIN_JOBS = {
     "check_jobs": {
@@ -44,7 +44,7 @@ def with_builtin_jobs(jobs, *, enabled: bool = True):
     return {**jobs, **{name: entry for name, entry in BUILTIN_JOBS.items() if name not in jobs}}
 
 
-# --- from registry.py ---
+# --- reading LOCKS_JOBS into Jobs --------------------------------------------------------
 
 
 class UnknownJob(LookupError):
