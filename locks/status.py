@@ -20,8 +20,6 @@ from locks.registry import SLOT_ERRORS, Job
 from locks.registry import jobs as registered_jobs
 from locks.schedule import local_label, next_tick, previous_slots, slot_at_or_before, zone_name
 
-# --- from selectors.py ---
-
 # A registered job without a lock row: it creates its lock on its first run.
 NEVER_RUN = "never run"
 
@@ -97,10 +95,6 @@ class JobHealth:
         if self.last_success_at is None or self.db_now is None:
             return None
         return self.db_now - self.last_success_at
-
-
-def job_health(*, job: str) -> JobHealth:
-    return jobs_health(jobs=[job])[job]
 
 
 def jobs_health(*, jobs: Iterable[str]) -> dict[str, JobHealth]:
@@ -249,8 +243,6 @@ def lock_summary() -> Summary:
         jobs.append(ScheduledJob(name, health[name].last_success_at, upcoming, error, incidents.get(name)))
     return Summary(jobs=jobs, stuck=locks["stuck"], db_now=db_now)
 
-
-# --- from ledger.py ---
 
 SUCCEEDED, RUNNING, FAILED, MISSED, PAUSED, PENDING, UNKNOWN = (
     *("succeeded", "running", "failed", "missed", "paused", "pending"),

@@ -38,8 +38,6 @@ from locks.runner import RunResult, run_due, run_job
 from locks.schedule import next_tick
 from locks.status import OUTCOMES, Freshness, job_ledgers, jobs_freshness, jobs_health
 
-# --- from auth.py ---
-
 if TYPE_CHECKING:
     from django.http import HttpRequest
 
@@ -120,9 +118,6 @@ def canonical_address(value: str) -> str | None:
     return str(address)
 
 
-# --- from throttle.py ---
-
-
 @dataclass(frozen=True)
 class Claim:
     allowed: bool
@@ -148,8 +143,6 @@ def throttle_claim(*, key: str, window: timedelta) -> Claim:
     remaining = (row[0] - row[1]).total_seconds() if row else 0.0
     return Claim(allowed=False, retry_after=max(1, math.ceil(remaining)))
 
-
-# --- from views.py ---
 
 logger = logging.getLogger(__name__)
 # The most runs one trigger request makes to catch slots up (catch_up "all"); the answer's
@@ -331,9 +324,6 @@ def _job_health(health: Freshness, *, trusted: bool) -> dict:
         hidden = {"job", "db_now"} if trusted else {"job", "db_now", "holder", "last_error"}
         body["lock"] = {key: value for key, value in lock.as_json().items() if key not in hidden}
     return body
-
-
-# --- from metrics.py ---
 
 
 @never_cache

@@ -1,0 +1,345 @@
+"""``check_jobs``, the job of ``locks.contrib.alerts``: it watches every other registered job and
+emails ``ADMINS`` once when an incident opens and once when it is over (docs/architecture.md,
+"Alerts"); ``locks.registry`` registers it while this app is installed.
+
+It runs under its own lease like every job, so however many replicas run it, one run at a
+time judges the ledger (``locks.status``) and writes the incidents, inside its fenced write.
+Hysteresis: an incident opens after ``alert_after_failures`` failed or missed slots in a row (or
+``alert_after`` without a success) and closes after ``alert_after_recoveries`` succeeded slots in
+a row; paused slots count for neither, and a paused job's incident stays open. Each email is
+delivered like a reminder: claimed on its incident row (a conditional UPDATE, with an expiry),
+then sent or uncertain; a claim whose sender died expires and is claimed again; an email whose
+answer was lost after its content went out is ``uncertain`` and never sent again by itself; with
+``ADMINS`` empty it is ``no recipient``. An email that could not be sent fails the run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import smtplib
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from itertools import takewhile
+
+from django.conf import settings
+from django.core.mail import EmailMessage
+from django.core.mail.backends import smtp
+from django.db.models import Max, Q
+from django.db.models.functions import Now
+from django.utils.module_loading import import_string
+
+from locks.contrib.alerts.models import Incident
+from locks.db import error_text
+from locks.lease import Lease, fenced, iso
+from locks.models import JobPause, SyncLock, now_plus
+from locks.operator import ensure_lock_row
+from locks.registry import SLOT_ERRORS, Job, jobs
+from locks.status import FAILED, MISSED, PAUSED, SUCCEEDED, Ledger, Slot, job_ledgers, jobs_health
+
+logger = logging.getLogger(__name__)
+
+SELF = "check_jobs"
+# Slots of the ledger an email shows, newest first.
+EMAIL_SLOTS = 12
+# How long a claimed email stays claimed: then a run whose sender died is taken over (more
+# than the time a send can take, EMAIL_TIMEOUT per step).
+CLAIM_TTL = timedelta(minutes=5)
+CLAIMED, SENT, UNCERTAIN, NO_RECIPIENT = "claimed", "sent", "uncertain", "no recipient"
+
+
+class AlertNotSent(RuntimeError):
+    """An email could not be handed to the mail server (the next run sends it), or its answer
+    was lost (uncertain: never sent again by itself)."""
+
+
+@dataclass(frozen=True)
+class Problem:
+    reason: str  # missed, failed, stale or error
+    summary: str
+
+
+def judged(ledger: Ledger, *, since: datetime | None = None) -> list[Slot]:
+    """The settled slots that count for an incident, newest first: paused ones count for nothing."""
+    return [slot for slot in ledger.settled(since=since) if slot.outcome != PAUSED]
+
+
+def job_problem(
+    job: Job,
+    ledger: Ledger,
+    *,
+    since: datetime,
+    last_success: datetime | None,
+    resumed: datetime | None = None,
+) -> Problem | None:
+    """What is wrong with ``job``, if anything: ``alert_after_failures`` failed or missed slots in
+    a row, no success for ``alert_after`` since ``since`` (when the job was first seen, or last
+    resumed), or a schedule without a slot. The ledger starts with the job; only slots at or after
+    ``resumed`` count (a resume does not alert for the slots before the pause)."""
+    if ledger.error:
+        return Problem("error", ledger.error)
+    streak = list(takewhile(lambda slot: slot.outcome in {FAILED, MISSED}, judged(ledger, since=resumed)))
+    if streak and len(streak) >= job.alert_after_failures:
+        reason = FAILED if any(slot.outcome == FAILED for slot in streak) else MISSED
+        return Problem(reason, f"{len(streak)} slots {reason} in a row, since {streak[-1].describe()}")
+    try:
+        delay = job.alert_delay(now=ledger.db_now)
+    except SLOT_ERRORS:
+        return None  # the ledger said so above
+    start = max(since, last_success) if last_success is not None else since
+    if ledger.db_now - start > delay:
+        what = f"its last success was at {iso(last_success)}" if last_success else "it never succeeded"
+        return Problem("stale", f"no success for more than {delay} ({what})")
+    return None
+
+
+def recovered(job: Job, ledger: Ledger) -> bool:
+    """Whether its newest ``alert_after_recoveries`` counted slots all succeeded."""
+    newest = judged(ledger)[: job.alert_after_recoveries]
+    return len(newest) == job.alert_after_recoveries and all(slot.outcome == SUCCEEDED for slot in newest)
+
+
+CLOSE = "close"
+
+
+def decide(
+    job: Job,
+    ledger: Ledger,
+    *,
+    incident_open: bool,
+    paused: bool,
+    since: datetime,
+    last_success: datetime | None,
+    resumed: datetime | None = None,
+) -> Problem | str | None:
+    """What check_jobs does about ``job`` now: open an incident (its ``Problem``), ``CLOSE`` the
+    open one, or nothing. A paused job neither opens nor closes one."""
+    if paused:
+        return None
+    if incident_open:
+        return CLOSE if recovered(job, ledger) else None
+    return job_problem(job, ledger, since=since, last_success=last_success, resumed=resumed)
+
+
+def check_jobs(lease: Lease) -> dict[str, int]:
+    """Open an incident for each registered job that has a problem and none open (never for a
+    paused job), close the open incidents of jobs that recovered (never while paused); then send
+    the emails due. The incidents are written in a fenced write of a copy of ``lease``: the run
+    succeeds only once its emails are out too (a run that failed is judged again; nothing doubles)."""
+    watched = {name: job for name, job in jobs().items() if name != SELF}
+    for name in set(watched) - set(
+        SyncLock.objects.filter(job_name__in=watched).values_list("job_name", flat=True)
+    ):
+        ensure_lock_row(job=name)  # first seen now: its earlier slots are not judged
+    ledgers = job_ledgers(jobs=watched.values())
+    locks = {
+        row["job_name"]: row
+        for row in SyncLock.objects.filter(job_name__in=watched).values(
+            "job_name", "paused_at", "last_error", "created_at"
+        )
+    }
+    health = jobs_health(jobs=watched)
+    resumes = dict(
+        JobPause.objects.filter(job_name__in=watched, resumed_at__isnull=False)
+        .order_by()
+        .values("job_name")
+        .annotate(last=Max("resumed_at"))
+        .values_list("job_name", "last")
+    )
+    open_incidents = {
+        incident.job_name: incident for incident in Incident.objects.open().filter(job_name__in=watched)
+    }
+    opened = closed = 0
+    with fenced(replace(lease)):
+        for name, job in watched.items():
+            lock, incident, resumed = locks[name], open_incidents.get(name), resumes.get(name)
+            action = decide(
+                job,
+                ledgers[name],
+                incident_open=incident is not None,
+                paused=lock["paused_at"] is not None,
+                since=max(lock["created_at"], resumed or lock["created_at"]),
+                last_success=health[name].last_success_at,
+                resumed=resumed,
+            )
+            if action == CLOSE:
+                closed += _close(job, incident)
+            elif action is not None:
+                _open(name, action, lock=lock, ledger=ledgers[name])
+                opened += 1
+    sent = send_incident_emails(ledgers=ledgers)
+    still_open = Incident.objects.open().count()
+    return {"jobs": len(watched), "opened": opened, "closed": closed, "open": still_open, "emails": sent}
+
+
+def _open(name: str, problem: Problem, *, lock: dict, ledger: Ledger) -> None:
+    Incident.objects.create(
+        job_name=name,
+        reason=problem.reason,
+        summary=problem.summary,
+        last_error=lock["last_error"][:2000],
+        opened_at=ledger.db_now,
+    )
+    logger.warning("job=%s incident opened (%s): %s", name, problem.reason, problem.summary)
+
+
+def _close(job: Job, incident: Incident) -> int:
+    closed = Incident.objects.filter(pk=incident.pk, closed_at__isnull=True).update(closed_at=Now())
+    logger.warning(
+        "job=%s incident closed: %s slots succeeded in a row (opened %s)",
+        job.name,
+        job.alert_after_recoveries,
+        iso(incident.opened_at),
+    )
+    return closed
+
+
+# --- the emails -------------------------------------------------------------------------
+
+
+def _due(kind: str) -> Q:
+    """Not claimed yet, or claimed by a run that died (its claim expired unsettled)."""
+    return Q(**{f"{kind}_state": ""}) | Q(**{f"{kind}_state": CLAIMED, f"{kind}_claimed_until__lt": Now()})
+
+
+def send_incident_emails(*, ledgers: dict[str, Ledger]) -> int:
+    """Each opening email due, then each recovery email (after its opening one settled); every
+    one claimed on its row before it is sent, so no two runs send the same. Raises
+    ``AlertNotSent`` for the first that the mail server refused or whose answer was lost."""
+    sent = 0
+    for incident in Incident.objects.filter(_due("opened_mail")).order_by("opened_at"):
+        sent += _send(incident, "opened_mail", *_opening(incident, ledgers.get(incident.job_name)))
+    recoveries = Incident.objects.filter(_due("closed_mail"), closed_at__isnull=False)
+    for incident in recoveries.exclude(opened_mail_state__in=["", CLAIMED]).order_by("closed_at"):
+        sent += _send(incident, "closed_mail", *_recovery(incident, ledgers.get(incident.job_name)))
+    return sent
+
+
+def _send(incident: Incident, kind: str, subject: str, body: str) -> int:
+    rows = Incident.objects.filter(pk=incident.pk)
+    recipients = [admin if isinstance(admin, str) else admin[1] for admin in settings.ADMINS]
+    if not recipients:
+        if rows.filter(_due(kind)).update(**{f"{kind}_state": NO_RECIPIENT, f"{kind}_at": Now()}):
+            logger.warning(
+                "job=%s incident email not sent: no recipient (ADMINS is empty): %s",
+                incident.job_name,
+                subject,
+            )
+        return 0
+    if not rows.filter(_due(kind)).update(
+        **{f"{kind}_state": CLAIMED, f"{kind}_claimed_until": now_plus(CLAIM_TTL)}
+    ):
+        return 0  # another run claimed it
+    message = EmailMessage(
+        f"{settings.EMAIL_SUBJECT_PREFIX}{subject}",
+        body,
+        settings.SERVER_EMAIL,
+        recipients,
+        headers={"Auto-Submitted": "auto-generated"},
+    )
+    outcome, error = hand_over(message)
+    mine = rows.filter(**{f"{kind}_state": CLAIMED})
+    if outcome == SENT:
+        mine.update(**{f"{kind}_state": SENT, f"{kind}_at": Now()})
+        logger.info("job=%s incident email sent: %s", incident.job_name, subject)
+        return 1
+    if outcome == UNCERTAIN:
+        mine.update(**{f"{kind}_state": UNCERTAIN, f"{kind}_at": Now()})
+        raise AlertNotSent(
+            f"email to ADMINS about {incident.job_name} is uncertain ({error}): its content went out and "
+            "the mail server's answer was lost; it is not sent again by itself"
+        )
+    mine.update(**{f"{kind}_state": "", f"{kind}_claimed_until": None})  # the next run sends it
+    raise AlertNotSent(f"could not email ADMINS about {incident.job_name}: {error}")
+
+
+class _Staged:
+    """For ``smtplib.SMTP`` and ``SMTP_SSL``: ``content_sent`` says whether the last message's
+    content (after DATA's 354) went out: an error after that leaves its fate unknown."""
+
+    content_sent = False
+    _awaiting_354 = _content_next = False
+
+    def data(self, msg):
+        self._awaiting_354, self.content_sent = True, False
+        try:
+            return super().data(msg)
+        finally:
+            self._awaiting_354 = self._content_next = False
+
+    def getreply(self):
+        reply = super().getreply()
+        if self._awaiting_354:
+            self._awaiting_354, self._content_next = False, reply[0] == 354
+        return reply
+
+    def send(self, s):
+        content, self._content_next = self._content_next, False
+        super().send(s)
+        if content:
+            self.content_sent = True
+
+
+class _StagedSMTP(_Staged, smtplib.SMTP):
+    pass
+
+
+class _StagedSMTPSSL(_Staged, smtplib.SMTP_SSL):
+    pass
+
+
+class _AlertBackend(smtp.EmailBackend):
+    @property
+    def connection_class(self):
+        return _StagedSMTPSSL if self.use_ssl else _StagedSMTP
+
+
+def hand_over(message: EmailMessage) -> tuple[str, str]:
+    """Send ``message`` on a new connection of ``EMAIL_BACKEND`` (Django's SMTP backend on a
+    staged connection): ``(SENT, "")``, ``(UNCERTAIN, error)`` when the content went out and
+    the answer did not come, else ``("unsent", error)``."""
+    backend_class = import_string(settings.EMAIL_BACKEND)
+    backend = (_AlertBackend if backend_class is smtp.EmailBackend else backend_class)(fail_silently=False)
+    try:
+        backend.open()
+    except Exception as exc:  # OSError, SMTPException: nothing went out
+        return "unsent", error_text(exc)
+    connection = getattr(backend, "connection", None)
+    try:
+        sent = backend.send_messages([message])
+    except (smtplib.SMTPResponseException, smtplib.SMTPRecipientsRefused, ValueError) as exc:
+        return "unsent", error_text(exc)  # refused by the server: it may be tried again
+    except OSError as exc:  # a timeout, a dropped connection
+        return (UNCERTAIN if getattr(connection, "content_sent", False) else "unsent"), error_text(exc)
+    finally:
+        with contextlib.suppress(Exception):
+            backend.close()
+    return (SENT, "") if sent else ("unsent", "the email backend sent nothing")
+
+
+def _slots_text(ledger: Ledger | None) -> str:
+    if ledger is None:
+        return "(no ledger: the job is no longer registered)"
+    return "\n".join(f"  {slot.describe()}" for slot in ledger.slots[:EMAIL_SLOTS])
+
+
+def _opening(incident: Incident, ledger: Ledger | None) -> tuple[str, str]:
+    subject = f"job {incident.job_name}: {incident.reason}"
+    body = (
+        f"Job {incident.job_name} needs attention: {incident.summary}.\n\n"
+        f"Incident open since {iso(incident.opened_at)} (database clock).\n"
+        f"Last error: {incident.last_error or '(none recorded)'}\n\n"
+        f"Its last slots, newest first:\n{_slots_text(ledger)}\n\n"
+        "You get one more email when it recovers, and none in between.\n"
+    )
+    return subject, body
+
+
+def _recovery(incident: Incident, ledger: Ledger | None) -> tuple[str, str]:
+    subject = f"job {incident.job_name}: recovered"
+    body = (
+        f"Job {incident.job_name} recovered: the incident opened at {iso(incident.opened_at)} "
+        f"({incident.reason}: {incident.summary}) closed at {iso(incident.closed_at)}.\n\n"
+        f"Its last slots, newest first:\n{_slots_text(ledger)}\n"
+    )
+    return subject, body
