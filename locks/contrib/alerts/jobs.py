@@ -1,6 +1,5 @@
-"""``check_jobs``, the job of ``locks.contrib.alerts``: it watches every other registered job and
-emails ``ADMINS`` once when an incident opens and once when it is over (docs/architecture.md,
-"Alerts"); ``locks.registry`` registers it while this app is installed.
+"""``check_jobs`` (this app's job): it watches every other registered job and emails ``ADMINS`` once
+when an incident opens and once when it is over (docs/architecture.md, "Alerts").
 
 It runs under its own lease like every job, so however many replicas run it, one run at a
 time judges the ledger (``locks.status``) and writes the incidents, inside its fenced write.
@@ -127,17 +126,11 @@ def check_jobs(lease: Lease) -> dict[str, int]:
     the emails due. The incidents are written in a fenced write of a copy of ``lease``: the run
     succeeds only once its emails are out too (a run that failed is judged again; nothing doubles)."""
     watched = {name: job for name, job in jobs().items() if name != SELF}
-    for name in set(watched) - set(
-        SyncLock.objects.filter(job_name__in=watched).values_list("job_name", flat=True)
-    ):
+    rows = SyncLock.objects.filter(job_name__in=watched)
+    for name in set(watched) - set(rows.values_list("job_name", flat=True)):
         ensure_lock_row(job=name)  # first seen now: its earlier slots are not judged
     ledgers = job_ledgers(jobs=watched.values())
-    locks = {
-        row["job_name"]: row
-        for row in SyncLock.objects.filter(job_name__in=watched).values(
-            "job_name", "paused_at", "last_error", "created_at"
-        )
-    }
+    locks = {row["job_name"]: row for row in rows.values("job_name", "paused_at", "last_error", "created_at")}
     health = jobs_health(jobs=watched)
     resumes = dict(
         JobPause.objects.filter(job_name__in=watched, resumed_at__isnull=False)
