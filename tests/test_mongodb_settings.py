@@ -261,7 +261,8 @@ def test_mongodb_migrations_exist_only_under_mongo_migrations():
 
     contrib = [f"mongo_migrations/{app}/0001_initial.py" for app in ("admin", "auth", "axes", "contenttypes")]
     # The project's apps: one MongoDB migration beside each SQL one, of the same name.
-    apps = {"contests": "contests", "locks": "locks", "locks_alerts": "locks/contrib/alerts"}  # label: its package
+    # Each app's label and its package (locks.contrib.alerts is the app locks_alerts).
+    apps = {"contests": "contests", "locks": "locks", "locks_alerts": "locks/contrib/alerts"}
     own = [
         f"mongo_migrations/{label}/{migration.name}"
         for label, package in apps.items()
