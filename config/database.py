@@ -196,5 +196,5 @@ MONGODB_APP_CONFIGS = {
 }
 MONGODB_MIGRATION_MODULES = {
     label: f"mongo_migrations.{label}"
-    for label in ("admin", "auth", "contenttypes", "locks", "contests", "axes")
+    for label in ("admin", "auth", "contenttypes", "locks", "locks_alerts", "contests", "axes")
 }

@@ -55,6 +55,7 @@ INSTALLED_APPS = [
         "django.contrib.staticfiles",
         "django_crontab",
         "locks",  # the job lock, trigger, /healthz, cron wiring (its defaults: locks/conf.py)
+        "locks.contrib.alerts",  # check_jobs and its incidents, emailed to ADMINS
         "contests",
         "axes",  # admin login lockouts (Admin login block below)
     )

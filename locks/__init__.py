@@ -76,6 +76,7 @@ _MOVED = {
     "actions": "admin",
     "controls": "admin",
     "builtin": "registry",
+    "alerts": "contrib.alerts.jobs",  # an app of its own now: INSTALLED_APPS names locks.contrib.alerts
 }
 
 

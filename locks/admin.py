@@ -1,4 +1,4 @@
-"""Admin of job locks, runs, pauses and incidents. Rows are machine-written: read-only here. The operator's writes (force release, reset tick, pause, resume, run now) are actions and buttons that call ``locks.operator``, each confirmed first where it can harm, permission-gated and logged (``LogEntry``). Every state and relative time is judged against the database clock (``db_now``)."""
+"""Admin of job locks, runs and pauses (incidents: locks.contrib.alerts). Rows are machine-written: read-only here. The operator's writes (force release, reset tick, pause, resume, run now) are actions and buttons that call ``locks.operator``, each confirmed first where it can harm, permission-gated and logged (``LogEntry``). Every state and relative time is judged against the database clock (``db_now``)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from django.utils.translation import gettext_lazy as _
 
 from locks.db import RowLocked
 from locks.lease import LockError, iso
-from locks.models import EXPIRED, FREE, HELD, OVERDUE, Incident, JobPause, JobRun, Outcome, SyncLock
+from locks.models import EXPIRED, FREE, HELD, OVERDUE, JobPause, JobRun, Outcome, SyncLock
 from locks.operator import admin_name, force_release, pause_job, reset_tick, resume_job, run_now
 from locks.registry import UnknownJob, get_job, timezone_of
 from locks.registry import jobs as registered_jobs
@@ -702,19 +702,7 @@ class JobRunAdmin(ReadOnlyAdminMixin, Styled, admin.ModelAdmin):
         return format_html('<span title="{}">{}</span>', run.error[:1000], excerpt(run.error))
 
 
-# --- incidents and pauses (check_jobs and locks.operator write them) ------------------------
-
-
-@admin.register(Incident)
-class IncidentAdmin(ReadOnlyAdminMixin, Styled, admin.ModelAdmin):
-    empty_value_display = "—"
-    list_display = ("job_name", "reason", "summary", "opened", "closed", "opened_mail_at", "closed_mail_at")
-    list_filter = ("job_name", "reason", ("closed_at", admin.EmptyFieldListFilter))
-    search_fields = ("job_name", "summary", "last_error")
-    fields = (*list_display, "last_error")
-    readonly_fields = fields
-    opened = timestamp("opened_at", _("opened"))
-    closed = timestamp("closed_at", _("closed"))
+# --- pauses (locks.operator writes them) ----------------------------------------------------
 
 
 @admin.register(JobPause)

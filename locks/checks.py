@@ -87,10 +87,6 @@ NO_SLOT_HINT = (
     "The expression is valid cron, but no date matches it (e.g. '0 0 31 2 *' is February 31st); "
     "fix the day of month, month or day of week."
 )
-NO_RECIPIENT = "check_jobs is enabled but ADMINS is empty: its alert emails have nobody to go to."
-NO_RECIPIENT_HINT = (
-    "Set ADMINS (e.g. DJANGO_ADMINS) to who is on call, or LOCKS_CHECK_JOBS = False to turn the alerts off."
-)
 SAME_TOKENS = "LOCKS_HEALTHZ_TOKEN is the same as LOCKS_TRIGGER_TOKEN."
 NOT_REPLICATED = (
     "PostgreSQL commits here {how}: a failover can lose acknowledged ticks: exactly once then holds "
@@ -198,15 +194,6 @@ def check_tokens(app_configs=None, **kwargs) -> list[Warning]:
     if settings.LOCKS_TRIGGER_TOKEN and settings.LOCKS_TRIGGER_TOKEN == settings.LOCKS_HEALTHZ_TOKEN:
         warnings.append(Warning(SAME_TOKENS, hint=SAME_TOKENS_HINT, id="locks.W003"))
     return warnings
-
-
-@register(deploy=True)
-def check_alert_recipients(app_configs=None, **kwargs) -> list[Warning]:
-    """check_jobs emails ADMINS: with none, an incident would reach nobody."""
-    entries = job_settings()
-    if isinstance(entries, dict) and "check_jobs" in entries and not settings.ADMINS:
-        return [Warning(NO_RECIPIENT, hint=NO_RECIPIENT_HINT, id="locks.W005")]
-    return []
 
 
 @register(Tags.database, deploy=True)

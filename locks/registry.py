@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from croniter import CroniterBadDateError
+from django.apps import apps
 from django.conf import settings
 from django.core.checks import Error
 from django.core.exceptions import ImproperlyConfigured
@@ -24,13 +25,14 @@ SLOT_HORIZON_YEARS = 5
 
 # --- the app's own jobs -----------------------------------------------------------------
 
+# Declared here (a settings module's CRONJOBS names it); registered while its app is installed (job_settings).
 BUILTIN_JOBS = {
     "check_jobs": {
         "schedule": "* * * * *",
-        "callable": "locks.alerts.check_jobs",
+        "callable": "locks.contrib.alerts.jobs.check_jobs",
         "ttl": 120,
         "max_run_time": 300,
-        "expected_errors": ["locks.alerts.AlertNotSent"],
+        "expected_errors": ["locks.contrib.alerts.jobs.AlertNotSent"],
     }
 }
 
@@ -131,7 +133,8 @@ def tick_window() -> timedelta:
 
 def job_settings() -> dict:
     """``LOCKS_JOBS`` with the app's own jobs added (``locks.registry``), as every reader sees it."""
-    return with_builtin_jobs(settings.LOCKS_JOBS, enabled=settings.LOCKS_CHECK_JOBS)
+    alerts = settings.LOCKS_CHECK_JOBS and apps.is_installed("locks.contrib.alerts")  # check_jobs' app
+    return with_builtin_jobs(settings.LOCKS_JOBS, enabled=alerts)
 
 
 def jobs() -> dict[str, Job]:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
+from collections import Counter, defaultdict, namedtuple
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, fields, replace
 from datetime import datetime, timedelta
 
+from django.apps import apps
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.db.models import Count, Max, Q
@@ -15,12 +16,10 @@ from django.utils import timezone
 
 from locks.conf import MAX_LEDGER_SLOTS
 from locks.lease import iso
-from locks.models import STUCK_Q, Incident, JobPause, JobRun, Outcome, SyncLock, database_now
+from locks.models import STUCK_Q, JobPause, JobRun, Outcome, SyncLock, database_now
 from locks.registry import SLOT_ERRORS, Job
 from locks.registry import jobs as registered_jobs
 from locks.schedule import local_label, next_tick, previous_slots, slot_at_or_before, zone_name
-
-# --- from selectors.py ---
 
 # A registered job without a lock row: it creates its lock on its first run.
 NEVER_RUN = "never run"
@@ -97,10 +96,6 @@ class JobHealth:
         if self.last_success_at is None or self.db_now is None:
             return None
         return self.db_now - self.last_success_at
-
-
-def job_health(*, job: str) -> JobHealth:
-    return jobs_health(jobs=[job])[job]
 
 
 def jobs_health(*, jobs: Iterable[str]) -> dict[str, JobHealth]:
@@ -206,6 +201,21 @@ def jobs_freshness() -> dict[str, Freshness]:
     return freshness
 
 
+# --- open incidents: kept by an optional app (locks.contrib.alerts), none without one -----
+
+
+# reason: what opened it (missed, failed, stale or error); email: the opening email's state (pending,
+# claimed, sent, uncertain or no recipient).
+OpenIncident = namedtuple("OpenIncident", "job reason summary opened_at email")
+
+
+def open_incidents(*, jobs: Iterable[str] | None = None) -> dict[str, OpenIncident]:
+    """The incidents open now, by job (of ``jobs``, else all): each installed app whose AppConfig has an
+    ``open_incidents(jobs=)`` method tells its own ``OpenIncident``s (locks.contrib.alerts); else none."""
+    sources = [config for config in apps.get_app_configs() if hasattr(config, "open_incidents")]
+    return {incident.job: incident for config in sources for incident in config.open_incidents(jobs=jobs)}
+
+
 # --- the summary above the admin's list of locks ----------------------------------
 
 
@@ -215,7 +225,7 @@ class ScheduledJob:
     last_success: datetime | None
     next_tick: datetime | None  # None: its schedule has no slot that can be computed (``error``)
     error: str = ""
-    # Paused while check_jobs has an incident open for it: when that incident opened.
+    # Paused while an incident is open for it (open_incidents): when that incident opened.
     paused_incident_since: datetime | None = None
 
 
@@ -239,7 +249,7 @@ def lock_summary() -> Summary:
         return Summary(jobs=[], stuck=locks["stuck"], db_now=db_now, error=str(exc))
     health = jobs_health(jobs=registered)
     paused = {name for name, job in health.items() if job.lock is not None and job.lock.paused}
-    incidents = dict(Incident.objects.open().filter(job_name__in=paused).values_list("job_name", "opened_at"))
+    incidents = {name: incident.opened_at for name, incident in open_incidents(jobs=paused).items()}
     jobs = []
     for name, job in registered.items():
         try:
@@ -249,8 +259,6 @@ def lock_summary() -> Summary:
         jobs.append(ScheduledJob(name, health[name].last_success_at, upcoming, error, incidents.get(name)))
     return Summary(jobs=jobs, stuck=locks["stuck"], db_now=db_now)
 
-
-# --- from ledger.py ---
 
 SUCCEEDED, RUNNING, FAILED, MISSED, PAUSED, PENDING, UNKNOWN = (
     *("succeeded", "running", "failed", "missed", "paused", "pending"),

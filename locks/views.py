@@ -31,17 +31,15 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from locks.db import STANDBY, error_text, standby
 from locks.lease import LockError, iso
-from locks.models import HELD, OVERDUE, Incident, JobRun, Outcome, Throttle, database_now, now_plus
+from locks.models import HELD, OVERDUE, JobRun, Outcome, Throttle, database_now, now_plus
 from locks.registry import SLOT_ERRORS, UnknownJob, get_job
 from locks.registry import jobs as registered_jobs
 from locks.runner import RunResult, run_due, run_job
 from locks.schedule import next_tick
-from locks.status import OUTCOMES, Freshness, job_ledgers, jobs_freshness, jobs_health
-
-# --- from auth.py ---
+from locks.status import OUTCOMES, Freshness, job_ledgers, jobs_freshness, jobs_health, open_incidents
 
 if TYPE_CHECKING:
-    from django.http import HttpRequest
+    from locks.status import OpenIncident
 
 
 # The words for yes and no: a trigger's ?force= here, every boolean variable in config/env.py.
@@ -120,9 +118,6 @@ def canonical_address(value: str) -> str | None:
     return str(address)
 
 
-# --- from throttle.py ---
-
-
 @dataclass(frozen=True)
 class Claim:
     allowed: bool
@@ -148,8 +143,6 @@ def throttle_claim(*, key: str, window: timedelta) -> Claim:
     remaining = (row[0] - row[1]).total_seconds() if row else 0.0
     return Claim(allowed=False, retry_after=max(1, math.ceil(remaining)))
 
-
-# --- from views.py ---
 
 logger = logging.getLogger(__name__)
 # The most runs one trigger request makes to catch slots up (catch_up "all"); the answer's
@@ -280,8 +273,8 @@ def healthz(request: HttpRequest) -> HttpResponse:
     summary = settings.LOCKS_HEALTHZ_JOB
     try:
         freshness = jobs_freshness()
-        # check_jobs' open incidents (locks.alerts): a detail, only for a monitor that may see them.
-        incidents = {incident.job_name: incident for incident in Incident.objects.open()} if trusted else {}
+        # The open incidents (locks.contrib.alerts, if installed): a detail, only for a monitor that may see them.
+        incidents = open_incidents() if trusted else {}
     except DBError as exc:
         status = STANDBY if standby(exc) else "database unreachable"
         body = {"status": status, "database": False, **({"job": summary} if summary else {})}
@@ -303,17 +296,12 @@ def healthz(request: HttpRequest) -> HttpResponse:
     return JsonResponse(body, status=200 if fresh else 503)
 
 
-def _incident(incident: Incident | None) -> dict | None:
+def _incident(incident: OpenIncident | None) -> dict | None:
     if incident is None:
         return None
-    return {
-        "reason": incident.reason,
-        "summary": incident.summary,
-        "opened_at": iso(incident.opened_at),
-        # sent, claimed (being sent), uncertain (the server's answer was lost), no recipient, or pending
-        "email": incident.opening_email,
-        "email_sent": incident.opening_email == "sent",
-    }
+    # email: sent, claimed (being sent), uncertain (the server's answer was lost), no recipient, or pending
+    fields = {"reason": incident.reason, "summary": incident.summary, "opened_at": iso(incident.opened_at)}
+    return {**fields, "email": incident.email, "email_sent": incident.email == "sent"}
 
 
 def _job_health(health: Freshness, *, trusted: bool) -> dict:
@@ -334,9 +322,6 @@ def _job_health(health: Freshness, *, trusted: bool) -> dict:
         hidden = {"job", "db_now"} if trusted else {"job", "db_now", "holder", "last_error"}
         body["lock"] = {key: value for key, value in lock.as_json().items() if key not in hidden}
     return body
-
-
-# --- from metrics.py ---
 
 
 @never_cache
@@ -391,9 +376,7 @@ def job_metrics() -> list[Metric]:
     registered = registered_jobs()
     health = jobs_health(jobs=registered)
     ledgers = job_ledgers(jobs=registered.values())
-    open_incidents = set(
-        Incident.objects.open().filter(job_name__in=registered).values_list("job_name", flat=True)
-    )
+    incidents = open_incidents(jobs=registered)
     runs = (
         JobRun.objects.filter(job_name__in=registered)
         .order_by()
@@ -431,7 +414,7 @@ def job_metrics() -> list[Metric]:
         with contextlib.suppress(*SLOT_ERRORS):  # no slot computable: that job has no next tick
             next_slot.add_metric([name], next_tick(job.schedule, now=db_now, tz=job.timezone).timestamp())
         paused.add_metric([name], float(ledgers[name].paused))
-        incident.add_metric([name], float(name in open_incidents))
+        incident.add_metric([name], float(name in incidents))
         held.add_metric([name], float(lock is not None and lock.state in {HELD, OVERDUE}))
         if lock and lock.last_finished_at and lock.last_started_at and lock.last_status != Outcome.RUNNING:
             duration.add_metric([name], (lock.last_finished_at - lock.last_started_at).total_seconds())

@@ -9,7 +9,8 @@ from datetime import timedelta
 
 import pytest
 
-from locks.models import Incident, JobRun, RunStatus, SyncLock, database_now
+from locks.contrib.alerts.models import Incident
+from locks.models import JobRun, RunStatus, SyncLock, database_now
 from locks.runner import RunResult, run_job
 from locks.schedule import previous_slots
 from tests.smtp_standin import smtp_standin

@@ -382,6 +382,7 @@ def test_the_module_map_names_every_module_of_locks_and_only_those():
     lines = map_sections(module_map())["locks/"]
     named = {name for line in lines for name in re.findall(r"\b([a-z_]+)\.py\b", line)}
     on_disk = {path.stem for path in (ROOT / "locks").glob("*.py") if path.stem != "__init__"}
+    on_disk |= {path.stem for path in (ROOT / "locks" / "contrib").glob("*/*.py") if path.stem != "__init__"}
     assert named == on_disk
     commands = {path.stem for path in (ROOT / "locks" / "management" / "commands").glob("*.py")} - {
         "__init__"

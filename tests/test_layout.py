@@ -171,7 +171,6 @@ LAYERS = {
     "locks.status": 3,
     "locks.operator": 3,
     "locks.scheduler": 4,
-    "locks.alerts": 4,
     "locks.admin": 5,
     "locks.views": 5,
     "locks.urls": 6,
@@ -179,14 +178,29 @@ LAYERS = {
     "locks.management.commands.run_job": 6,
     "locks.management.commands.run_scheduler": 6,
     "locks.management.commands.crontab_env": 6,
+    # locks.contrib.alerts, an optional app: above the whole core, which never imports it.
+    "locks.contrib.alerts.models": 7,
+    "locks.contrib.alerts.jobs": 8,
+    "locks.contrib.alerts.admin": 8,
+    "locks.contrib.alerts.apps": 9,
 }
-ABOVE = {"locks", "locks.apps", "locks.management", "locks.management.commands"}
+CORE_TOP = 6
+ABOVE = {
+    "locks",
+    "locks.apps",
+    "locks.management",
+    "locks.management.commands",
+    "locks.contrib",
+    "locks.contrib.alerts",
+}
 # locks/ without migrations, templates and static files. Issue 25 set 4,300 for the app as it then
 # stood (5,320 lines in 37 modules); the rooms took it to 5,230, and issues 26, 27 and 29 have since
 # added about 1,200 lines of features (failover history, alert states, time zones). A ratchet, not
 # the goal: lower it as code is cut; raise it only with a reason in the commit.
 MAX_PRODUCT_LINES = 6450
-MAX_MODULES = 22  # its Python files with code (an empty package marker is not counted)
+# Its Python files with code (an empty package marker is not counted): 22 until issue 25 made alerts.py
+# an app of its own, locks.contrib.alerts: an app has its own apps.py, models.py and admin.py (and jobs.py).
+MAX_MODULES = 25
 MAX_FUNCTION_LINES = 60
 # The apps of the project other than locks: they import the public names from the package root.
 CALLERS = ("contests", "config", "bench", "scripts")
@@ -247,6 +261,20 @@ def test_the_layering_check_catches_an_upward_import_and_a_cycle():
     assert any(problem.startswith("import cycle: a -> b -> a") for problem in problems)
 
 
+def test_the_core_of_locks_never_imports_its_contrib_apps():
+    graph = locks_graph()
+    core = {name for name in graph if not name.startswith("locks.contrib")}
+    assert {
+        name: targets
+        for name in core
+        if (targets := {t for t in graph[name] if t.startswith("locks.contrib")})
+    } == {}
+    assert all(LAYERS[name] <= CORE_TOP for name in core if name in LAYERS)
+    assert all(
+        LAYERS[name] > CORE_TOP for name in graph if name.startswith("locks.contrib") and name in LAYERS
+    )
+
+
 def test_other_apps_import_locks_from_its_package_root_only():
     import locks
 
@@ -284,9 +312,12 @@ def test_an_old_module_path_still_imports_with_a_deprecation_warning():
     from locks import Lease
 
     assert old.Lease is Lease
+    sys.modules.pop("locks.alerts", None)
+    with pytest.warns(DeprecationWarning, match="it is locks.contrib.alerts.jobs now"):
+        assert importlib.import_module("locks.alerts").check_jobs.__module__ == "locks.contrib.alerts.jobs"
 
 
-def test_locks_stays_within_its_line_ratchet_in_at_most_22_modules():
+def test_locks_stays_within_its_line_ratchet_in_at_most_25_modules():
     with_code = [path for path in product_files() if path.read_text().strip()]
     lines = sum(len(path.read_text().splitlines()) for path in with_code)
     assert len(with_code) <= MAX_MODULES, sorted(str(path.relative_to(ROOT)) for path in with_code)

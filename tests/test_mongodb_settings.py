@@ -164,7 +164,7 @@ def test_mongodb_settings_give_every_model_an_objectid_and_mongodb_migrations(ur
     assert found["default_auto_field"] == OBJECT_ID
     assert found["migration_modules"] == {
         label: f"mongo_migrations.{label}"
-        for label in ("admin", "auth", "contenttypes", "locks", "contests", "axes")
+        for label in ("admin", "auth", "contenttypes", "locks", "locks_alerts", "contests", "axes")
     }
     assert found["app_configs"]["admin"] == "config.mongodb.apps.MongoAdminConfig"
     assert found["app_configs"]["auth"] == "config.mongodb.apps.MongoAuthConfig"
@@ -261,17 +261,19 @@ def test_mongodb_migrations_exist_only_under_mongo_migrations():
 
     contrib = [f"mongo_migrations/{app}/0001_initial.py" for app in ("admin", "auth", "axes", "contenttypes")]
     # The project's apps: one MongoDB migration beside each SQL one, of the same name.
+    # Each app's label and its package (locks.contrib.alerts is the app locks_alerts).
+    apps = {"contests": "contests", "locks": "locks", "locks_alerts": "locks/contrib/alerts"}
     own = [
-        f"mongo_migrations/{app}/{migration.name}"
-        for app in ("contests", "locks")
-        for migration in sorted((ROOT / app / "migrations").glob("0*.py"))
+        f"mongo_migrations/{label}/{migration.name}"
+        for label, package in apps.items()
+        for migration in sorted((ROOT / package / "migrations").glob("0*.py"))
     ]
     assert files == sorted(contrib + own)
     for path in files:
         if path.endswith("/0001_initial.py"):  # later ones add fields, not tables
             assert "ObjectIdAutoField" in (ROOT / path).read_text(), path
-    for app in ("locks", "contests"):
-        for migration in (ROOT / app / "migrations").glob("0*.py"):
+    for package in apps.values():
+        for migration in (ROOT / package / "migrations").glob("0*.py"):
             assert "django_mongodb_backend" not in migration.read_text(), migration
 
 

@@ -34,6 +34,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "django_crontab",
     "locks",
+    *([] if os.environ.get("HOSTPROJECT_ALERTS") == "0" else ["locks.contrib.alerts"]),  # check_jobs
     "tests.jobsapp",
 ]
 MIDDLEWARE = [

@@ -12,8 +12,9 @@ from email import message_from_string
 import pytest
 from django.core.checks import run_checks
 
-from locks.alerts import AlertNotSent
-from locks.models import Incident, JobRun, RunStatus, SyncLock, database_now, now_plus
+from locks.contrib.alerts.jobs import AlertNotSent
+from locks.contrib.alerts.models import Incident
+from locks.models import JobRun, RunStatus, SyncLock, database_now, now_plus
 from locks.operator import pause_job, resume_job
 from locks.runner import run_job
 from locks.schedule import previous_slots

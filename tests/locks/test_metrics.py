@@ -13,8 +13,9 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from prometheus_client.parser import text_string_to_metric_families
 
+from locks.contrib.alerts.models import Incident
 from locks.lease import acquire
-from locks.models import Incident, JobRun, RunStatus, SyncLock, database_now, now_plus
+from locks.models import JobRun, RunStatus, SyncLock, database_now, now_plus
 from locks.operator import pause_job
 from locks.runner import run_job
 from locks.schedule import next_tick, previous_slots

@@ -213,12 +213,12 @@ def test_the_app_registers_check_jobs_unless_told_not_to_or_given_its_own(settin
     job = get_job("check_jobs")
     assert (job.schedule, job.callable_path, job.ttl) == (
         "* * * * *",
-        "locks.alerts.check_jobs",
+        "locks.contrib.alerts.jobs.check_jobs",
         timedelta(minutes=2),
     )
     settings.LOCKS_JOBS = {
         **settings.LOCKS_JOBS,
-        "check_jobs": {"schedule": "*/5 * * * *", "callable": "locks.alerts.check_jobs"},
+        "check_jobs": {"schedule": "*/5 * * * *", "callable": "locks.contrib.alerts.jobs.check_jobs"},
     }
     assert get_job("check_jobs").schedule == "*/5 * * * *"  # the project's own entry wins
     settings.LOCKS_CHECK_JOBS = False

@@ -15,9 +15,10 @@ from django.core.checks import run_checks
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from locks.alerts import CLOSE, decide
 from locks.checks import CHECK_TAG
-from locks.models import Incident, JobRun, RunStatus, SyncLock, database_now, now_plus
+from locks.contrib.alerts.jobs import CLOSE, decide
+from locks.contrib.alerts.models import Incident
+from locks.models import JobRun, RunStatus, SyncLock, database_now, now_plus
 from locks.operator import pause_job
 from locks.registry import Job, get_job
 from locks.runner import RunResult, run_job

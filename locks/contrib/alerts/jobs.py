@@ -1,4 +1,4 @@
-"""``check_jobs``: the job that watches every other registered job and emails ``ADMINS`` once
+"""``check_jobs`` (this app's job): it watches every other registered job and emails ``ADMINS`` once
 when an incident opens and once when it is over (docs/architecture.md, "Alerts").
 
 It runs under its own lease like every job, so however many replicas run it, one run at a
@@ -28,9 +28,10 @@ from django.db.models import Max, Q
 from django.db.models.functions import Now
 from django.utils.module_loading import import_string
 
+from locks.contrib.alerts.models import Incident
 from locks.db import error_text
 from locks.lease import Lease, fenced, iso
-from locks.models import Incident, JobPause, SyncLock, now_plus
+from locks.models import JobPause, SyncLock, now_plus
 from locks.operator import ensure_lock_row
 from locks.registry import SLOT_ERRORS, Job, jobs
 from locks.status import FAILED, MISSED, PAUSED, SUCCEEDED, Ledger, Slot, job_ledgers, jobs_health
@@ -125,17 +126,11 @@ def check_jobs(lease: Lease) -> dict[str, int]:
     the emails due. The incidents are written in a fenced write of a copy of ``lease``: the run
     succeeds only once its emails are out too (a run that failed is judged again; nothing doubles)."""
     watched = {name: job for name, job in jobs().items() if name != SELF}
-    for name in set(watched) - set(
-        SyncLock.objects.filter(job_name__in=watched).values_list("job_name", flat=True)
-    ):
+    rows = SyncLock.objects.filter(job_name__in=watched)
+    for name in set(watched) - set(rows.values_list("job_name", flat=True)):
         ensure_lock_row(job=name)  # first seen now: its earlier slots are not judged
     ledgers = job_ledgers(jobs=watched.values())
-    locks = {
-        row["job_name"]: row
-        for row in SyncLock.objects.filter(job_name__in=watched).values(
-            "job_name", "paused_at", "last_error", "created_at"
-        )
-    }
+    locks = {row["job_name"]: row for row in rows.values("job_name", "paused_at", "last_error", "created_at")}
     health = jobs_health(jobs=watched)
     resumes = dict(
         JobPause.objects.filter(job_name__in=watched, resumed_at__isnull=False)
