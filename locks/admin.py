@@ -103,14 +103,9 @@ def ledger_strip(ledger) -> str:
     """A ``locks.status.Ledger`` as a strip of cells, oldest left, newest right: one per slot,
     coloured by its outcome (locks/admin.css), the slot and outcome in its title; a slot a database
     failover touched is outlined (``data-failover="yes"``)."""
-    cells = format_html_join(
-        "",
-        '<span class="tick-cell" data-outcome="{}" data-failover="{}" title="{}"></span>',
-        (
-            (slot.outcome, "yes" if slot.failover else "no", slot.describe(tz=ledger.timezone))
-            for slot in reversed(ledger.slots)
-        ),
-    )
+    cell = '<span class="tick-cell" data-outcome="{}" data-failover="{}" title="{}"></span>'
+    slots = [(s.outcome, "yes" if s.failover else "no", s.describe(tz=ledger.timezone)) for s in ledger.slots]
+    cells = format_html_join("", cell, reversed(slots))
     return format_html('<span class="tick-strip" data-job="{}">{}</span>', ledger.job, cells)
 
 

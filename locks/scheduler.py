@@ -52,8 +52,6 @@ BACKOFF_FIRST, BACKOFF_MOST = timedelta(seconds=1), timedelta(seconds=30)
 INTERRUPTED_WAIT = 10.0
 
 
-# What an ask came to besides a RunResult: the tick was refused as too far ahead (this
-# host's clock is fast), or the run raised or its process died (logged where it happened).
 def _broke(name: str, due: datetime | None, why: str) -> RunResult:
     """An ask that came to no run of its own: its run raised, or its process died (logged where it
     happened). Asked again with the backoff of an unreachable database."""

@@ -225,9 +225,7 @@ def _run_payload(result: RunResult) -> dict:
         "forced": result.tick is None,
         "holder": result.holder,
         "token": result.token,
-        # With the token, the database history it was granted in (PostgreSQL's WAL timeline; null
-        # elsewhere): the pair names a lease across a failover (rule 16).
-        "timeline": result.timeline,
+        "timeline": result.timeline,  # with the token, the pair that names a lease (rule 16)
         "counts": result.stats,
         "duration": round(result.duration, 3),
     }

@@ -16,7 +16,7 @@ from locks.contrib.alerts.jobs import AlertNotSent
 from locks.contrib.alerts.models import Incident
 from locks.models import JobRun, RunStatus, SyncLock, database_now, now_plus
 from locks.operator import pause_job, resume_job
-from locks.runner import run_job
+from locks.runner import FAILOVER_PAUSER, run_job
 from locks.schedule import previous_slots
 from tests.conftest import project_env
 from tests.locks.conftest import schedulers, wait_for
@@ -130,6 +130,26 @@ def test_no_incident_for_a_paused_job_nor_for_the_slots_it_was_paused(mailoutbox
     resume_job(job="refuse", by="cli:alice")
     assert check()["opened"] == 0  # its failures came before the resume
     assert not Incident.objects.exists() and mailoutbox == []
+
+
+def test_a_job_paused_by_a_database_failover_opens_an_incident_naming_it(mailoutbox):
+    """Issue 26: on_failover "pause" stops the job for an operator to decide; check_jobs says so
+    once (an operator's own pause opens none); the operator's resume ends it (its slots succeeded)."""
+    known_since("refuse", minutes=30)
+    known_since("record", minutes=30)
+    past_runs("refuse", [RunStatus.SUCCEEDED] * 2)
+    past_runs("record", [RunStatus.SUCCEEDED] * 2)
+    note = "paused on a database failover: the database failed over since token 4 was granted on timeline 1"
+    pause_job(job="refuse", by=FAILOVER_PAUSER, note=note)
+    pause_job(job="record", by="cli:alice", note="known outage")
+
+    assert check()["opened"] == 1
+    assert check()["opened"] == 0  # once: while it stays paused, nothing more
+    incident = Incident.objects.get()
+    assert (incident.job_name, incident.reason, incident.summary) == ("refuse", "failover", note)
+    assert len(mailoutbox) == 1 and note in mailoutbox[0].body
+    resume_job(job="refuse", by="cli:alice")
+    assert check()["closed"] == 1
 
 
 def test_no_success_for_alert_after_seconds_opens_a_stale_incident(settings, mailoutbox):

@@ -116,3 +116,28 @@ def test_the_move_is_state_only_and_the_rows_survive_it_forwards_and_backwards()
 
     assert list(Incident.objects.values_list("job_name", "reason")) == [("record", "failed")]
     call_command("makemigrations", "--check", "--dry-run", verbosity=0)  # no change left to make
+
+
+@pytest.mark.django_db(transaction=True)
+def test_permissions_granted_on_incidents_move_with_the_model():
+    """An upgraded database's ``locks.incident`` content type becomes ``locks_alerts.incident``:
+    a group's ``view_incident`` grant is kept (and goes back with a migration backwards)."""
+    from django.contrib.auth.models import Group, Permission
+    from django.contrib.contenttypes.models import ContentType
+
+    def grants() -> list[tuple[str, str]]:
+        return list(
+            Group.objects.get(name="on call").permissions.values_list("content_type__app_label", "codename")
+        )
+
+    on_call = Group.objects.create(name="on call")
+    on_call.permissions.add(
+        Permission.objects.get(content_type__app_label="locks_alerts", codename="view_incident")
+    )
+
+    call_command("migrate", "locks_alerts", "zero", verbosity=0)
+    assert grants() == [("locks", "view_incident")]  # as a database before the move had it
+    call_command("migrate", verbosity=0)
+
+    assert grants() == [("locks_alerts", "view_incident")]
+    assert not ContentType.objects.filter(app_label="locks", model="incident").exists()

@@ -31,9 +31,10 @@ from django.utils.module_loading import import_string
 from locks.contrib.alerts.models import Incident
 from locks.db import error_text
 from locks.lease import Lease, fenced, iso
-from locks.models import JobPause, SyncLock, now_plus
+from locks.models import PAUSE_FIELDS, JobPause, SyncLock, now_plus
 from locks.operator import ensure_lock_row
 from locks.registry import SLOT_ERRORS, Job, jobs
+from locks.runner import FAILOVER_PAUSER
 from locks.status import FAILED, MISSED, PAUSED, SUCCEEDED, Ledger, Slot, job_ledgers, jobs_health
 
 logger = logging.getLogger(__name__)
@@ -110,11 +111,13 @@ def decide(
     since: datetime,
     last_success: datetime | None,
     resumed: datetime | None = None,
+    failover: str = "",
 ) -> Problem | str | None:
     """What check_jobs does about ``job`` now: open an incident (its ``Problem``), ``CLOSE`` the
-    open one, or nothing. A paused job neither opens nor closes one."""
+    open one, or nothing. A paused job neither opens nor closes one, but one that paused itself on
+    a database failover (``failover``: its pause note, rule 16) opens one: an operator decides."""
     if paused:
-        return None
+        return Problem("failover", failover) if failover and not incident_open else None
     if incident_open:
         return CLOSE if recovered(job, ledger) else None
     return job_problem(job, ledger, since=since, last_success=last_success, resumed=resumed)
@@ -130,7 +133,9 @@ def check_jobs(lease: Lease) -> dict[str, int]:
     for name in set(watched) - set(rows.values_list("job_name", flat=True)):
         ensure_lock_row(job=name)  # first seen now: its earlier slots are not judged
     ledgers = job_ledgers(jobs=watched.values())
-    locks = {row["job_name"]: row for row in rows.values("job_name", "paused_at", "last_error", "created_at")}
+    locks = {
+        row["job_name"]: row for row in rows.values("job_name", *PAUSE_FIELDS, "last_error", "created_at")
+    }
     health = jobs_health(jobs=watched)
     resumes = dict(
         JobPause.objects.filter(job_name__in=watched, resumed_at__isnull=False)
@@ -154,6 +159,7 @@ def check_jobs(lease: Lease) -> dict[str, int]:
                 since=max(lock["created_at"], resumed or lock["created_at"]),
                 last_success=health[name].last_success_at,
                 resumed=resumed,
+                failover=lock["paused_note"] if lock["paused_by"] == FAILOVER_PAUSER else "",
             )
             if action == CLOSE:
                 closed += _close(job, incident)

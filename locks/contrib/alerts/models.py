@@ -21,7 +21,9 @@ class Incident(models.Model):
     one opening email, one recovery email (``jobs.py``). Read-only in the admin."""
 
     job_name = models.CharField("job", max_length=100)
-    reason = models.CharField(max_length=20, help_text="missed, failed or stale: what opened it.")
+    reason = models.CharField(
+        max_length=20, help_text="missed, failed, stale, error or failover: what opened it."
+    )
     summary = models.TextField(help_text="What check_jobs saw when it opened the incident.")
     last_error = models.TextField("last error", blank=True, default="")
     opened_at = models.DateTimeField("opened at")
