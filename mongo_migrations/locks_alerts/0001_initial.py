@@ -24,7 +24,7 @@ class Migration(migrations.Migration):
                     fields=[
                         ('id', django_mongodb_backend.fields.ObjectIdAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
                         ('job_name', models.CharField(max_length=100, verbose_name='job')),
-                        ('reason', models.CharField(help_text='missed, failed or stale: what opened it.', max_length=20)),
+                        ('reason', models.CharField(help_text='missed, failed, stale, error or failover: what opened it.', max_length=20)),
                         ('summary', models.TextField(help_text='What check_jobs saw when it opened the incident.')),
                         ('last_error', models.TextField(blank=True, default='', verbose_name='last error')),
                         ('opened_at', models.DateTimeField(verbose_name='opened at')),
