@@ -62,6 +62,14 @@ def pytest_ignore_collect(collection_path: Path, config) -> bool | None:
     return None
 
 
+@pytest.fixture(autouse=True)
+def https_site_url(settings) -> None:
+    """The test runner turns DEBUG off, where a reminder's unsubscribe link needs an https://
+    SITE_URL (contests.E010, checked by every send_reminders run): give it one, as production has.
+    A test of that check sets its own."""
+    settings.SITE_URL = "https://contests.example.com"
+
+
 @pytest.fixture
 def standin(settings) -> Iterator[Standin]:
     """A local Codeforces API serving the bundled real contest list."""
