@@ -393,6 +393,12 @@ class Cluster:
     def tracebacks(self) -> list[str]:
         return [line for replica in self.replicas for line in replica.tracebacks()]
 
+    def stderr_lines(self) -> list[str]:
+        """Every line every replica wrote to stderr, each incarnation."""
+        return [
+            line for replica in self.replicas for proc in replica.incarnations for line in proc.stderr_lines
+        ]
+
     def kills(self) -> list[Kill]:
         return sorted((kill for replica in self.replicas for kill in replica.kills), key=lambda kill: kill.at)
 
