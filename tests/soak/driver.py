@@ -593,7 +593,7 @@ class Soak:
                 last=last,
                 origin=origin.timestamp(),
                 record_every=RECORD_EVERY,
-                failovers=tuple(failover["killed"] for failover in failovers),
+                failovers=tuple(failover["killed"] for failover in failovers if failover["killed"]),
             )
             resends = mail.pop("failover_resends", [])
             verdict.checks.extend(found)

@@ -30,14 +30,18 @@ from __future__ import annotations
 import contextlib
 import re
 import shutil
+import subprocess
 import time
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
+import psycopg
+
 from tests.faults.replication import Pair, make_template, unavailable_reason, workdir
 from tests.soak.checker import Check, listed, plural
+from tests.soak.cluster import HarnessError
 from tests.soak.timing import PERIOD
 
 MODES = ("sync", "async")
@@ -108,25 +112,36 @@ class Replication:
         return int(str(cluster.one("SELECT substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8)")), 16)
 
     def fail_over(self, *, freeze: float) -> dict:
-        """One failover (steps 1-3 of the module's docstring); what it did, times on ``time.time()``."""
+        """One failover (steps 1-3 of the module's docstring); what it did, times on ``time.time()``.
+        A step that fails leaves its entry incomplete (``failovers-done`` counts it) and raises
+        ``HarnessError``: without a standby the soak cannot go on."""
         pair = self.pair
         entry: dict = {"mode": self.mode, "began": time.time(), "froze": None, "lag_bytes": None}
-        if self.mode == "sync":
-            pair.wait_synchronous(timeout=PERIOD)
-        entry["timeline"] = self.timeline(pair.primary)
-        if freeze:
-            pair.link.freeze()
-            entry["froze"] = time.time()
-            time.sleep(freeze)
-        with contextlib.suppress(Exception):
-            entry["lag_bytes"] = pair.lag()
-        entry["killed"] = time.time()
-        pair.fail_over()
-        entry["switched"] = time.time()
-        entry["now"] = self.timeline(pair.standby)
-        pair.rebuild()
-        entry["rebuilt"] = time.time()
+        entry |= dict.fromkeys(("timeline", "killed", "switched", "now", "rebuilt"))
         self.done.append(entry)
+        step = "the standby synchronous"
+        try:
+            if self.mode == "sync":
+                pair.wait_synchronous(timeout=PERIOD)
+            entry["timeline"] = self.timeline(pair.primary)
+            if freeze:
+                pair.link.freeze()
+                entry["froze"] = time.time()
+                time.sleep(freeze)
+            with contextlib.suppress(psycopg.Error):
+                entry["lag_bytes"] = pair.lag()
+            step = "kill, promote, switch"
+            entry["killed"] = time.time()
+            pair.fail_over()
+            entry["switched"] = time.time()
+            entry["now"] = self.timeline(pair.standby)
+            step = "a fresh standby"
+            pair.rebuild()
+            entry["rebuilt"] = time.time()
+        except (AssertionError, RuntimeError, OSError, subprocess.TimeoutExpired, psycopg.Error) as exc:
+            raise HarnessError(
+                f"failover {len(self.done)} ({step}): {' '.join(str(exc).split())[:500]}"
+            ) from None
         return entry
 
     def destroy(self) -> None:
@@ -135,7 +150,7 @@ class Replication:
 
 def epoch(moment: float, failovers: list[dict]) -> int:
     """The database history an answer at ``moment`` came from: the failovers switched before it."""
-    return sum(failover["switched"] <= moment for failover in failovers)
+    return sum(failover["switched"] is not None and failover["switched"] <= moment for failover in failovers)
 
 
 MOMENTS = ("began", "froze", "killed", "switched", "rebuilt")  # a failover's times
@@ -240,7 +255,7 @@ def judge(
     unreplicated = []
     for ack in lost:
         failover = failover_after(epoch(ack.committed, failovers))
-        frozen = failover is not None and failover["froze"] is not None
+        frozen = failover is not None and None not in (failover["froze"], failover["killed"])
         if frozen and failover["froze"] <= ack.committed <= failover["killed"]:
             unreplicated.append(ack)
     unexplained = [ack for ack in lost if ack not in unreplicated]
@@ -263,7 +278,7 @@ def judge(
                 f"timeline {f['timeline']}→{f.get('now')}"
                 + (
                     f" after {f['killed'] - f['froze']:.1f} s frozen, {f['lag_bytes']} bytes unreplicated"
-                    if f["froze"]
+                    if f["froze"] and f["killed"]
                     else ""
                 )
                 for f in failovers
@@ -380,7 +395,8 @@ def judge(
 def _named_resend(resend: dict, failovers: list[dict]) -> bool:
     """Whether a failover between the two copies paused send_reminders before the second."""
     return any(
-        resend["before"] < f["killed"] < resend["again"]
+        f["killed"] is not None
+        and resend["before"] < f["killed"] < resend["again"]
         and f.get("paused")
         and f["paused"]["at"] <= resend["again"]
         for f in failovers
