@@ -336,9 +336,8 @@ class Pair:
     def lag(self) -> int:
         """Bytes of WAL the primary wrote that the standby has not replayed (what a failover now loses)."""
         written = self.primary.one("SELECT pg_current_wal_lsn()::text")
-        return int(
-            self.standby.one("SELECT pg_wal_lsn_diff(%s::pg_lsn, pg_last_wal_replay_lsn())", (written,))
-        )
+        behind = self.standby.one("SELECT pg_wal_lsn_diff(%s::pg_lsn, pg_last_wal_replay_lsn())", (written,))
+        return max(int(behind), 0)  # read after the primary's: the standby may have replayed more since
 
     def destroy(self) -> None:
         for relay in (self.app, self.link):
