@@ -62,8 +62,17 @@ GUARANTEES = (
         "A slot runs at most once",
         "yes",
         "yes; a commit whose sync wait was cancelled is `unknown`, and may run again after a failover (named)",
-        "per database history: a slot whose run vanished runs again, with one WARNING and the ledger naming "
-        'it; `on_failover: "pause"` jobs (`send_reminders`) pause instead, for an operator to resume',
+        "per database history: a slot whose run vanished runs again, with one WARNING per failover; the "
+        "ledger names the first such slot only, a second one lost in the same failover runs again unnamed "
+        '(the soak\'s *silent* repeats); `on_failover: "pause"` jobs (`send_reminders`) pause instead, for an '
+        "operator to resume",
+    ),
+    (
+        "A reminder is emailed once",
+        "yes (but for the documented re-sends after a crash, docs/reminders.md)",
+        "yes: its delivery is committed on the standby too; a run cut by the failover records it on the new primary",
+        "no: a delivery recorded on the old primary only is sent again once the operator resumes "
+        "`send_reminders` (the pause names the failover, not the reminders)",
     ),
     (
         "A slot recorded `succeeded` has its writes",
