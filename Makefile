@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 export DJANGO_DEBUG ?= 1
 
-.PHONY: setup run test test-sqlite test-postgres faults-table soak soak-table lint demo clean bench requirements
+.PHONY: setup run test test-sqlite test-postgres faults-table soak soak-table soak-failover-table lint demo clean bench requirements
 
 # Two stamps: running the product installs the runtime only (requirements.txt);
 # lint, tests and benchmarks install the development tools too (requirements-dev.txt).
@@ -76,6 +76,11 @@ soak: $(BIN)/.installed-dev
 # The soak's table in docs/faults.md, from the last soak's record (var/soak/last.json).
 soak-table:
 	$(BIN)/python -m tests.soak.report --write
+
+# The failover table in docs/faults.md (what holds on one server, with a synchronous and with an
+# asynchronous standby), from the last soak of each: make soak, and SOAK_ARGS="--failover sync|async".
+soak-failover-table:
+	$(BIN)/python -m tests.soak.report --replication --write
 
 demo: setup
 	$(BIN)/python scripts/demo.py

@@ -233,31 +233,40 @@ class Pair:
     app: Relay
     relays: list[Relay] = field(default_factory=list)
 
+    synchronous: bool = False
+    standbys: int = 1  # standbys built so far: each gets a directory of its own
+
     @classmethod
-    def create(cls, template: Path, *, synchronous: bool = False) -> Pair:
+    def create(cls, template: Path, *, synchronous: bool = False, conf: str = "") -> Pair:
+        """``conf``: more settings for the primary (the standbys copy them with its data)."""
         root = workdir()
         data = root / "primary"
         _run("cp", "-a", str(template), str(data))
         primary = Cluster(data, free_port())
-        primary.conf(f"port = {primary.port}\nunix_socket_directories = '{root}'")
+        primary.conf(f"port = {primary.port}\nunix_socket_directories = '{root}'\n{conf}")
         if synchronous:
             primary.conf("synchronous_standby_names = '*'\nsynchronous_commit = on")
         primary.start()
         link = Relay(primary.port, name="link")
         standby = Cluster(root / "standby", free_port())
-        pair = cls(root, primary, standby, link, Relay(primary.port, name="app"))
+        pair = cls(root, primary, standby, link, Relay(primary.port, name="app"), synchronous=synchronous)
         try:
-            _run(str(PG_BIN / "pg_basebackup"), "-h", "127.0.0.1", "-p", str(link.port), "-U", "postgres",
-                 "-D", str(standby.data), "-R", "-X", "stream", "-c", "fast")  # fmt: skip
-            standby.conf(
-                f"port = {standby.port}\nunix_socket_directories = '{root}'\nsynchronous_standby_names = ''"
-            )
-            standby.start()
-            pair.wait_streaming()
+            pair._build_standby()
         except BaseException:
             pair.destroy()
             raise
         return pair
+
+    def _build_standby(self) -> None:
+        """``pg_basebackup -R`` of the primary through the link relay into the standby's directory,
+        started as a hot standby (asynchronous itself: it has no standby of its own), streaming."""
+        _run(str(PG_BIN / "pg_basebackup"), "-h", "127.0.0.1", "-p", str(self.link.port), "-U", "postgres",
+             "-D", str(self.standby.data), "-R", "-X", "stream", "-c", "fast")  # fmt: skip
+        self.standby.conf(
+            f"port = {self.standby.port}\nunix_socket_directories = '{self.root}'\nsynchronous_standby_names = ''"
+        )
+        self.standby.start()
+        self.wait_streaming()
 
     @property
     def url(self) -> str:
@@ -265,13 +274,27 @@ class Pair:
         return f"postgres://postgres@127.0.0.1:{self.app.port}/{DATABASE}"
 
     def wait_streaming(self, *, timeout: float = 20) -> None:
+        self._wait_for(
+            "SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming'", "start streaming", timeout
+        )
+
+    def wait_synchronous(self, *, timeout: float = 20) -> None:
+        """Until the primary counts its standby as synchronous (its commits wait for it)."""
+        self._wait_for(
+            "SELECT count(*) FROM pg_stat_replication WHERE sync_state = 'sync'",
+            "become synchronous",
+            timeout,
+        )
+
+    def _wait_for(self, query: str, what: str, timeout: float) -> None:
+        """Until the primary answers ``query`` with a count above 0, within ``timeout`` seconds."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             with contextlib.suppress(psycopg.Error):
-                if self.primary.one("SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming'"):
+                if self.primary.one(query):
                     return
             time.sleep(0.1)
-        raise AssertionError(f"the standby did not start streaming within {timeout:g} s")
+        raise AssertionError(f"the standby did not {what} within {timeout:g} s")
 
     def wait_replayed(self, *, timeout: float = 20) -> None:
         """Until the standby has replayed everything the primary has written so far."""
@@ -290,6 +313,31 @@ class Pair:
         self.link.stop()
         self.standby.promote()
         self.app.switch(self.standby.port)
+
+    def rebuild(self, *, timeout: float = 30) -> None:
+        """After ``fail_over()``: the promoted standby is the primary, the old primary's directory
+        goes, and a fresh standby is built from the new primary through a new link relay, so that the
+        next failover can happen. Synchronous: once it streams, the new primary waits for it (as
+        Patroni's ``synchronous_mode`` does: not before it exists, or every commit would wait)."""
+        old, self.primary = self.primary, self.standby
+        with contextlib.suppress(Exception):
+            old.stop("immediate")
+        shutil.rmtree(old.data, ignore_errors=True)
+        old.log.unlink(missing_ok=True)
+        self.standbys += 1
+        self.standby = Cluster(self.root / f"standby{self.standbys}", free_port())
+        self.link = Relay(self.primary.port, name="link")
+        self._build_standby()
+        if self.synchronous:
+            self.primary.conf("synchronous_standby_names = '*'\nsynchronous_commit = on")
+            self.primary.one("SELECT pg_reload_conf()")
+            self.wait_synchronous(timeout=timeout)
+
+    def lag(self) -> int:
+        """Bytes of WAL the primary wrote that the standby has not replayed (what a failover now loses)."""
+        written = self.primary.one("SELECT pg_current_wal_lsn()::text")
+        behind = self.standby.one("SELECT pg_wal_lsn_diff(%s::pg_lsn, pg_last_wal_replay_lsn())", (written,))
+        return max(int(behind), 0)  # read after the primary's: the standby may have replayed more since
 
     def destroy(self) -> None:
         for relay in (self.app, self.link):

@@ -59,6 +59,17 @@ REMINDER_CHECKS = {
     "reminders-delivered": "every reminder due by the last slot is delivered, uncertain or failed; none left pending",
 }
 
+# The failover nemesis (--failover; tests.soak.failover judges them).
+FAILOVER_CHECKS = {
+    "failovers-done": "at least one failover per 120 s, each one promoted, switched and given a fresh standby",
+    "no-slot-twice": "no slot has two acknowledged fenced writes, in one database history or across a failover (none run twice)",
+    "repeats-named": "every slot with two acknowledged fenced writes had them in two histories and is named by that failover's WARNING and the ledger (none silent)",
+    "lost-writes-only-unreplicated": "every acknowledged fenced write the surviving database lacks was acknowledged while its failover's link was frozen",
+    "succeeded-with-its-write": "every succeeded run and the lock row's done tick have their fenced write in the surviving database",
+    "reminders-paused-on-failover": "every failover paused send_reminders (locks:failover, the note naming it) and the soak resumed it",
+    "emails-across-failovers": "sync: no email sent again across a failover; async: each one after that failover's pause named it",
+}
+
 
 @dataclass(frozen=True)
 class Write:
@@ -92,7 +103,7 @@ class Check:
     detail: str
 
     def as_json(self) -> dict:
-        title = CHECKS.get(self.name) or REMINDER_CHECKS[self.name]
+        title = CHECKS.get(self.name) or REMINDER_CHECKS.get(self.name) or FAILOVER_CHECKS[self.name]
         return {"name": self.name, "title": title, "passed": self.passed, "detail": self.detail}
 
 

@@ -38,6 +38,12 @@ SKIP_LINE = re.compile(
 FENCED_RENEWAL = b'"committed_token" = '
 
 
+def is_fenced_write(statement: bytes) -> bool:
+    """Whether ``statement`` is a fenced write's renewal: it sets ``committed_token``. A success's
+    release matches on it in its WHERE (rule 15), and the proxies time that transaction too."""
+    return FENCED_RENEWAL in statement.split(b" WHERE ", 1)[0]
+
+
 class HarnessError(RuntimeError):
     """The soak itself could not go on (a replica that does not start, a server that does not
     come back): not a finding about the lock."""
@@ -323,9 +329,15 @@ class Cluster:
     # --- the proxies -----------------------------------------------------------------------
 
     def fenced_commits(self) -> list[Commit]:
-        """Every fenced write the server committed, as the proxies saw it."""
+        """Every fenced write the server committed, as the proxies saw it (not the releases)."""
         return sorted(
-            (commit for replica in self.replicas for commit in replica.proxy.commits), key=lambda c: c.sent
+            (
+                commit
+                for replica in self.replicas
+                for commit in replica.proxy.commits
+                if is_fenced_write(commit.statement)
+            ),
+            key=lambda c: c.sent,
         )
 
     def arm_cuts(self, *, mode: str) -> None:
@@ -380,6 +392,12 @@ class Cluster:
 
     def tracebacks(self) -> list[str]:
         return [line for replica in self.replicas for line in replica.tracebacks()]
+
+    def stderr_lines(self) -> list[str]:
+        """Every line every replica wrote to stderr, each incarnation."""
+        return [
+            line for replica in self.replicas for proc in replica.incarnations for line in proc.stderr_lines
+        ]
 
     def kills(self) -> list[Kill]:
         return sorted((kill for replica in self.replicas for kill in replica.kills), key=lambda kill: kill.at)

@@ -41,6 +41,14 @@ and its claim (``SEND_REMINDERS_CLAIM_TTL``) outlives the longest pause (``tests
 The nemesis gains ``smtp-lost-reply`` (only with ``--reminders``; ``all`` leaves it out
 without); the checker gains ``reminder-once``, ``uncertain-not-resent`` and
 ``reminders-delivered`` (the stand-in's messages against the ``Reminder`` rows).
+
+**The failover nemesis** (``--failover sync|async``; ``tests.soak.failover``). The soak's
+database is then a primary and a streaming standby of their own (``tests/faults/replication.py``),
+not the cluster of ``scripts/with-postgres.sh``; the replicas' proxies reach it through the
+switchable application relay. The nemesis gains ``failover`` (at least one every
+``failover.EVERY`` seconds) and loses ``pg-restart`` and ``pg-outage``; the checker gains the
+failover checks (``failover.FAILOVER_CHECKS``) and the record its ``replication`` row, which
+``python -m tests.soak.report --replication --write`` puts into docs/faults.md.
 """
 
 from __future__ import annotations
@@ -60,12 +68,14 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
+from tests.conftest import manage
 from tests.faults.pg import PgServer
 from tests.faults.support import ROOT
 from tests.smtp_standin import smtp_standin
 from tests.soak import checker, reminders, report, timing
+from tests.soak import failover as replication
 from tests.soak.cluster import Cluster, HarnessError
-from tests.soak.nemesis import KINDS, SERVER_KINDS, SMTP_KINDS, Nemesis, parse_kinds, plan
+from tests.soak.nemesis import FAILOVER, KINDS, SERVER_KINDS, SMTP_KINDS, Nemesis, parse_kinds, plan
 
 MAX_REPLICAS = 8
 # The token in the fenced write's renewal, as the proxy sees it (Django binds parameters on
@@ -102,6 +112,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         action="store_true",
         help="Reminders too: the SMTP stand-in, seeded reminders, send_reminders in every replica.",
     )
+    parser.add_argument(
+        "--failover",
+        choices=replication.MODES,
+        help="The database a primary and a standby (synchronous or asynchronous), failed over again and again.",
+    )
     parser.add_argument("--records", type=Path, default=report.RECORDS, help="Where the JSON record goes.")
     parser.add_argument(
         "--keep-database", action="store_true", help="Leave the soak's database for a post-mortem."
@@ -124,6 +139,14 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         if args.nemesis.strip() != "all":
             raise SoakError("--nemesis smtp-lost-reply needs --reminders (the SMTP stand-in)")
         args.kinds = tuple(kind for kind in args.kinds if kind not in SMTP_KINDS)
+    if FAILOVER in args.kinds and not args.failover:
+        raise SoakError("--nemesis failover needs --failover sync|async (two clusters)")
+    if args.failover:
+        if SERVER_KINDS & set(args.kinds) and args.nemesis.strip() != "all":
+            raise SoakError(
+                "--failover leaves pg-restart and pg-outage out (the failover kills the primary itself)"
+            )
+        args.kinds = (*(kind for kind in args.kinds if kind not in SERVER_KINDS | {FAILOVER}), FAILOVER)
     if args.seed is None:
         args.seed = secrets.randbelow(1_000_000)
     return args
@@ -141,6 +164,7 @@ def main(argv: list[str] | None = None) -> int:
         kinds=args.kinds,
         replicas=args.replicas,
         reminders=args.reminders,
+        failover=args.failover or "",
     )
     if args.plan:
         for action in actions:
@@ -195,7 +219,9 @@ def preflight(args: argparse.Namespace) -> tuple[PgServer | None, str | None]:
             "the soak needs PostgreSQL (it restarts and stops the server): run it under "
             f"scripts/with-postgres.sh (DATABASE_URL is {url or 'not set'!r})"
         )
-    server = PgServer.from_environment()
+    if args.failover and (reason := replication.unavailable()):
+        raise SoakError(f"--failover: {reason}")
+    server = None if args.failover else PgServer.from_environment()
     if server is None and SERVER_KINDS & set(args.kinds):
         raise SoakError(
             "--nemesis pg-restart and pg-outage stop the server, and only one started by "
@@ -232,8 +258,23 @@ class Soak:
         self.stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
         self.code = _code_version()  # at the start: the code the replicas run
         self.database = f"soak_{args.seed}_{os.getpid()}"
+        self.replication: replication.Replication | None = None
         self.admin_url = os.environ["DATABASE_URL"]
         self.url = with_database(self.admin_url, name=self.database)
+
+    def _replicate(self) -> None:
+        """``--failover``: the soak's own primary and standby, reached through the app relay."""
+        started = time.monotonic()
+        try:
+            self.replication = replication.Replication(self.args.failover, log=say)
+        except (AssertionError, RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
+            raise HarnessError(f"the primary and its standby could not be made: {exc}") from None
+        self.admin_url = self.replication.admin_url
+        self.url = with_database(self.admin_url, name=self.database)
+        say(
+            f"a primary and its {self.args.failover}hronous standby in {time.monotonic() - started:.1f} s; "
+            f"the replicas reach the primary through the application relay (port {self.replication.pair.app.port})"
+        )
 
     def _admin(self, sql: str) -> None:
         import psycopg
@@ -248,6 +289,16 @@ class Soak:
         args = self.args
         kinds = ", ".join(args.kinds) or "none"
         say(f"seed {args.seed} ({len(self.actions)} actions planned: {kinds}); reproduce: {self.reproduce()}")
+        if args.failover:
+            self._replicate()
+        try:
+            return self._run_in_database()
+        finally:
+            if self.replication is not None:
+                self.replication.destroy()
+
+    def _run_in_database(self) -> int:
+        args = self.args
         self._admin(f'CREATE DATABASE "{self.database}"')
         # scripts/with-postgres.sh runs the cluster with synchronous_commit = off: a COMMIT is
         # answered before its WAL is written, and `pg_ctl stop -m immediate` (a crash) then
@@ -266,7 +317,7 @@ class Soak:
                 connections.close_all()  # this process's own session on the soak's database
             if self.server is not None and not self.server.running():
                 self.server.start()
-            if args.keep_database:
+            if args.keep_database and self.replication is None:
                 say(f"database {self.database} kept")
             else:
                 self._admin(f'DROP DATABASE IF EXISTS "{self.database}" WITH (FORCE)')
@@ -288,14 +339,7 @@ class Soak:
             "LOCKS_LOG_LEVEL": "INFO",
             **(reminders.replica_env(port=smtp.port) if smtp is not None else {}),
         }
-        migrated = subprocess.run(
-            [sys.executable, str(ROOT / "manage.py"), "migrate", "--noinput", "-v", "0"],
-            env=env,
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
+        migrated = manage("migrate", "--noinput", "-v", "0", env=env, timeout=300)
         if migrated.returncode != 0:
             raise HarnessError(f"migrate failed: {migrated.stderr.strip()[-2000:]}")
         os.environ.update(env)  # this process reads the soak's database directly, not through a proxy
@@ -337,6 +381,9 @@ class Soak:
                 log=say,
                 smtp=smtp,
                 sender=lambda: self._holder(cluster, job=timing.REMINDERS_JOB),
+                replication=self.replication,
+                paused=self._paused if smtp is not None else None,
+                resume=lambda: self._resume(env),
             )
             done = nemesis.run(self.actions, duration=args.duration)
             if smtp is not None:
@@ -399,6 +446,43 @@ class Soak:
         return next((replica.name for replica in cluster.replicas if replica.owns(pid)), None)
 
     @staticmethod
+    def _paused() -> tuple[str, str] | None:
+        """Who paused ``send_reminders`` and the note, if it is paused now."""
+        from django.db import Error, connections
+
+        from locks.models import SyncLock
+
+        try:
+            row = (
+                SyncLock.objects.for_job(timing.REMINDERS_JOB)
+                .filter(paused_at__isnull=False)
+                .values_list("paused_by", "paused_note")
+                .first()
+            )
+        except Error:
+            connections.close_all()
+            return None
+        return row
+
+    @staticmethod
+    def _resume(env: dict[str, str]) -> tuple[bool, str]:
+        """``manage.py locks resume send_reminders``, as an operator resumes a job a failover paused."""
+        try:
+            done = manage("locks", "resume", timing.REMINDERS_JOB, env=env, timeout=60)
+        except subprocess.TimeoutExpired:
+            return False, "locks resume did not end within 60 s"
+        said = (done.stdout.strip() or done.stderr.strip())[-200:]
+        return done.returncode == 0 and said.startswith("Resumed"), f"exit {done.returncode}: {said}"
+
+    @staticmethod
+    def _ledger(env: dict[str, str]) -> dict[str, str]:
+        """The soak job's tick ledger (``locks ticks --json``): each slot's ``failover`` text."""
+        done = manage("locks", "ticks", timing.JOB, "--json", "--last", "1000", env=env, timeout=120)
+        if done.returncode != 0:
+            raise HarnessError(f"locks ticks failed: {done.stderr.strip()[-500:]}")
+        return {slot["tick"]: slot["failover"] for slot in json.loads(done.stdout)}
+
+    @staticmethod
     def _writer() -> str | None:
         """The replica inside its fenced write now: its transaction inserted the slot's row and
         has not committed. pg_stat_activity has no model, hence SQL (test code only)."""
@@ -426,6 +510,8 @@ class Soak:
             words += ["--catch-up", args.catch_up]
         if args.reminders:
             words.append("--reminders")
+        if args.failover:
+            words += ["--failover", args.failover]
         return shlex.join(words)
 
     def _judge(
@@ -439,11 +525,13 @@ class Soak:
             slot += timedelta(seconds=timing.PERIOD)
         outages = cluster.outages.closed()
         writes, runs = checker.load()
-        commits = [
-            checker.FencedCommit(int(found[1]), commit.committed - commit.sent)
+        fenced = [
+            (commit, int(found[1]), replication.tick_of(commit.statement))
             for commit in cluster.fenced_commits()
             if (found := RENEWED_TOKEN.search(commit.statement))
         ]
+        failovers = self.replication.done if self.replication is not None else []
+        ledger = self._ledger({**os.environ}) if failovers else {}
         skips = cluster.skips()
         stops = [
             {
@@ -459,6 +547,22 @@ class Soak:
         def label(tick: datetime | None) -> str:
             return "forced" if tick is None else f"+{(tick - origin).total_seconds():.0f}s ({tick:%H:%M:%S})"
 
+        from locks.models import JobRun, SyncLock
+
+        timelines = {
+            (tick, token): timeline
+            for tick, token, timeline in JobRun.objects.for_job(timing.JOB).values_list(
+                "tick", "token", "timeline"
+            )
+        }
+        acks = [replication.Ack(tick, token, commit.committed) for commit, token, tick in fenced]
+        lost = set(replication.lost_acks(acks, writes, failovers=failovers, timelines=timelines))
+        # Async: the acknowledged writes a failover lost are judged by lost-writes-only-unreplicated.
+        commits = [
+            checker.FencedCommit(token, commit.committed - commit.sent)
+            for (commit, token, _tick), ack in zip(fenced, acks, strict=True)
+            if args.failover != "async" or ack not in lost
+        ]
         verdict = checker.judge(
             window=window,
             writes=writes,
@@ -474,6 +578,7 @@ class Soak:
             label=label,
         )
         mail = None
+        resends: list[dict] = []
         if smtp is not None:
             from contests.reminders import RECORD_EVERY
 
@@ -488,8 +593,32 @@ class Soak:
                 last=last,
                 origin=origin.timestamp(),
                 record_every=RECORD_EVERY,
+                failovers=tuple(failover["killed"] for failover in failovers if failover["killed"]),
             )
+            resends = mail.pop("failover_resends", [])
             verdict.checks.extend(found)
+        failover_checks, replicated = replication.judge(
+            mode=args.failover or "one-server",
+            failovers=failovers,
+            acks=acks,
+            writes=writes,
+            runs=runs,
+            timelines=timelines,
+            lock=SyncLock.objects.for_job(timing.JOB)
+            .values_list("tick", "tick_done", "committed_token")
+            .first(),
+            warned=replication.warnings(cluster.stderr_lines()),
+            ledger=ledger,
+            window=window,
+            duration=args.duration,
+            reminders=smtp is not None,
+            resends=resends,
+            label=label,
+            job=timing.JOB,
+        )
+        if self.replication is not None:  # one server: only the replication row (its checks are above)
+            verdict.checks.extend(failover_checks)
+
         for row in verdict.table:
             row["actions"] = sum(action["kind"] == row["kind"] or row["kind"] == "all" for action in done)
         record = {
@@ -524,6 +653,11 @@ class Soak:
             "checks": [check.as_json() for check in verdict.checks],
             "table": verdict.table,
             "reminders": mail,
+            "failover": args.failover or "",
+            "failovers": [
+                replication.relative(failover, origin=origin.timestamp()) for failover in failovers
+            ],
+            "replication": replicated,
             "kills": [
                 {
                     "replica": kill.replica,

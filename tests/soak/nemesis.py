@@ -25,6 +25,12 @@ Kinds (``--nemesis``, each selectable on its own):
   beyond it, or beyond the period, for 2-4 periods; then restart it with the right clock.
 - ``commit-cut``: arm every replica's proxy to cut the next fenced write's COMMIT (mostly
   after the server committed, so the answer is lost; sometimes before it reached it).
+- ``failover`` (only with ``--failover sync|async``, then on its own cadence: the first after
+  ``FIRST`` slots, then one every ``EVERY`` seconds, whatever else is drawn; ``pg-restart`` and
+  ``pg-outage`` are left out, the failover kills the primary itself): async, freeze the replication
+  link for 4-14 s from just before a slot; kill the primary, promote the standby, switch the
+  application relay, build a fresh standby; resume ``send_reminders`` once the failover paused it
+  (``tests/soak/failover.py``).
 - ``smtp-lost-reply`` (only with ``--reminders``): from a moment before a slot, for 2-20 s,
   the SMTP stand-in keeps every message's content and then loses its reply: it never answers
   250 (the client gives up after ``EMAIL_TIMEOUT``) or it drops the connection, half each,
@@ -44,12 +50,14 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 
+from tests.soak import failover as replication
 from tests.soak.cluster import Cluster, Replica
 from tests.soak.timing import EMAIL_TIMEOUT, PERIOD, RUN_SECONDS, TTL, WORK_SECONDS
 
 KINDS = ("kill", "pause", "term", "pg-restart", "pg-outage", "skew", "commit-cut", "smtp-lost-reply")
 SERVER_KINDS = frozenset({"pg-restart", "pg-outage"})
 SMTP_KINDS = frozenset({"smtp-lost-reply"})  # need --reminders (the SMTP stand-in)
+FAILOVER = replication.KIND  # needs --failover (two clusters); never part of ``all`` without it
 MAX_ACTIONS = 500
 WINDOW = PERIOD / 4  # the tick window: LOCKS_TICK_WINDOW is capped at a quarter of the gap
 # How long an action waits for its moment to come (a holder inside its write, a COMMIT to cut).
@@ -67,8 +75,8 @@ class Action:
     phase: float  # seconds after that slot
     replica: int  # the drawn replica (0-based): the target when it aims at no holder, or finds none
     holder: bool = False  # aim at the lease's holder (pause: the replica inside its fenced write)
-    seconds: float = 0.0  # how long the fault lasts: down, paused, skewed (0: a restart)
-    mode: str = ""  # pg-*: fast | immediate; commit-cut: after | before; smtp-lost-reply: late | drop
+    seconds: float = 0.0  # how long the fault lasts: down, paused, skewed, the link frozen (0: a restart)
+    mode: str = ""  # pg-*: fast | immediate; commit-cut: after | before; smtp-lost-reply: late | drop; failover: sync | async
     offset: float = 0.0  # skew: the replica's clock offset, seconds
     reminders: bool = False  # kill: aim at the replica whose send_reminders run is sending
     messages: int = 0  # kill aimed at reminders: after this many of its run's messages (or its end)
@@ -98,6 +106,10 @@ class Action:
             return f"stop PostgreSQL (-m {self.mode}) for {self.seconds:g} s"
         if self.kind == "skew":
             return f"restart {drawn} with its clock {self.offset:+g} s off ({skew_band(self.offset)}) for {self.seconds:g} s"
+        if self.kind == FAILOVER and self.mode == "async":
+            return f"freeze the replication link for {self.seconds:g} s, kill the primary, promote the standby, build a new one"
+        if self.kind == FAILOVER:
+            return "kill the primary (its standby synchronous), promote the standby, build a new one"
         if self.kind == "smtp-lost-reply":
             how = "never answer 250" if self.mode == "late" else "drop the connection"
             return f"the SMTP stand-in keeps each message, then {how}, for {self.seconds:g} s"
@@ -119,17 +131,37 @@ def skew_band(offset: float) -> str:
 
 
 def plan(
-    *, seed: int, duration: float, kinds: tuple[str, ...], replicas: int, reminders: bool = False
+    *,
+    seed: int,
+    duration: float,
+    kinds: tuple[str, ...],
+    replicas: int,
+    reminders: bool = False,
+    failover: str = "",
 ) -> list[Action]:
     """The actions of a soak, drawn from ``seed``: the same arguments, the same plan. With
     ``reminders``, some kills aim at a ``send_reminders`` run, drawn from a generator of their
-    own: the other draws, and every plan without ``reminders``, stay what the seed gave before."""
+    own: the other draws, and every plan without ``reminders``, stay what the seed gave before.
+    With ``failover`` (``sync`` or ``async``) and ``FAILOVER`` among the kinds, a failover comes
+    at its own cadence (``replication.FIRST``, ``replication.EVERY``), drawn from a generator of
+    its own too; the other kinds fill the time between."""
     rng = random.Random(seed)
     aims = random.Random(f"{seed}:reminder-kills")
+    fails = random.Random(f"{seed}:failover")
+    next_failover = replication.FIRST * PERIOD if failover and FAILOVER in kinds else math.inf
     kinds = tuple(kind for kind in KINDS if kind in kinds)  # the order given does not matter
     actions: list[Action] = []
     slot = 1  # the first slot runs healthy
-    while kinds and len(actions) < MAX_ACTIONS:
+    while (kinds or next_failover < math.inf) and len(actions) < MAX_ACTIONS:
+        if next_failover <= slot * PERIOD or not kinds:
+            slot = max(slot, math.ceil(next_failover / PERIOD))
+            action = _draw_failover(fails, mode=failover, slot=slot, replicas=replicas)
+            next_failover = action.at + replication.EVERY
+            if action.at >= duration:
+                break
+            actions.append(action)
+            slot = math.ceil((action.at + _span(action)) / PERIOD)
+            continue
         kind = rng.choice(kinds)
         action = _draw(rng, kind, slot=slot, replicas=replicas)
         if reminders and kind == "kill" and aims.random() < REMINDER_KILLS:
@@ -177,6 +209,15 @@ def _draw(rng: random.Random, kind: str, *, slot: int, replicas: int) -> Action:
     raise ValueError(f"unknown nemesis kind {kind!r}")
 
 
+def _draw_failover(rng: random.Random, *, mode: str, slot: int, replicas: int) -> Action:
+    replica = rng.randrange(replicas)  # unused: a failover aims at the primary
+    if mode == "async":
+        # From just before a slot, for longer than a run's commit after it: its write stays on the primary.
+        seconds = round(rng.uniform(*replication.FREEZE), 1)
+        return Action(FAILOVER, slot - 1, PERIOD - 1, replica, seconds=seconds, mode=mode)
+    return Action(FAILOVER, slot, round(rng.uniform(0.2, RUN_SECONDS + 0.3), 2), replica, mode=mode)
+
+
 def _span(action: Action) -> float:
     """About how long ``action`` takes, restarts included (Django starts in ~3 s)."""
     restart = 4.0
@@ -189,6 +230,8 @@ def _span(action: Action) -> float:
         "skew": action.seconds + 2 * restart,
         "commit-cut": PERIOD + 2,
         "smtp-lost-reply": action.seconds + 2 * EMAIL_TIMEOUT,  # a client waits for the reply, then QUIT's
+        # Promote, a fresh standby (a base backup), the pause of send_reminders and its resume.
+        FAILOVER: action.seconds + 12 + PERIOD + restart,
     }[action.kind]
 
 
@@ -209,7 +252,13 @@ class Nemesis:
         log: Callable[[str], None],
         smtp=None,
         sender: Callable[[], str | None] | None = None,
+        replication: replication.Replication | None = None,
+        paused: Callable[[], tuple[str, str] | None] | None = None,
+        resume: Callable[[], tuple[bool, str]] | None = None,
     ) -> None:
+        self.replication = replication
+        self.paused = paused
+        self.resume = resume
         self.smtp = smtp
         self.sender = sender
         self.cluster = cluster
@@ -361,6 +410,38 @@ class Nemesis:
             f"{self._unanswered() - before} messages kept with {how}, for {action.seconds:g} s",
         )
 
+    def _failover(self, action: Action) -> tuple[str, str]:
+        entry = self.replication.fail_over(freeze=action.seconds if action.mode == "async" else 0)
+        detail = (
+            f"link frozen {entry['killed'] - entry['froze']:.1f} s ({entry['lag_bytes']} bytes unreplicated), "
+            if entry["froze"]
+            else f"standby synchronous ({entry['lag_bytes']} bytes behind), "
+        )
+        detail += (
+            f"primary killed, standby promoted (timeline {entry['timeline']} to {entry['now']}) and "
+            f"switched to in {entry['switched'] - entry['killed']:.1f} s, a new standby in "
+            f"{entry['rebuilt'] - entry['switched']:.1f} s"
+        )
+        if self.paused is not None:
+            entry["paused"] = self._await_pause(entry["timeline"])
+            if entry["paused"] is None:
+                detail += f"; send_reminders not paused by a failover within {replication.LOOK_FOR_PAUSE} s"
+            else:
+                ok, said = self.resume()
+                entry["resumed"] = {"at": time.time(), "ok": ok, "said": said}
+                detail += f"; send_reminders paused ({entry['paused']['note'][:90]}…), resumed: {said}"
+        return f"the primary (timeline {entry['timeline']})", detail
+
+    def _await_pause(self, timeline: int) -> dict | None:
+        """Until ``send_reminders`` is paused by the failover from ``timeline`` (bounded)."""
+        deadline = time.monotonic() + replication.LOOK_FOR_PAUSE
+        while time.monotonic() < deadline:
+            found = self.paused()
+            if found is not None and found[0] == replication.PAUSER and f"timeline {timeline} " in found[1]:
+                return {"at": time.time(), "by": found[0], "note": found[1]}
+            time.sleep(0.2)
+        return None
+
     def _unanswered(self) -> int:
         with self.smtp.lock:
             return sum(not arrival.answered for arrival in self.smtp.arrivals)
@@ -379,10 +460,10 @@ def parse_kinds(text: str) -> tuple[str, ...]:
     if text.strip() == "none":
         return ()
     given = {part.strip() for part in text.split(",") if part.strip()}
-    unknown = sorted(given - set(KINDS))
+    unknown = sorted(given - {*KINDS, FAILOVER})
     if unknown or not given:
         raise ValueError(
             f"unknown nemesis kind(s) {', '.join(unknown) or '(none given)'}; "
-            f"known: {', '.join(KINDS)}, or all, or none"
+            f"known: {', '.join(KINDS)}, {FAILOVER}, or all, or none"
         )
-    return tuple(kind for kind in KINDS if kind in given)
+    return tuple(kind for kind in (*KINDS, FAILOVER) if kind in given)

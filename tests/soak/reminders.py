@@ -158,10 +158,14 @@ def judge(
     last: datetime,
     origin: float,
     record_every: int,
+    failovers: tuple[float, ...] = (),
 ) -> tuple[list[Check], dict]:
     """The reminder checks, and the numbers of the record's reminders table. ``runs``:
     ``send_reminders``' runs as (holder, status); ``last``: the last healthy slot;
-    ``origin``: the first slot's ``time.time()`` (details say seconds after it)."""
+    ``origin``: the first slot's ``time.time()`` (details say seconds after it);
+    ``failovers``: when each failover killed the primary (``--failover``): a re-send no kill
+    explains whose copies a failover came between is set aside (the table's ``failover_resends``)
+    for the failover checks (``tests.soak.failover``, ``emails-across-failovers``) to judge."""
     dead_runs = {holder_pid(holder) for holder, status in runs if status in UNFINISHED}
     crashes = sorted((kill for kill in kills if kill.pids & dead_runs), key=lambda kill: kill.at)
     killed = set().union(*(kill.pids for kill in kills))
@@ -177,7 +181,7 @@ def judge(
     # Each re-send is charged to the earliest kill of a reminder holder between the copy
     # before it (less KILL_TOLERANCE) and itself that has not used its RECORD_EVERY.
     charged: dict[int, int] = defaultdict(int)
-    explained, unexplained = [], []  # (row key, the copy before, the re-send)
+    explained, unexplained, across = [], [], []  # (row key, the copy before, the re-send)
     for key, found in copies_of.items():
         for before, again in pairwise(found):
             kill = next(
@@ -188,7 +192,9 @@ def judge(
                 ),
                 None,
             )
-            if kill is None:
+            if kill is None and any(before.at < moment < again.at for moment in failovers):
+                across.append((key, before, again))
+            elif kill is None:
                 unexplained.append((key, before, again))
             else:
                 charged[kill] += 1
@@ -284,9 +290,13 @@ def judge(
         "waiting": len(waiting),
         "lost": len(lost),
         "copies": len(copies),
-        "resent": len(explained) + len(unexplained),
+        "resent": len(explained) + len(unexplained) + len(across),
         "charged": len(explained),
         "allowed": allowed,
         "lost_replies": lost_copies,
     }
+    if failovers:
+        table["failover_resends"] = [
+            {"key": list(key), "before": before.at, "again": again.at} for key, before, again in across
+        ]
     return [once, uncertain, delivered], table

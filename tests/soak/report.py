@@ -3,8 +3,12 @@
     python -m tests.soak.report                       # the table of the last soak (var/soak/last.json)
     python -m tests.soak.report --record FILE         # of another one
     python -m tests.soak.report --write               # and put it into docs/faults.md
+    python -m tests.soak.report --replication --write # what holds under each replication mode
 
-The driver saves each soak's record (``save``) and prints the same table at its end.
+The driver saves each soak's record (``save``) and prints the same table at its end. ``save``
+also keeps the last record of each replication mode (``MODE_RECORDS``: one server, ``--failover
+sync``, ``--failover async``), from which ``--replication`` builds the failover table of
+docs/faults.md: what is guaranteed under each mode, and what the last soak of each measured.
 """
 
 from __future__ import annotations
@@ -33,6 +37,76 @@ COLUMNS = (
     ("late", "Late (> 1 period)"),
 )
 
+# The last record of each replication mode, and the failover table built from them.
+MODE_RECORDS = {
+    "one-server": "last-one-server.json",
+    "sync": "last-failover-sync.json",
+    "async": "last-failover-async.json",
+}
+MODE_TITLES = {
+    "one-server": "One server",
+    "sync": "Synchronous standby (`synchronous_standby_names = '*'`, `synchronous_commit = on`)",
+    "async": "Asynchronous standby",
+}
+REPLICATION_BEGIN = "<!-- soak-failover-table:begin (python -m tests.soak.report --replication --write) -->"
+REPLICATION_END = "<!-- soak-failover-table:end -->"
+# What is guaranteed (docs/faults.md, "Failover"; DESIGN rule 16), one row each: one server, sync, async.
+GUARANTEES = (
+    (
+        "An acknowledged tick survives a failover",
+        "— (no failover)",
+        "yes: the promoted standby shows it done; a second run skips it",
+        "no: the ticks of the last moments may vanish with the old primary",
+    ),
+    (
+        "A slot runs at most once",
+        "yes",
+        "yes; a commit whose sync wait was cancelled is `unknown`, and may run again after a failover (named)",
+        "per database history: a slot whose run vanished runs again, with one WARNING per failover; the "
+        "ledger names the first such slot only, a second one lost in the same failover runs again unnamed "
+        '(the soak\'s *silent* repeats); `on_failover: "pause"` jobs (`send_reminders`) pause instead, for an '
+        "operator to resume",
+    ),
+    (
+        "A reminder is emailed once",
+        "yes (but for the documented re-sends after a crash, docs/reminders.md)",
+        "yes: its delivery is committed on the standby too; a run cut by the failover records it on the new primary",
+        "no: a delivery recorded on the old primary only is sent again once the operator resumes "
+        "`send_reminders` (the pause names the failover, not the reminders)",
+    ),
+    (
+        "A slot recorded `succeeded` has its writes",
+        "yes",
+        "yes",
+        "yes: a success needs its `committed_token` on the row, else `failed`",
+    ),
+    (
+        "A lease from before the promotion writes on the new primary",
+        "—",
+        "never (`LockLost`)",
+        "never (`LockLost`)",
+    ),
+    ("Pointed at a standby", "—", 'skipped: "the database is a standby in recovery"', "the same"),
+    (
+        "A write while the standby is away",
+        "—",
+        "waits for it without a bound (PostgreSQL's); a first INSERT's contender gives up in 5 s",
+        "does not wait",
+    ),
+)
+# What the last soak of each mode measured: (record key in its ``replication`` row, row title).
+MEASURED = (
+    ("failovers", "Failovers"),
+    ("slots", "Slots"),
+    ("repeats", "Slots run twice (two acknowledged fenced writes)"),
+    ("detected", "… detected (the failover's WARNING and the ledger name it)"),
+    ("silent", "… silent"),
+    ("acknowledged_lost", "Acknowledged fenced writes lost"),
+    ("emails_twice", "Emails sent twice across a failover (the SMTP stand-in's count)"),
+    ("emails_silent", "… with no failover pause naming it first"),
+    ("succeeded_without_write", "Succeeded without its write"),
+)
+
 # The reminders part (--reminders): one row, the reminders' fates and the stand-in's copies.
 REMINDER_COLUMNS = (
     ("seeded", "Reminders"),
@@ -58,6 +132,7 @@ def save(record: dict, *, directory: Path = RECORDS) -> Path:
     path = directory / f"soak-{record['stamp']}-seed{record['seed']}.json"
     path.write_text(text)
     (directory / LAST.name).write_text(text)
+    (directory / MODE_RECORDS[record.get("failover") or "one-server"]).write_text(text)
     return path
 
 
@@ -109,13 +184,61 @@ def render(record: dict) -> str:
     return "\n".join([head, "", table(record), *mail, "", *checks])
 
 
+def replication_table(records: dict[str, dict | None]) -> str:
+    """One table: the guarantees under each mode, then what its last soak measured
+    (``records``: a mode's last record, or None when there is none yet)."""
+    modes = list(MODE_RECORDS)
+    lines = [
+        "| | " + " | ".join(MODE_TITLES[mode] for mode in modes) + " |",
+        "|---|" + "---|" * len(modes),
+        *("| " + " | ".join(row) + " |" for row in GUARANTEES),
+    ]
+
+    def soak(record: dict | None) -> str:
+        if record is None:
+            return "no record yet"
+        verdict = "PASS" if record["passed"] else "FAIL"
+        return (
+            f"**{verdict}**, seed {record['seed']}, {record['duration']:g} s, "
+            f"{', '.join(record['nemesis']) or 'no nemesis'}; code {record['code']}, {record['started_at']}"
+        )
+
+    lines.append("| Measured by the soak | " + " | ".join(soak(records[mode]) for mode in modes) + " |")
+    for key, title in MEASURED:
+        cells = []
+        for mode in modes:
+            row = (records[mode] or {}).get("replication") or {}
+            value = row.get(key)
+            cells.append("-" if value is None else str(value))
+        lines.append(f"| {title} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def load_modes(directory: Path = RECORDS) -> dict[str, dict | None]:
+    return {
+        mode: json.loads(path.read_text()) if (path := directory / name).exists() else None
+        for mode, name in MODE_RECORDS.items()
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Render the last soak's table.")
     parser.add_argument(
         "--record", type=Path, default=LAST, help="A soak's JSON record (default: the last one)."
     )
     parser.add_argument("--write", action="store_true", help="Put it into docs/faults.md.")
+    parser.add_argument(
+        "--replication",
+        action="store_true",
+        help="The failover table instead: guarantees and the last soak of each replication mode.",
+    )
     args = parser.parse_args(argv)
+    if args.replication:
+        rendered = replication_table(load_modes(args.record.parent))
+        sys.stdout.write(rendered + "\n")
+        if args.write:
+            write_table(rendered, TABLE_FILE, begin=REPLICATION_BEGIN, end=REPLICATION_END)
+        return 0
     if not args.record.exists():
         sys.stderr.write(f"soak report: no record at {args.record}: run `make soak` first\n")
         return 2

@@ -11,7 +11,8 @@ import sys
 import pytest
 
 from tests.conftest import ROOT, project_env
-from tests.soak.nemesis import KINDS, MAX_ACTIONS, WINDOW, plan, skew_band
+from tests.soak import failover
+from tests.soak.nemesis import FAILOVER, KINDS, MAX_ACTIONS, WINDOW, plan, skew_band
 from tests.soak.timing import PERIOD, TTL
 
 
@@ -97,7 +98,19 @@ def test_clock_offsets_fall_within_the_tick_window_beyond_it_and_beyond_the_peri
         (
             ["--nemesis", "kill,flood"],
             "soak: error: --nemesis: unknown nemesis kind(s) flood; known: kill, pause, term, pg-restart, "
-            "pg-outage, skew, commit-cut, smtp-lost-reply, or all, or none",
+            "pg-outage, skew, commit-cut, smtp-lost-reply, failover, or all, or none",
+        ),
+        (
+            ["--nemesis", "kill,failover"],
+            "soak: error: --nemesis failover needs --failover sync|async (two clusters)",
+        ),
+        (
+            ["--failover", "semi"],
+            "soak: error: argument --failover: invalid choice: 'semi' (choose from 'sync', 'async')",
+        ),
+        (
+            ["--failover", "sync", "--nemesis", "kill,pg-outage"],
+            "soak: error: --failover leaves pg-restart and pg-outage out (the failover kills the primary itself)",
         ),
         (
             ["--nemesis", "kill,smtp-lost-reply"],
@@ -182,3 +195,35 @@ def test_with_reminders_a_third_of_the_kills_aim_at_a_reminders_run_and_nothing_
         for action in plan(seed=seed, duration=600, kinds=kills, replicas=3, reminders=True)
     ]
     assert 0.2 < sum(aimed) / len(aimed) < 0.45, sum(aimed) / len(aimed)
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_with_failover_a_failover_comes_at_its_own_cadence_and_the_server_kinds_are_left_out(mode):
+    done = soak_cli("--seed", "4242", "--duration", "600", "--reminders", "--failover", mode, "--plan")
+    assert done.returncode == 0, done.stderr
+    actions = [json.loads(line) for line in done.stdout.splitlines()]
+    kinds = {action["kind"] for action in actions}
+    assert FAILOVER in kinds and not kinds & {"pg-restart", "pg-outage"}
+    assert len(kinds) > 2  # the other kinds fill the time between
+    moments = [action["at"] for action in actions if action["kind"] == FAILOVER]
+    # At least one per failover.SECONDS_PER_FAILOVER, with time to spare for actions that come late.
+    assert len(moments) >= 600 // failover.SECONDS_PER_FAILOVER + 1, moments
+    assert moments[0] <= failover.FIRST * PERIOD + 4 * PERIOD
+    assert all(b - a <= failover.EVERY + 6 * PERIOD for a, b in itertools.pairwise(moments)), moments
+    for action in actions:
+        if action["kind"] == FAILOVER and mode == "async":
+            # From a second before a slot, for longer than the next run's commit (1.5 s after it).
+            assert action["phase"] == PERIOD - 1 and 4 <= action["seconds"] <= 14
+            assert action["describe"].startswith(f"freeze the replication link for {action['seconds']:g} s")
+        elif action["kind"] == FAILOVER:
+            assert action["seconds"] == 0 and 0 < action["phase"] < PERIOD / 2  # in the middle of a run
+
+
+def test_without_failover_no_plan_has_one_and_the_others_stay_what_the_seed_drew():
+    for seed in range(10):
+        plain = plan(seed=seed, duration=600, kinds=KINDS, replicas=3)
+        assert plan(seed=seed, duration=600, kinds=(*KINDS, FAILOVER), replicas=3) == plain
+        assert FAILOVER not in {action.kind for action in plain}
+    assert plan(seed=1, duration=600, kinds=(FAILOVER,), replicas=3) == []
+    only = plan(seed=1, duration=600, kinds=(FAILOVER,), replicas=3, failover="sync")
+    assert len(only) >= 5 and {action.kind for action in only} == {FAILOVER}

@@ -111,3 +111,41 @@ def test_docs_faults_md_has_the_soak_table_markers_once():
 
     assert text.count(report.BEGIN) == text.count(report.END) == 1
     assert text.index(results.END) < text.index(report.BEGIN) < text.index(report.END)
+
+
+def test_save_keeps_the_last_record_of_each_replication_mode(tmp_path):
+    report.save(record(), directory=tmp_path)
+    report.save(record(stamp="20261202T110000Z", failover="async"), directory=tmp_path)
+
+    assert json.loads((tmp_path / "last-one-server.json").read_text())["stamp"] == "20261202T100000Z"
+    assert json.loads((tmp_path / "last-failover-async.json").read_text())["failover"] == "async"
+    assert not (tmp_path / "last-failover-sync.json").exists()
+    assert report.load_modes(tmp_path)["sync"] is None
+
+
+def test_the_failover_table_has_the_guarantees_then_what_each_modes_last_soak_measured():
+    measured = {"failovers": 6, "slots": 64, "repeats": 2, "detected": 1, "silent": 1, "acknowledged_lost": 3}
+    measured |= {"emails_twice": 30, "emails_silent": 0, "succeeded_without_write": 0}
+    text = report.replication_table(
+        {
+            "one-server": record(passed=True),
+            "sync": None,
+            "async": record(failover="async", replication=measured),
+        }
+    )
+    lines = text.splitlines()
+
+    assert lines[0].startswith("| | One server | Synchronous standby")
+    assert len(lines) == 2 + len(report.GUARANTEES) + 1 + len(report.MEASURED)
+    assert lines[2 + len(report.GUARANTEES)].startswith(
+        "| Measured by the soak | **PASS**, seed 1651, 70 s, kill, pause; code 5498752, 2026-12-02 10:00 UTC | "
+        "no record yet | **FAIL**, seed 1651"
+    )
+    assert "| Slots run twice (two acknowledged fenced writes) | - | - | 2 |" in lines
+    assert "| … silent | - | - | 1 |" in lines
+
+
+def test_docs_faults_md_has_the_failover_table_markers_once():
+    text = results.TABLE_FILE.read_text()
+
+    assert text.count(report.REPLICATION_BEGIN) == text.count(report.REPLICATION_END) == 1
