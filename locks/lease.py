@@ -133,7 +133,8 @@ class Lease:
     ``attempt`` is this run's number among its tick's attempts, on every host; after attempt k
     fails, the next may start ``retry_delays[k - 1]`` later (rule 12). ``timeline`` and
     ``system_id``: the database history it was granted in (PostgreSQL; None elsewhere); ``failover``
-    says what acquire found when the row came from an older one (rule 16). ``unconfirmed``: the
+    says what acquire found when the row came from an older one (rule 16); ``failover_slot``, that
+    or the last failover's when its tick is at or before it (it may have run on the old primary). ``unconfirmed``: the
     server said its fenced COMMIT did not wait for the synchronous standby.
     """
 
@@ -151,6 +152,7 @@ class Lease:
     timeline: int | None = None
     system_id: int | None = None
     failover: str = ""
+    failover_slot: str = ""
     unconfirmed: bool = False
     writing: threading.Event = field(default_factory=threading.Event, repr=False)
     _lost: threading.Event = field(default_factory=threading.Event, repr=False)
@@ -241,7 +243,9 @@ def acquire(
     for pause in CONTENDER_PAUSES:
         # No savepoint: nothing here catches an error, so a caller's transaction (if any) is joined.
         with transaction.atomic(using=db, savepoint=False):
-            won = claim.update(**values) and _history_of_win(rows.filter(holder=holder), job=job, using=db)
+            won = claim.update(**values) and _history_of_win(
+                rows.filter(holder=holder), job=job, tick=tick, using=db
+            )
         if won:
             _warn_on_skew(job=job, db_now=won["acquired_at"])
             return Lease(
@@ -276,6 +280,7 @@ def acquire(
 
 # What the winner reads back, and what a contender that lost reads to say why.
 WON = ("token", "acquired_at", "committed_token", "tick_attempts", "timeline", "system_id")
+WON_FAILOVER = ("failover_note", "failover_through")
 
 
 def _lease_fields(won: dict, tick: datetime | None, retry_delays) -> dict:
@@ -286,33 +291,51 @@ def _lease_fields(won: dict, tick: datetime | None, retry_delays) -> dict:
         "timeline": won.get("now_timeline"),
         "system_id": won.get("now_system_id"),
         "failover": won["failover"],
+        "failover_slot": won["failover_slot"],
     }
 
 
-def _history_of_win(mine, *, job: str, using: str) -> dict | None:
+def _history_of_win(mine, *, job: str, tick: datetime | None, using: str) -> dict | None:
     """The won row (``mine``) read back in the winner's transaction, with the server's history
     now; the row is stamped with it. A row stamped in an older history (another timeline, another
     cluster) is a failover since its last lease: one WARNING, and ``failover`` says so (rule 16)."""
     now = history(using=using)
     won = (
         mine.annotate(**{f"now_{key}": value for key, value in now.items()})
-        .values(*WON, *(f"now_{k}" for k in now))
+        .values(*WON, *(WON_FAILOVER if now else ()), *(f"now_{k}" for k in now))
         .first()
     )
     if won is None:
         return None
-    won["failover"] = ""
-    if not now or (won["timeline"], won["system_id"]) == (won["now_timeline"], won["now_system_id"]):
+    won["failover"] = won["failover_slot"] = ""
+    if not now:
         return won
-    mine.update(timeline=won["now_timeline"], system_id=won["now_system_id"])
+    if (won["timeline"], won["system_id"]) == (won["now_timeline"], won["now_system_id"]):
+        # A later slot than the failover's moment ran only here; one at or before it may have run
+        # on the old primary too (several lost with a frozen link): each such run is named.
+        through = won["failover_through"]
+        if tick is not None and through is not None and tick <= through:
+            won["failover_slot"] = won["failover_note"]
+            logger.warning(
+                "job=%s token=%s/%s tick %s is at or before the failover: %s",
+                job,
+                won["now_timeline"],
+                won["token"],
+                iso(tick),
+                won["failover_note"],
+            )
+        return won
+    stamp = {"timeline": won["now_timeline"], "system_id": won["now_system_id"]}
     if won["timeline"] is not None:
-        won["failover"] = (
+        won["failover"] = won["failover_slot"] = (
             f"the database failed over since token {won['token'] - 1} was granted on timeline "
             f"{won['timeline']} (now timeline {won['now_timeline']}"
             + (", another cluster" if won["system_id"] != won["now_system_id"] else "")
             + "): a run of that history may be lost, or may have done its work there too"
         )
         logger.warning("job=%s token=%s/%s %s", job, won["now_timeline"], won["token"], won["failover"])
+        stamp.update(failover_note=won["failover"], failover_through=Now())
+    mine.update(**stamp)
     return won
 
 

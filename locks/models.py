@@ -182,6 +182,12 @@ class SyncLock(models.Model):
     system_id = models.PositiveBigIntegerField(
         "database system id", null=True, blank=True, help_text="The cluster it was granted on."
     )
+    # The last failover a lease found (rule 16): every slot at or before ``failover_through`` (the
+    # new primary's clock then) may have run on the old primary too, and its run says so.
+    failover_note = models.TextField("last failover", blank=True, default="")
+    failover_through = models.DateTimeField(
+        null=True, blank=True, help_text="Slots at or before this may have run on the old primary too."
+    )
 
     created_at = models.DateTimeField(
         "first seen",

@@ -400,7 +400,7 @@ def _record_start(lease: Lease, *, requested_by: str) -> int | None:
             requested_by=requested_by,
             timeline=lease.timeline,
             system_id=lease.system_id,
-            failover=lease.failover,
+            failover=lease.failover_slot,
         ).pk
     except Error as exc:
         logger.warning("job=%s could not record the run start: %s", lease.job, error_text(exc))

@@ -158,10 +158,10 @@ SCENARIOS = [
     ),
     Scenario(
         "failover-async-repeat",
-        "async standby, link frozen: a tick runs to its end on the primary, which dies; the standby is promoted",
-        "PostgreSQL only: the tick runs again on the new primary (asynchronous replication allows it), never "
-        "silently: one WARNING naming the failover, the run marked in the ledger; a job with "
-        "`on_failover: pause` is paused instead",
+        "async standby, link frozen: two ticks run to their end on the primary, which dies; the standby is promoted",
+        "PostgreSQL only: both ticks run again on the new primary (asynchronous replication allows it), never "
+        "silently: one WARNING naming the failover, one more for each further slot at or before it, each run "
+        "marked in the ledger; a job with `on_failover: pause` is paused instead",
     ),
     Scenario(
         "failover-standby",

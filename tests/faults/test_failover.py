@@ -141,7 +141,11 @@ def test_a_tick_run_again_after_an_async_failover_is_warned_of_and_marked(pair, 
     servers.link.freeze()
     for job in ("sync_contests", "send_reminders"):
         assert outcome(worker(procs, servers.url, job, TICK, "--write", "0.1"))["outcome"] == "succeeded"
-    assert lock_row(servers.primary, "sync_contests")[:3] == (2, TICK, True)
+    # A second slot lost with the primary (the link stays frozen): it too is named when it runs again.
+    assert (
+        outcome(worker(procs, servers.url, "sync_contests", NOW, "--write", "0.1"))["outcome"] == "succeeded"
+    )
+    assert lock_row(servers.primary, "sync_contests")[:3] == (3, NOW, True)
     servers.fail_over()
     new = servers.standby
     assert lock_row(new, "sync_contests")[:3] == (
@@ -159,10 +163,17 @@ def test_a_tick_run_again_after_an_async_failover_is_warned_of_and_marked(pair, 
         run for run in runs(new, "sync_contests") if run[1] == TICK
     ]
     assert (token, status, timeline) == (2, "succeeded", 2) and FAILED_OVER.format(token=1) in failover
+    second = worker(procs, servers.url, "sync_contests", NOW, "--write", "0.1")
+    assert (outcome(second)["token"], outcome(second)["timeline"]) == (3, 2)
+    [warning] = [line for line in second.stderr_lines if " WARNING " in line]
+    assert f"tick {NOW.isoformat()} is at or before the failover: " + FAILED_OVER.format(token=1) in warning
     ledger = manage("locks", "ticks", "sync_contests", "--json", env=project_env(DATABASE_URL=servers.url))
     assert ledger.returncode == 0, ledger.stderr
-    [slot] = [slot for slot in json.loads(ledger.stdout) if slot["tick"] == TICK.isoformat()]
-    assert slot["outcome"] == "succeeded" and FAILED_OVER.format(token=1) in slot["failover"], slot
+    slots = {slot["tick"]: slot for slot in json.loads(ledger.stdout)}
+    for tick in (TICK, NOW):  # each slot lost with the primary is named, not only the first
+        slot = slots[tick.isoformat()]
+        assert slot["outcome"] == "succeeded" and FAILED_OVER.format(token=1) in slot["failover"], slot
+    assert not slots[EARLIER.isoformat()]["failover"]  # replicated before the freeze: ran once
 
     paused = worker(procs, servers.url, "send_reminders", TICK, "--write", "0.1", "--on-failover", "pause")
     held = outcome(paused)
@@ -174,9 +185,10 @@ def test_a_tick_run_again_after_an_async_failover_is_warned_of_and_marked(pair, 
     assert not new.query("SELECT 1 FROM locks_jobrun WHERE job_name = 'send_reminders' AND status = 'succeeded' "
                          "AND tick = %s", (TICK,))  # fmt: skip
     observe(
-        "link frozen, the tick ran on the primary, primary killed, standby promoted: the tick ran again "
-        "(token 2 on timeline 2), with one WARNING `the database failed over since token 1 was granted on "
-        "timeline 1` and its JobRun marked; a job with on_failover=pause was paused (by locks:failover) "
+        "link frozen, two ticks ran on the primary, primary killed, standby promoted: both ran again "
+        "(tokens 2 and 3 on timeline 2), with one WARNING `the database failed over since token 1 was granted on "
+        "timeline 1`, one more naming the second slot `at or before the failover`, and both JobRuns and ledger "
+        "slots marked; a job with on_failover=pause was paused (by locks:failover) "
         "instead of running"
     )
 

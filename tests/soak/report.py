@@ -62,10 +62,10 @@ GUARANTEES = (
         "A slot runs at most once",
         "yes",
         "yes; a commit whose sync wait was cancelled is `unknown`, and may run again after a failover (named)",
-        "per database history: a slot whose run vanished runs again, with one WARNING per failover; the "
-        "ledger names the first such slot only, a second one lost in the same failover runs again unnamed "
-        '(the soak\'s *silent* repeats); `on_failover: "pause"` jobs (`send_reminders`) pause instead, for an '
-        "operator to resume",
+        "per database history: a slot whose run vanished runs again, never silently: one WARNING per "
+        "failover, one more for each further slot at or before its moment, and the ledger names each one "
+        '(several can vanish with a frozen link); `on_failover: "pause"` jobs (`send_reminders`) pause '
+        "instead, for an operator to resume",
     ),
     (
         "A reminder is emailed once",
