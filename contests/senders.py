@@ -123,7 +123,9 @@ class Post:
 
     def _send_here(self, group, messages) -> None:
         connection = self.connections[0]
-        for reminder, message in messages:
+        # The group's messages built first, in one go: building right after each send, while the
+        # core has just run the mail server and the database, took half as long again per message.
+        for reminder, message in list(messages):
             self.run.check()  # in memory: the heartbeat's verdict, a SIGTERM
             if not group.claim.holds(reminder.pk):
                 continue
