@@ -204,7 +204,7 @@ def jobs_freshness() -> dict[str, Freshness]:
 # --- open incidents: kept by an optional app (locks.contrib.alerts), none without one -----
 
 
-# reason: what opened it (missed, failed, stale or error); email: the opening email's state (pending,
+# reason: what opened it (missed, failed, stale, error or failover); email: the opening email's state (pending,
 # claimed, sent, uncertain or no recipient).
 OpenIncident = namedtuple("OpenIncident", "job reason summary opened_at email")
 

@@ -10,6 +10,8 @@ import subprocess
 import sys
 
 import pytest
+from django.contrib.auth.models import Group, Permission
+from django.contrib.contenttypes.models import ContentType
 from django.core.management import call_command
 from django.db import connection
 
@@ -122,8 +124,6 @@ def test_the_move_is_state_only_and_the_rows_survive_it_forwards_and_backwards()
 def test_permissions_granted_on_incidents_move_with_the_model():
     """An upgraded database's ``locks.incident`` content type becomes ``locks_alerts.incident``:
     a group's ``view_incident`` grant is kept (and goes back with a migration backwards)."""
-    from django.contrib.auth.models import Group, Permission
-    from django.contrib.contenttypes.models import ContentType
 
     def grants() -> list[tuple[str, str]]:
         return list(

@@ -5,7 +5,8 @@ It runs under its own lease like every job, so however many replicas run it, one
 time judges the ledger (``locks.status``) and writes the incidents, inside its fenced write.
 Hysteresis: an incident opens after ``alert_after_failures`` failed or missed slots in a row (or
 ``alert_after`` without a success) and closes after ``alert_after_recoveries`` succeeded slots in
-a row; paused slots count for neither, and a paused job's incident stays open. Each email is
+a row; paused slots count for neither, and a paused job's incident stays open. A job that paused
+itself on a database failover (``on_failover: "pause"``) opens one (reason ``failover``). Each email is
 delivered like a reminder: claimed on its incident row (a conditional UPDATE, with an expiry),
 then sent or uncertain; a claim whose sender died expires and is claimed again; an email whose
 answer was lost after its content went out is ``uncertain`` and never sent again by itself; with
@@ -55,7 +56,7 @@ class AlertNotSent(RuntimeError):
 
 @dataclass(frozen=True)
 class Problem:
-    reason: str  # missed, failed, stale or error
+    reason: str  # missed, failed, stale, error or failover
     summary: str
 
 
@@ -125,8 +126,8 @@ def decide(
 
 def check_jobs(lease: Lease) -> dict[str, int]:
     """Open an incident for each registered job that has a problem and none open (never for a
-    paused job), close the open incidents of jobs that recovered (never while paused); then send
-    the emails due. The incidents are written in a fenced write of a copy of ``lease``: the run
+    paused job, but for one a failover paused), close the open incidents of jobs that recovered
+    (never while paused); then send the emails due. The incidents are written in a fenced write of a copy of ``lease``: the run
     succeeds only once its emails are out too (a run that failed is judged again; nothing doubles)."""
     watched = {name: job for name, job in jobs().items() if name != SELF}
     rows = SyncLock.objects.filter(job_name__in=watched)
