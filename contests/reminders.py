@@ -6,6 +6,7 @@ automatically; at most RECORD_EVERY more per crash") are in docs/reminders.md.
 
 from __future__ import annotations
 
+import functools
 import logging
 import secrets
 import threading
@@ -271,14 +272,13 @@ class _Group:
         # pk -> (outcome, error), one assignment per message: a signal cannot leave half of one.
         self.outcomes: dict = {}
 
-    def messages(self, build) -> Iterator[tuple[Reminder, object]]:
-        """Each reminder to send with its message, built (``build``) as it is asked for; one
-        that cannot be built (a bad address) is refused without a word to the server."""
+    def messages(self, message_for) -> Iterator[tuple[Reminder, object]]:
+        """Each reminder to send with its message (``message_for(reminder)``: the message, or
+        why it cannot be built, a bad address: refused without a word to the server)."""
         for reminder in self.to_send:
-            try:
-                message = build(reminder_message(reminder=reminder, now=reminder.db_now))
-            except ValueError as exc:
-                self.done(reminder, Handover(Outcome.REFUSED, error_text(exc)))
+            message = message_for(reminder)
+            if isinstance(message, str):
+                self.done(reminder, Handover(Outcome.REFUSED, message))
                 continue
             yield reminder, message
 
@@ -411,12 +411,20 @@ def _deliver(run: _Run, post: Post, claim_id: str, *, started: float) -> None:
     stay, to expire (as after a crash)."""
     reminders = list(claimed_reminders(claim=claim_id, limit=run.batch))
     claim = _Claim(run, claim_id, reminders, confirmed=started)
+    if len(post.connections) == 1:
+        # One connection: the whole batch built in one go before its first message is sent
+        # (built between sends, while the core has just run the mail server and the database,
+        # a message takes half as long again). Several: each built as a connection is free for
+        # it, so that building overlaps their waits for the server.
+        message_for = _build(reminders, post.build).pop
+    else:
+        message_for = functools.partial(_build_one, build=post.build)
     group, unrecorded, finished = None, None, False
     reason = "not sent yet: the run stopped before sending it"
     try:
         for chunk in _chunks(reminders, RECORD_EVERY):
             group = _Group(run, claim, chunk)
-            post.send(group, group.messages(post.build))
+            post.send(group, group.messages(message_for))
             if post.failed:
                 reason = post.unsent_reason()
             unrecorded, group = group, None
@@ -433,6 +441,20 @@ def _deliver(run: _Run, post: Post, claim_id: str, *, started: float) -> None:
             group.record(unsent_reason=reason)
         if not finished and unrecorded is None:
             release_claim(claim=claim_id, reason=reason)
+
+
+def _build_one(reminder: Reminder, *, build):
+    """``reminder``'s message as the connections send it (``build``), or why it cannot be
+    built (``ValueError``: a bad address)."""
+    try:
+        return build(reminder_message(reminder=reminder, now=reminder.db_now))
+    except ValueError as exc:
+        return error_text(exc)
+
+
+def _build(reminders: list[Reminder], build) -> dict:
+    """Each message of a batch (``_build_one``), by the reminder: the ones with an address."""
+    return {reminder: _build_one(reminder, build=build) for reminder in reminders if reminder.user.email}
 
 
 def _chunks(items: Iterable, size: int) -> Iterator[list]:

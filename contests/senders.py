@@ -123,8 +123,7 @@ class Post:
 
     def _send_here(self, group, messages) -> None:
         connection = self.connections[0]
-        # The group's messages built first, in one go: building right after each send, while the
-        # core has just run the mail server and the database, took half as long again per message.
+        # Built already, with the rest of the batch (contests/reminders.py, _build).
         for reminder, message in list(messages):
             self.run.check()  # in memory: the heartbeat's verdict, a SIGTERM
             if not group.claim.holds(reminder.pk):
