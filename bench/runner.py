@@ -378,7 +378,10 @@ def _remind_rounds(backend: Backend, server, smtp: dict, *, size: int, repeat: i
     round's ratio to that round's peer (and floor, when measured)."""
     runs: dict[str, list[dict]] = {}
     for round_ in range(repeat):
-        for approach, count in [("django", 1), *cases]:
+        order = [("django", 1), *cases]
+        # Every other round the other way round: a machine that drifts (a cache, a neighbour,
+        # the clock speed) over a round favours neither the peer nor the service.
+        for approach, count in order if round_ % 2 == 0 else order[::-1]:
             name = approach if count == 1 else f"{approach}-{count}"
             result = _remind_once(backend, server, smtp, approach=approach, count=count, size=size)
             runs.setdefault(name, []).append(result)
