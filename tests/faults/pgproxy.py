@@ -4,7 +4,7 @@
     proxy.cut_commits(marker=b"committed_token", mode="after")   # the next such COMMIT only
 
 ``mode="after"``: the COMMIT of a transaction that sent a statement containing ``marker``
-reaches the server, the server commits and answers, and the answer is dropped with both
+before any WHERE (a write that sets it, not one that only matches on it) reaches the server, the server commits and answers, and the answer is dropped with both
 connections: the client sees a dead connection although its write committed. ``mode="before"``:
 the COMMIT itself is dropped with both connections, so the server rolls the transaction back.
 Every other byte passes untouched, and later connections pass as usual. ``disarm()`` drops the
@@ -100,7 +100,7 @@ class PgProxy:
         """The mode of the next planned cut if one of ``statements`` has its marker."""
         with self._lock:
             for index, (marker, mode) in enumerate(self._plan):
-                if any(marker in statement for statement in statements):
+                if any(sets(marker, statement) for statement in statements):
                     del self._plan[index]
                     self.cut += 1
                     return mode
@@ -209,7 +209,7 @@ class _Link:
                         self.losing.set()
                 else:
                     transaction.append(statement)
-                    if watched is None and self.proxy.watch is not None and self.proxy.watch in statement:
+                    if watched is None and self.proxy.watch is not None and sets(self.proxy.watch, statement):
                         watched = (time.time(), statement)
                 self._send(self.server, message)
 
@@ -239,6 +239,12 @@ class _Link:
             sock.sendall(data)
         except OSError:
             self.close()
+
+
+def sets(marker: bytes, statement: bytes) -> bool:
+    """Whether ``marker`` is in ``statement`` before its WHERE: an UPDATE that sets the column
+    it names, not one that only matches on it (a success's release, rule 15)."""
+    return marker in statement.split(b" WHERE ", 1)[0]
 
 
 def _statement(message: bytes) -> bytes | None:

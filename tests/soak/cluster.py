@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from tests.faults.pg import PgServer
-from tests.faults.pgproxy import Commit, PgProxy
+from tests.faults.pgproxy import Commit, PgProxy, sets
 from tests.faults.support import ROOT, Proc
 from tests.soak import timing
 from tests.soak.reminders import Kill
@@ -41,7 +41,7 @@ FENCED_RENEWAL = b'"committed_token" = '
 def is_fenced_write(statement: bytes) -> bool:
     """Whether ``statement`` is a fenced write's renewal: it sets ``committed_token``. A success's
     release matches on it in its WHERE (rule 15), and the proxies time that transaction too."""
-    return FENCED_RENEWAL in statement.split(b" WHERE ", 1)[0]
+    return sets(FENCED_RENEWAL, statement)
 
 
 class HarnessError(RuntimeError):
