@@ -4,16 +4,17 @@
     proxy.cut_commits(marker=b"committed_token", mode="after")   # the next such COMMIT only
 
 ``mode="after"``: the COMMIT of a transaction that sent a statement containing ``marker``
-before any WHERE (a write that sets it, not one that only matches on it) reaches the server, the server commits and answers, and the answer is dropped with both
-connections: the client sees a dead connection although its write committed. ``mode="before"``:
+before any WHERE (a write that sets it, not one that only matches on it) reaches the server,
+the server commits and answers, and the answer is dropped with both connections: the client
+sees a dead connection although its write committed. ``mode="before"``:
 the COMMIT itself is dropped with both connections, so the server rolls the transaction back.
 Every other byte passes untouched, and later connections pass as usual. ``disarm()`` drops the
 cuts planned and not made yet.
 
 ``PgProxy(target, watch=marker)`` also times every transaction that sent a statement containing
-``marker``: ``proxy.commits`` lists, for each one the server committed, when that statement went
-to the server and when the server's answer to its COMMIT came back (``time.time()``), whether or
-not the answer was then dropped.
+``marker`` (before any WHERE, as above): ``proxy.commits`` lists, for each one the server
+committed, when that statement went to the server and when the server's answer to its COMMIT
+came back (``time.time()``), whether or not the answer was then dropped.
 
 It reads just enough of the frontend protocol to find statements: the untyped startup
 messages (SSLRequest and GSSENCRequest are answered by the server with one byte), then typed

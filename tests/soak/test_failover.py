@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+from tests.faults.pgproxy import sets
 from tests.soak import checker, failover, reminders
 from tests.soak.checker import Run, Write
-from tests.soak.cluster import is_fenced_write
+from tests.soak.cluster import FENCED_RENEWAL
 from tests.soak.timing import PERIOD
 
 ORIGIN = datetime(2026, 12, 3, 10, 0, tzinfo=UTC)
@@ -117,7 +118,7 @@ def test_a_fenced_write_is_the_statement_that_sets_committed_token_not_the_relea
     renewal = b'UPDATE "locks_synclock" SET "locked_until" = now(), "committed_token" = 7, "tick" = \'2026-12-03 10:00:10+00:00\'::timestamptz WHERE ("locks_synclock"."token" = 7)'
     release = b'UPDATE "locks_synclock" SET "holder" = \'\', "tick" = \'2026-12-03 10:00:10+00:00\'::timestamptz WHERE ("locks_synclock"."committed_token" = 7)'
 
-    assert is_fenced_write(renewal) and not is_fenced_write(release)
+    assert sets(FENCED_RENEWAL, renewal) and not sets(FENCED_RENEWAL, release)
     assert failover.tick_of(renewal) == ORIGIN + timedelta(seconds=10)
     assert failover.tick_of(b"COMMIT") is None
 
