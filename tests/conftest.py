@@ -8,6 +8,7 @@ locks app (``--ds tests.hostproject.settings``), under which tests/locks runs.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import socket
 import subprocess
@@ -188,6 +189,16 @@ def gunicorn(
 
 
 # --- cron -------------------------------------------------------------------------------
+
+
+@contextmanager
+def own_crontab_held() -> Iterator[None]:
+    """The caller's own crontab, one test at a time for this user: `make test` runs two suites
+    at once (and two checkouts may test at once), and a test that writes the crontab and puts it
+    back would otherwise change it under another that reads it."""
+    with open(f"/tmp/cf-contest-sync-crontab-{os.getuid()}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 def shell_command(line: str) -> str:

@@ -2,7 +2,6 @@
 minute) with an absolute interpreter path; the line carries no secret value: it sources the
 file `manage.py crontab_env` wrote (mode 0600)."""
 
-import fcntl
 import os
 import secrets
 import shlex
@@ -14,7 +13,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from tests.conftest import ROOT, manage, project_env, run_as_cron, shell_command
+from tests.conftest import ROOT, manage, own_crontab_held, project_env, run_as_cron, shell_command
 
 pytestmark = pytest.mark.skipif(
     shutil.which("crontab") is None, reason="needs `crontab` from Debian's cron package (.ci/run installs it)"
@@ -23,10 +22,9 @@ pytestmark = pytest.mark.skipif(
 
 @pytest.fixture
 def saved_crontab():
-    """Keep the user's crontab and put it back afterwards, whatever happens. One test at a
-    time per user: two checkouts testing at once would overwrite each other's lines."""
-    with open(f"/tmp/cf-contest-sync-crontab-{os.getuid()}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    """Keep the user's crontab and put it back afterwards, whatever happens, holding it from
+    the other suite's tests meanwhile (`own_crontab_held`)."""
+    with own_crontab_held():
         before = subprocess.run(["crontab", "-l"], capture_output=True, text=True)
         try:
             yield

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from locks.models import JobRun
-from tests.conftest import ROOT, manage, project_env, run_as_cron, shell_command
+from tests.conftest import ROOT, manage, own_crontab_held, project_env, run_as_cron, shell_command
 from tests.jobsapp.models import SlotWrite
 from tests.locks.conftest import faketime_or_skip, offset_to
 
@@ -104,22 +104,23 @@ def test_crontab_add_installs_one_line_a_minute_that_runs_the_due_jobs_in_crons_
     cron_user, db_url, tmp_path
 ):
     faketime_or_skip()
-    own_before = crontab("-l", check=False)
-    env = host_env(
-        db_url, tmp_path, cron_user, HOSTPROJECT_JOBS="write_slot record", HOSTPROJECT_CHECK_JOBS="0"
-    )
+    with own_crontab_held():  # while the project's suite may be writing and restoring it
+        own_before = crontab("-l", check=False)
+        env = host_env(
+            db_url, tmp_path, cron_user, HOSTPROJECT_JOBS="write_slot record", HOSTPROJECT_CHECK_JOBS="0"
+        )
 
-    line = the_line(env, cron_user)
+        line = the_line(env, cron_user)
 
-    host_manage = ROOT / "tests" / "hostproject" / "manage.py"
-    assert line.startswith(
-        f"* * * * * umask 027; set -a; . {tmp_path / 'crontab.env'}; set +a; "
-        f"{sys.executable} {host_manage} crontab run "
-    )
-    assert line.endswith(f" >> {tmp_path / 'log' / 'cron.log'} 2>&1 # django-cronjobs for hostproject")
-    assert db_url not in line  # in the 0600 file it sources, not in the line
-    assert stat.S_IMODE((tmp_path / "crontab.env").stat().st_mode) == 0o600
-    assert crontab("-l", check=False).stdout == own_before.stdout  # the caller's crontab untouched
+        host_manage = ROOT / "tests" / "hostproject" / "manage.py"
+        assert line.startswith(
+            f"* * * * * umask 027; set -a; . {tmp_path / 'crontab.env'}; set +a; "
+            f"{sys.executable} {host_manage} crontab run "
+        )
+        assert line.endswith(f" >> {tmp_path / 'log' / 'cron.log'} 2>&1 # django-cronjobs for hostproject")
+        assert db_url not in line  # in the 0600 file it sources, not in the line
+        assert stat.S_IMODE((tmp_path / "crontab.env").stat().st_mode) == 0o600
+        assert crontab("-l", check=False).stdout == own_before.stdout  # the caller's crontab untouched
 
     (tmp_path / "log").mkdir()
     slot = last_slot()
