@@ -10,6 +10,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -245,38 +246,79 @@ def run_locked(
         raise ValueError(f"max_run_time must be positive, got {max_run_time}")
     started = time.monotonic()
     result = RunResult(job=job, tick=tick, holder=holder or make_holder())
-    try:
-        connections[router.db_for_write(SyncLock)].ensure_connection()
-        got = acquire(
-            job=job, tick=tick, ttl=ttl, holder=result.holder, horizon=horizon, retry_delays=retry_delays
-        )
-    except Error as exc:
-        return _unreachable(result, exc, started)
-    if isinstance(got, Skip):
-        result.skip, result.reason = got, str(got)
-        if got.reason == "tick_ahead":  # nothing was stored; most likely this host's clock (or a --tick)
-            result.reason += f"; this host's clock is {(timezone.now() - got.db_now).total_seconds():+.0f} s off the database clock"
+    with _interrupts(hold=True):
+        try:
+            connections[router.db_for_write(SyncLock)].ensure_connection()
+            got = acquire(
+                job=job, tick=tick, ttl=ttl, holder=result.holder, horizon=horizon, retry_delays=retry_delays
+            )
+        except Error as exc:
+            return _unreachable(result, exc, started)
+        if isinstance(got, Skip):
+            return _skipped(result, got, started)
+        lease = got
+        result.token, result.attempt, result.timeline = lease.token, lease.attempt, lease.timeline
+        if lease.attempt is not None:
+            result.attempts = attempts_of(retry_delays)
+        run_id = _record_start(lease, requested_by=requested_by)
+        heartbeat = _Heartbeat(lease, max_run_time=max_run_time, started=started)
+        heartbeat.start()
+        try:
+            interrupted = _run_body(*_on_failover(lease, on_failover, fn), lease, result, expected_errors)
+        finally:
+            heartbeat.stop()
+        _settle(lease, result)
         result.duration = time.monotonic() - started
+        _record_finish(lease, run_id, result)
         result.log()
+        if interrupted is not None:
+            raise interrupted
         return result
-    lease = got
-    result.token, result.attempt, result.timeline = lease.token, lease.attempt, lease.timeline
-    if lease.attempt is not None:
-        result.attempts = attempts_of(retry_delays)
-    run_id = _record_start(lease, requested_by=requested_by)
-    heartbeat = _Heartbeat(lease, max_run_time=max_run_time, started=started)
-    heartbeat.start()
-    try:
-        interrupted = _run_body(*_on_failover(lease, on_failover, fn), lease, result, expected_errors)
-    finally:
-        heartbeat.stop()
-    _settle(lease, result)
+
+
+def _skipped(result: RunResult, got: Skip, started: float) -> RunResult:
+    result.skip, result.reason = got, str(got)
+    if got.reason == "tick_ahead":  # nothing was stored; most likely this host's clock (or a --tick)
+        result.reason += f"; this host's clock is {(timezone.now() - got.db_now).total_seconds():+.0f} s off the database clock"
     result.duration = time.monotonic() - started
-    _record_finish(lease, run_id, result)
     result.log()
-    if interrupted is not None:
-        raise interrupted
     return result
+
+
+class _Held(threading.local):  # Python runs signal handlers in the main thread: its state
+    holding = False  # a run is taking or recording its lease
+    pending: BaseException | None = None
+
+
+_held = _Held()
+
+
+def interrupt(exc: BaseException) -> None:
+    """For a signal handler (run_job's SIGTERM): raise ``exc``, or while a run takes or records
+    its lease hold it back until the run's body begins (it is then recorded "interrupted" and
+    its lease released) or the run has logged itself. Never a held lease and no log line."""
+    if not _held.holding:
+        raise exc
+    _held.pending = _held.pending or exc
+
+
+@contextmanager
+def _interrupts(*, hold: bool) -> Iterator[None]:
+    before, _held.holding = _held.holding, hold
+    try:
+        if not hold:
+            _raise_held()
+        yield
+    finally:
+        _held.holding = before
+        if not before:
+            _raise_held()
+
+
+def _raise_held() -> None:
+    pending, _held.pending = _held.pending, None
+    if pending is not None:
+        raise pending
 
 
 class PausedOnFailover(NotCommitted):
@@ -307,8 +349,9 @@ def _run_body(fn, lease: Lease, result: RunResult, expected_errors) -> BaseExcep
     SystemExit, KeyboardInterrupt) is returned, to be raised once the run is recorded."""
     outcome, error, caught = Outcome.FAILED, "", None
     try:
-        result.stats = dict(fn(lease) or {})
-        lease.check()
+        with _interrupts(hold=False):
+            result.stats = dict(fn(lease) or {})
+            lease.check()
         outcome = Outcome.SUCCEEDED
     except LockLost as exc:
         outcome, error, caught = Outcome.LOST_LOCK, str(exc) or lease.lost_reason, exc

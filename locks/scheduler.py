@@ -33,7 +33,7 @@ from locks import schedule
 from locks.db import error_text
 from locks.models import Outcome, SyncLock
 from locks.registry import ALL, SLOT_ERRORS, Job
-from locks.runner import RunResult, run_job
+from locks.runner import RunResult, interrupt, run_job
 from locks.schedule import InvalidTick
 
 logger = logging.getLogger(__name__)
@@ -198,7 +198,7 @@ def _child(run: Callable[..., RunResult], name: str, due: datetime, writer) -> N
 
 
 def _interrupt(signum, frame) -> None:
-    raise SystemExit(0)
+    interrupt(SystemExit(0))  # held back while the run takes or records its lease
 
 
 class Scheduler:

@@ -1,4 +1,8 @@
+import os
+import signal
+
 from django.apps import AppConfig
+from django.db.models.signals import post_save
 
 
 class JobsAppConfig(AppConfig):
@@ -7,3 +11,12 @@ class JobsAppConfig(AppConfig):
     name = "tests.jobsapp"
     label = "jobsapp"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        if os.environ.get("JOBSAPP_SIGTERM_AT_RUN_START"):  # a stop as the run records its start
+            post_save.connect(_terminate_self, sender="locks.JobRun", dispatch_uid="jobsapp.sigterm")
+
+
+def _terminate_self(sender, created, **kwargs) -> None:
+    if created:
+        os.kill(os.getpid(), signal.SIGTERM)

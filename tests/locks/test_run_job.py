@@ -172,6 +172,21 @@ def test_sigterm_mid_run_records_the_run_and_releases_the_lease(env):
     assert JobRun.objects.get().status == "failed"
 
 
+def test_sigterm_between_the_lease_and_the_body_still_records_the_run_and_releases_the_lease(env):
+    """The stop arrives as the run records its start (a receiver of JobRun's post_save sends it):
+    held back until the body begins, so the run is recorded and its lease released, not left
+    held until it expires with the run ``running`` and no log line."""
+    proc = manage("run_job", "record", "--tick", TICK, env={**env, "JOBSAPP_SIGTERM_AT_RUN_START": "1"})
+
+    assert proc.returncode == 128 + signal.SIGTERM, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert "outcome=failed" in proc.stderr and "error=interrupted: SystemExit: 143" in proc.stderr
+    assert " recorded=1 " not in proc.stderr + proc.stdout  # the body never ran
+    lock = SyncLock.objects.get(job_name="record")
+    assert (lock.locked_until, lock.last_status) == (None, "failed")
+    assert JobRun.objects.get().status == "failed"
+
+
 def test_each_run_records_who_asked_for_it(env):
     assert manage("run_job", "record", "--force", env=env).returncode == 0
     assert manage("run_job", "record", "--force", "--requested-by", "admin:alice", env=env).returncode == 0

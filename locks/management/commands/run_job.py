@@ -13,7 +13,7 @@ from locks.crontab import CrontabEnvError, check_env_file
 from locks.lease import LockError
 from locks.operator import end_run_request
 from locks.registry import NoDryRun, UnknownJob, get_job
-from locks.runner import run_due, run_job
+from locks.runner import interrupt, run_due, run_job
 from locks.schedule import InvalidTick, check_tick
 
 
@@ -113,7 +113,7 @@ class Command(BaseCommand):
 
 
 def _terminate(signum, frame) -> None:
-    raise SystemExit(128 + signum)
+    interrupt(SystemExit(128 + signum))  # held back while a run takes or records its lease
 
 
 REQUESTERS = ("cli", "cron", "scheduler", "trigger")
