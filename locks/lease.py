@@ -386,7 +386,7 @@ def _why_not(job: str, tick: datetime | None, state: dict, *, horizon, most) -> 
     if None in (tick, stored):
         return None
     if stored > tick or (stored == tick and state["tick_done"]):
-        claimant = state["holder"] or _tick_claimant(job=job, tick=stored, done=stored == tick)
+        claimant = state["holder"] or _tick_claimant(job=job, tick=stored)
         return _skip(job, tick, state, reason="tick_claimed", holder=claimant)
     if stored == tick and most is not None and state["tick_attempts"] >= most:
         return _skip(job, tick, state, reason="attempts_used", holder=state["holder"])
@@ -412,12 +412,11 @@ def _ahead(job: str, tick: datetime, horizon: timedelta, db_now: datetime) -> Sk
     return Skip(job, tick, "tick_ahead", "", None, None, db_now=db_now, horizon=horizon)
 
 
-def _tick_claimant(*, job: str, tick: datetime, done: bool) -> str:
-    """Who ran ``tick`` (who succeeded, when it is done), once its lease is
-    released (released rows keep no holder)."""
+def _tick_claimant(*, job: str, tick: datetime) -> str:
+    """Who ran ``tick`` last, once its lease is released (released rows keep no holder): for a
+    done tick, the run that did it, whose record may still say ``running`` (its lease is released
+    before its outcome is written), so its status is not asked."""
     runs = JobRun.objects.for_job(job).filter(tick=tick)
-    if done:
-        runs = runs.succeeded()
     holder = runs.order_by("-started_at").values_list("holder", flat=True).first()
     return holder or "an earlier run"
 

@@ -6,7 +6,7 @@ from datetime import timedelta
 import pytest
 
 from locks.lease import Lease, LockLost, Skip, acquire, fenced, release, renew
-from locks.models import SyncLock, database_now
+from locks.models import JobRun, SyncLock, database_now
 from locks.operator import force_release, reset_tick
 from locks.registry import UnknownJob
 from locks.runner import run_locked
@@ -52,6 +52,20 @@ def test_a_claimed_tick_skips_even_after_release():
     assert str(again) == f"tick {TICK.isoformat()} already done by an earlier run"
     assert isinstance(earlier, Skip) and earlier.reason == "tick_claimed"
     assert str(earlier) == f"a later tick {TICK.isoformat()} was already claimed by an earlier run"
+
+
+def test_a_done_tick_names_its_run_even_before_the_run_has_recorded_its_outcome():
+    """run_locked releases the lease, then writes the run's outcome: a contender in between
+    sees the tick done and the run still ``running``, and is told whose it was all the same."""
+    first = acquire(job="job", tick=TICK, ttl=TTL, holder="a:1:x")
+    JobRun.objects.create(
+        job_name="job", tick=TICK, holder="a:1:x", token=first.token, started_at=first.acquired_at
+    )
+    assert release(lease=first, status="succeeded")
+
+    again = acquire(job="job", tick=TICK, ttl=TTL, holder="b:2:y")
+
+    assert str(again) == f"tick {TICK.isoformat()} already done by a:1:x"
 
 
 def test_the_next_tick_acquires_with_the_next_token():
