@@ -225,7 +225,7 @@ class OperatorAdminMixin:
         asks = OPERATIONS[operation][2]
         if request.method != "POST" and not asks:
             return HttpResponseNotAllowed(["POST"])
-        lock = self.get_queryset(request).filter(pk=unquote(object_id)).first()
+        lock = self.get_object(request, unquote(object_id))  # None for a pk of another shape too
         if lock is None:
             return self._get_obj_does_not_exist_redirect(request, self.opts, object_id)
         if not getattr(self, f"has_{OPERATIONS[operation][0]}_permission")(request, lock):

@@ -383,3 +383,11 @@ def test_a_long_traceback_keeps_its_end_within_the_bound():
     assert len(text) <= TRACEBACK_LIMIT + 40
     assert re.match(r"… \(\d+ characters cut\)\n", text), text[:80]
     assert text.endswith("ValueError: layer 60 " + "x" * 100)  # the end is kept: where it was raised
+
+
+def test_a_control_url_whose_id_is_not_a_key_answers_the_admins_missing_object_redirect(client, viewer):
+    """Issue 35, item 16: the lookup went through ``filter(pk=...)``, whose ``ValueError`` was a 500
+    for any staff user; the model's pk field decides what a key looks like (an ObjectId on MongoDB)."""
+    for segment in ("pause", "resume", "run_now", "force-release"):
+        response = client.post(f"{LIST_URL}not-a-number/{segment}/")
+        assert (response.status_code, response["Location"]) == (302, reverse("admin:index")), segment
