@@ -260,7 +260,8 @@ def healthz(request: HttpRequest) -> HttpResponse:
     ``LOCKS_HEALTHZ_PAUSED_UNHEALTHY``; a job whose slots cannot be computed is ``error``. ``jobs`` reports each one; the top-level fields repeat those of
     ``LOCKS_HEALTHZ_JOB``, if set (the answer's shape before it reported every job).
 
-    Holder host names and error texts only for a request that carries ``LOCKS_HEALTHZ_TOKEN``.
+    Holder host names, error texts and who paused a job (and their note) only for a request that
+    carries ``LOCKS_HEALTHZ_TOKEN``.
     """
     if settings.SECURE_SSL_REDIRECT and not request.is_secure() and "Authorization" in request.headers:
         # /healthz is exempt from the HTTPS redirect for plain probes (SECURE_REDIRECT_EXEMPT),
@@ -302,6 +303,10 @@ def _incident(incident: OpenIncident | None) -> dict | None:
     return {**fields, "email": incident.email, "email_sent": incident.email == "sent"}
 
 
+# What an anonymous /healthz request does not see of a lock: names of hosts and operators, free text.
+DETAILS = ("holder", "last_error", "paused_by", "paused_note")
+
+
 def _job_health(health: Freshness, *, trusted: bool) -> dict:
     job, lock = health.job, health.job.lock
     age = job.last_success_age
@@ -316,8 +321,8 @@ def _job_health(health: Freshness, *, trusted: bool) -> dict:
     if health.error:
         body["error"] = health.error
     if lock is not None:
-        # Holder host names and error texts only for a request that carries LOCKS_HEALTHZ_TOKEN.
-        hidden = {"job", "db_now"} if trusted else {"job", "db_now", "holder", "last_error"}
+        # Holder host names, error texts and who paused, with their note: only for LOCKS_HEALTHZ_TOKEN.
+        hidden = {"job", "db_now"} if trusted else {"job", "db_now", *DETAILS}
         body["lock"] = {key: value for key, value in lock.as_json().items() if key not in hidden}
     return body
 

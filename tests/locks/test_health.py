@@ -15,6 +15,7 @@ from django.core.checks import run_checks
 
 from locks.lease import acquire
 from locks.models import JobRun, RunStatus, database_now, now_plus
+from locks.operator import pause_job
 from locks.runner import run_job
 from locks.schedule import slot_at_or_before
 from tests.conftest import gunicorn, project_env
@@ -379,3 +380,16 @@ def test_without_the_healthz_job_registered_only_the_jobs_are_reported(client, s
     body = response.json()
     assert set(body) == {"status", "database", "jobs"}
     assert list(body["jobs"]) == ["record"]
+
+
+def test_who_paused_a_job_and_their_note_are_details_for_the_token_only(client, synced):
+    """Issue 35, item 12: an anonymous probe saw the operator's name and free text."""
+    pause_job(job=JOB_NAME, by="admin:alice", note="mail relay of ops-db-3 down, ask bob")
+    anonymous = client.get(URL).json()["jobs"][JOB_NAME]["lock"]
+    assert anonymous["paused"] is True and anonymous["paused_at"]
+    assert not {"paused_by", "paused_note", "holder", "last_error"} & set(anonymous)
+    trusted = client.get(URL, HTTP_AUTHORIZATION=f"Bearer {TOKEN}").json()["jobs"][JOB_NAME]["lock"]
+    assert (trusted["paused_by"], trusted["paused_note"]) == (
+        "admin:alice",
+        "mail relay of ops-db-3 down, ask bob",
+    )
