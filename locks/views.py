@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import hmac
 import ipaddress
@@ -21,6 +22,7 @@ from django.db.models import Count
 from django.db.models.functions import Now
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponsePermanentRedirect, JsonResponse
 from django.utils import timezone
+from django.utils.log import log_response
 from django.utils.module_loading import import_string
 from django.views.decorators.cache import never_cache
 from django.views.decorators.csrf import csrf_exempt
@@ -118,6 +120,22 @@ def canonical_address(value: str) -> str | None:
     return str(address)
 
 
+def operational(view):
+    """A view whose own 5xx answers report a state (a stale job, a database down, a failed run),
+    not a server error: Django logs them as WARNING, so its ``mail_admins`` handler does not mail
+    every probe. An exception in the view is still a 500 that Django logs and mails."""
+
+    @functools.wraps(view)
+    def answer(request: HttpRequest, *args, **kwargs) -> HttpResponse:
+        response = view(request, *args, **kwargs)
+        if response.status_code >= 500:  # marks it logged: Django's handler does not log it again
+            args = (response.reason_phrase, request.path)
+            log_response("%s: %s", *args, response=response, request=request, level="warning")
+        return response
+
+    return answer
+
+
 @dataclass(frozen=True)
 class Claim:
     allowed: bool
@@ -150,6 +168,7 @@ logger = logging.getLogger(__name__)
 TRIGGER_MOST_RUNS = 100
 
 
+@operational
 @csrf_exempt  # a machine endpoint authenticated by its bearer token, not by a session cookie
 @never_cache
 def trigger_job(request: HttpRequest, job: str) -> JsonResponse:
@@ -252,6 +271,7 @@ def _run_payload(result: RunResult) -> dict:
     return payload
 
 
+@operational
 @require_safe
 @never_cache
 def healthz(request: HttpRequest) -> HttpResponse:
@@ -327,6 +347,7 @@ def _job_health(health: Freshness, *, trusted: bool) -> dict:
     return body
 
 
+@operational
 @never_cache
 def metrics_view(request: HttpRequest) -> HttpResponse:
     """Disabled (404, whatever the method) without LOCKS_METRICS_TOKEN, like the trigger."""

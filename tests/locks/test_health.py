@@ -393,3 +393,22 @@ def test_who_paused_a_job_and_their_note_are_details_for_the_token_only(client, 
         "admin:alice",
         "mail relay of ops-db-3 down, ask bob",
     )
+
+
+def test_a_stale_job_answers_503_to_every_probe_without_mailing_admins_but_a_real_500_does(
+    client, synced, settings, mailoutbox, monkeypatch
+):
+    """Issue 35, item 15: Django's mail_admins handler mailed each 503 of an anonymous probe."""
+    settings.ADMINS = [("Ops", "ops@example.com")]
+    settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
+    finished_ago(3 * HOUR)
+    assert [client.get(URL).status_code for _ in range(20)] == [503] * 20
+    assert mailoutbox == []
+
+    def broken():
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr("locks.views.jobs_freshness", broken)
+    client.raise_request_exception = False
+    assert client.get(URL).status_code == 500
+    assert [message.to for message in mailoutbox] == [["ops@example.com"]]

@@ -201,12 +201,14 @@ def test_a_second_job_runs_through_the_same_endpoint(client, trigger):
     ]
 
 
-def test_an_expected_failure_of_a_job_is_502(client, trigger):
+def test_an_expected_failure_of_a_job_is_502_and_mails_no_admin(client, trigger, settings, mailoutbox):
+    settings.ADMINS = [("Ops", "ops@example.com")]  # the trigger's answer is not a server error (issue 35)
     response = client.post("/api/jobs/refuse/run", REMOTE_ADDR="192.0.2.1", **AUTH)
     assert response.status_code == 502
     body = response.json()
     assert (body["job"], body["outcome"], body["error"]) == ("refuse", "failed", "nothing to record today")
     assert JobRun.objects.get().status == RunStatus.FAILED
+    assert mailoutbox == []
 
 
 def test_an_unknown_job_is_404_with_the_registered_names(client, trigger):
