@@ -272,15 +272,17 @@ def reset_tick(
     """Forget the tick ``job`` claimed last, its done mark and its attempts, so the next scheduled
     run may claim any tick again (for example after a far-future ``--tick`` was stored). Only
     while the row still shows what the operator saw (the claimed tick ``expected_tick`` and, when
-    given, the fencing token and whether the tick was done) and while no lease is held: a reset
-    under a holder would let its tick run twice. Else nothing changes and ``detail`` says why."""
+    given, the fencing token and whether the tick was done), while no lease is held and unless the
+    tick is done and not in the future (on the database clock): either would let that tick run
+    twice. Else nothing changes and ``detail`` says why."""
     by = by or "unknown"
     shown = {"tick": expected_tick, "token": expected_token, "tick_done": expected_done}
     return _write(lambda rows, locked: _reset(job, rows, locked, shown, by), job=job, what="tick reset")
 
 
 def _reset(job: str, rows, locked, shown: dict, by: str) -> Change:
-    row = locked.with_state().values("token", "tick", "tick_done", "state", "holder", "locked_until").first()
+    fields = ("token", "tick", "tick_done", "state", "holder", "locked_until", "db_now")
+    row = locked.with_state().values(*fields).first()
     if row is None:
         raise _no_lock(job)
     tick, done = row["tick"], row["tick_done"]
@@ -299,6 +301,8 @@ def _reset(job: str, rows, locked, shown: dict, by: str) -> Change:
         detail = f"the claimed tick {iso(tick)} of {job} is {state} now, unlike what was shown"
     elif shown["token"] is not None and row["token"] != shown["token"]:
         detail = f"lease on {job} is now token {row['token']}, not the {shown['token']} shown"
+    elif done and tick <= row["db_now"]:  # a reset is for a future tick that blocks the real ones
+        detail = f"the claimed tick {iso(tick)} of {job} is done: a reset would let that slot run twice"
     # Compare-and-set on what was read, the lease free (the row is locked meanwhile where it can be).
     matched = {"token": row["token"], "tick": tick, "tick_done": done}
     if detail or not rows.filter(**matched).free().update(

@@ -305,8 +305,8 @@ def test_reset_tick_is_refused_while_the_lease_is_held_so_that_tick_never_runs_t
     assert release(lease=lease, status="succeeded")
     again = acquire(job="job", tick=TICK, ttl=TTL, holder="b:2:y")
     assert isinstance(again, Skip) and again.reason == "tick_claimed"
-    assert reset_tick(job="job", expected_tick=TICK, by="ops").was_reset  # free now: it may
-    nothing = reset_tick(job="job", expected_tick=TICK, by="ops")
-    assert (nothing.previous_tick, nothing.was_reset, nothing.detail) == (None, False, "")
+    done = reset_tick(job="job", expected_tick=TICK, by="ops")  # free now, but done (issue 35): never
+    assert (done.was_reset, done.was_done) == (False, True)
+    assert done.detail.endswith("is done: a reset would let that slot run twice; nothing reset")
     with pytest.raises(UnknownJob, match=r"no lock named 'nope' \(known jobs: job\)"):
         reset_tick(job="nope", expected_tick=TICK, by="ops")

@@ -17,7 +17,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
-from locks.lease import Lease, LockLost, acquire, release, renew
+from locks.lease import Lease, LockLost, Skip, acquire, release, renew
 from locks.models import JobRun, RunStatus, SyncLock, now_plus
 from locks.operator import force_release
 from locks.runner import prune_runs, run_locked
@@ -561,6 +561,23 @@ def test_a_reset_of_a_tick_done_since_the_page_or_without_what_it_showed_resets_
         "nothing reset." in text(done_since)
     )
     assert "Nothing reset for write_slot: the request did not say which tick was shown." in text(blind)
+
+
+def test_a_reset_of_a_done_tick_at_or_before_now_resets_nothing_and_says_why(admin_client):
+    """Issue 35, item 14: the page showed "done", and the reset let that slot run again."""
+    release(lease=acquire(job="write_slot", tick=TICK, ttl=timedelta(minutes=5)), status="succeeded")
+    data = {"action": "reset_tick", "_selected_action": [SyncLock.objects.get().pk]}
+    page = shown(admin_client.post(LIST_URL, data))
+
+    response = admin_client.post(LIST_URL, {**data, **page, "post": "yes"}, follow=True)
+
+    assert (SyncLock.objects.get().tick, SyncLock.objects.get().tick_done) == (TICK, True)
+    assert (
+        f"Nothing reset: the claimed tick {TICK.isoformat()} of write_slot is done: a reset would let that "
+        "slot run twice; nothing reset." in text(response)
+    )
+    assert not LogEntry.objects.exists()
+    assert isinstance(acquire(job="write_slot", tick=TICK, ttl=timedelta(minutes=5)), Skip)
 
 
 def test_reset_tick_needs_the_force_release_permission(viewer_client, viewer):

@@ -10,7 +10,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from locks.lease import Lease, LockLost, Skip, acquire, release, renew
-from locks.models import SyncLock
+from locks.models import JobRun, SyncLock
 from locks.operator import cli_name, force_release, reset_tick
 from locks.runner import run_locked
 from tests.conftest import manage, project_env
@@ -328,3 +328,24 @@ def test_release_with_a_token_whose_successor_already_finished_says_so():
         "lease on write_slot is now token 2, not held (finished as succeeded); nothing released"
     )
     assert SyncLock.objects.get().last_status == "succeeded"
+
+
+def test_release_reset_tick_of_a_done_tick_at_or_before_now_is_refused_with_or_without_a_token(db_url):
+    """Issue 35, items 14 and 12: run_job, then a reset of its done tick, then run_job: that slot
+    ran twice. A reset is for a future tick that blocks the real ones."""
+    env = project_env(DATABASE_URL=db_url)
+    first = manage("run_job", "write_slot", "--tick", TICK.isoformat(), env=env)
+    assert first.returncode == 0, first.stderr
+    before = SyncLock.objects.values().get()
+    assert (before["tick"], before["tick_done"]) == (TICK, True)
+    refusal = (
+        f"the claimed tick {TICK.isoformat()} of write_slot is done: a reset would let that slot run twice; "
+        "nothing reset."
+    )
+    for token in ([], ["--token", str(before["token"])]):
+        refused = manage("locks", "release", "write_slot", *token, "--reset-tick", TICK.isoformat(), env=env)
+        assert (refused.returncode, refused.stderr.strip()) == (1, f"CommandError: {refusal}"), token
+        assert SyncLock.objects.values().get() == before
+    again = manage("run_job", "write_slot", "--tick", TICK.isoformat(), env=env)
+    assert again.returncode == 0 and "outcome=skipped reason=tick" in again.stderr, again.stderr
+    assert JobRun.objects.filter(tick=TICK, status="succeeded").count() == 1
