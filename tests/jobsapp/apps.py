@@ -13,10 +13,12 @@ class JobsAppConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        if os.environ.get("JOBSAPP_SIGTERM_AT_RUN_START"):  # a stop as the run records its start
-            post_save.connect(_terminate_self, sender="locks.JobRun", dispatch_uid="jobsapp.sigterm")
+        if os.environ.get(
+            "JOBSAPP_SIGNAL_AT_RUN_START"
+        ):  # a stop (SIGTERM, SIGINT) as the run records its start
+            post_save.connect(_signal_self, sender="locks.JobRun", dispatch_uid="jobsapp.signal")
 
 
-def _terminate_self(sender, created, **kwargs) -> None:
+def _signal_self(sender, created, **kwargs) -> None:
     if created:
-        os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), signal.Signals[os.environ["JOBSAPP_SIGNAL_AT_RUN_START"]])

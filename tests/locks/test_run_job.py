@@ -156,31 +156,36 @@ def test_dry_run_shows_the_preview_and_takes_no_lock(env):
     assert not JobRun.objects.exists()
 
 
-def test_sigterm_mid_run_records_the_run_and_releases_the_lease(env):
+STOPS = [signal.SIGTERM, signal.SIGINT]  # SIGINT: Ctrl-C in the terminal running run_job (issue 35)
+
+
+@pytest.mark.parametrize("stop", STOPS, ids=lambda stop: stop.name)
+def test_sigterm_mid_run_records_the_run_and_releases_the_lease(env, stop):
     proc = spawn(["manage.py", "run_job", "linger", "--tick", TICK], env=env)
     deadline = time.monotonic() + 60
     while not JobRun.objects.filter(job_name="linger").exists() and time.monotonic() < deadline:
         time.sleep(0.05)
-    proc.send_signal(signal.SIGTERM)
+    proc.send_signal(stop)
     _out, err = proc.communicate(timeout=60)
 
-    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert proc.returncode == 128 + stop, err
     assert "Traceback" not in err
-    assert "outcome=failed" in err and "error=interrupted: SystemExit: 143" in err
+    assert "outcome=failed" in err and f"error=interrupted: SystemExit: {128 + stop}" in err
     lock = SyncLock.objects.get(job_name="linger")
     assert (lock.locked_until, lock.last_status) == (None, "failed")
     assert JobRun.objects.get().status == "failed"
 
 
-def test_sigterm_between_the_lease_and_the_body_still_records_the_run_and_releases_the_lease(env):
+@pytest.mark.parametrize("stop", STOPS, ids=lambda stop: stop.name)
+def test_sigterm_between_the_lease_and_the_body_still_records_the_run_and_releases_the_lease(env, stop):
     """The stop arrives as the run records its start (a receiver of JobRun's post_save sends it):
     held back until the body begins, so the run is recorded and its lease released, not left
     held until it expires with the run ``running`` and no log line."""
-    proc = manage("run_job", "record", "--tick", TICK, env={**env, "JOBSAPP_SIGTERM_AT_RUN_START": "1"})
+    proc = manage("run_job", "record", "--tick", TICK, env={**env, "JOBSAPP_SIGNAL_AT_RUN_START": stop.name})
 
-    assert proc.returncode == 128 + signal.SIGTERM, proc.stderr
+    assert proc.returncode == 128 + stop, proc.stderr
     assert "Traceback" not in proc.stderr
-    assert "outcome=failed" in proc.stderr and "error=interrupted: SystemExit: 143" in proc.stderr
+    assert "outcome=failed" in proc.stderr and f"error=interrupted: SystemExit: {128 + stop}" in proc.stderr
     assert " recorded=1 " not in proc.stderr + proc.stdout  # the body never ran
     lock = SyncLock.objects.get(job_name="record")
     assert (lock.locked_until, lock.last_status) == (None, "failed")

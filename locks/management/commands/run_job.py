@@ -77,9 +77,10 @@ class Command(BaseCommand):
                     check_tick(job.schedule, tick, tz=job.timezone)
                 self.preview(name, expected=job.error_classes())
                 return
-            # A stopped pod or `kill` ends the run through Python, so the lease is released
-            # and the run recorded instead of left to expire.
+            # A stopped pod, `kill` or Ctrl-C ends the run through Python, so the lease is
+            # released and the run recorded instead of left to expire.
             signal.signal(signal.SIGTERM, _terminate)
+            signal.signal(signal.SIGINT, _terminate)
             # Once; under catch_up "all" (without --tick or --force) also each slot still behind.
             status = 0  # the worst exit code of its runs (locks.runner.ANSWERS)
             for result in (
