@@ -182,6 +182,7 @@ class _Run:
         self.batch = settings.SEND_REMINDERS_BATCH
         self.renew_every = settings.SEND_REMINDERS_CLAIM_TTL / 3
         self.stats = ReminderStats()
+        self.refusal = ""  # the mail server's first refusal in this run, for its error
         self.stopping = threading.Event()
         self._lock = threading.Lock()
 
@@ -288,6 +289,7 @@ class _Group:
         attempt = f"attempt {reminder.attempts + 1}"
         if handover.outcome is Outcome.REFUSED:
             error = f"{attempt}: {handover.error}"
+            self.run.refusal = self.run.refusal or handover.error
         elif handover.outcome is Outcome.UNCERTAIN:
             error = (
                 f"{attempt}: outcome unknown, the message went out but the mail server's answer never "
@@ -480,7 +482,8 @@ def deliver_due_reminders(
     no mail server is asked. ``connection`` (a backend) replaces them with that one.
     ``now`` (default: the database clock) decides what is due. Raises
     ``ReminderDeliveryError`` when the mail server cannot be reached or every connection
-    failed (the unsent reminders are released with no attempt used), ``LockLost`` when
+    failed (the unsent reminders are released with no attempt used), or refused every message
+    the run tried (each refusal recorded, its attempt used), ``LockLost`` when
     ``lease`` is lost (checked before each message).
     """
     due = Reminder.objects.due(now=now).claimable()
@@ -498,6 +501,12 @@ def deliver_due_reminders(
         post.close()
     failures = post.errors
     if not failures:
+        # Refused every message it tried (expired credentials: 550 to all): a failed run, not a quiet one.
+        if run.stats.failed > failed and not (run.stats.sent or run.stats.uncertain > uncertain):
+            raise ReminderDeliveryError(
+                f"the mail server refused every message of this run ({run.refusal}); {run.stats.describe()}; "
+                "each refusal is recorded on its reminder, tried again by a later run up to SEND_REMINDERS_MAX_ATTEMPTS"
+            )
         return run.stats
     if all(failure.unreachable for failure in failures) and not any(
         connection.connected for connection in post.connections

@@ -323,8 +323,9 @@ def test_a_refused_recipient_records_its_error_and_is_retried_up_to_the_attempt_
     assert "550" in refused.last_error and "no such user" in refused.last_error
     assert list(Reminder.objects.due()) == [refused]
 
-    assert deliver_due_reminders().failed == 1
-    assert deliver_due_reminders().failed == 1
+    for _attempt in (2, 3):  # refused all it tried: a failed run (issue 35)
+        with pytest.raises(ReminderDeliveryError, match=r"refused every message of this run .* failed=1 "):
+            deliver_due_reminders()
     assert state(refused) == (3, False, False, True, False)  # the third refusal gives it up
     assert refused.last_error.startswith("attempt 3: SMTPRecipientsRefused")
     assert deliver_due_reminders().due == 0
@@ -339,10 +340,29 @@ def test_a_run_tries_each_reminder_once_and_the_next_run_again_even_under_the_sa
     server.refused.add("ghost@example.com")
     lease = a_lease(holder="same:1:aaaaaa")
 
-    assert deliver_due_reminders(lease=lease).as_dict() == stats(due=1, failed=1)
-    assert deliver_due_reminders(lease=lease).as_dict() == stats(due=1, failed=1)
+    for _run in range(2):
+        with pytest.raises(ReminderDeliveryError, match=r"; due=1 sent=0 failed=1 uncertain=0 skipped=0; "):
+            deliver_due_reminders(lease=lease)
 
     assert state(refused) == (2, *PENDING)
+
+
+def test_a_run_whose_every_message_the_server_refused_fails_and_records_each_refusal(soon, server):
+    """Issue 35, item 17: expired credentials (550 to every recipient) made a run succeed that
+    delivered nothing; only each reminder's attempts rose."""
+    ghosts = [make_reminder(make_user(name), soon, at=-timedelta(minutes=2)) for name in ("ghost", "spook")]
+    server.refused.update({"ghost@example.com", "spook@example.com"})
+
+    with pytest.raises(ReminderDeliveryError) as failed:
+        deliver_due_reminders()
+
+    assert str(failed.value).startswith(
+        "the mail server refused every message of this run (SMTPRecipientsRefused: "
+    )
+    assert "; due=2 sent=0 failed=2 uncertain=0 skipped=0; " in str(failed.value)
+    assert [state(ghost) for ghost in ghosts] == [(1, *PENDING)] * 2  # each refusal recorded
+    server.refused.discard("spook@example.com")  # one gets through: the run did its work
+    assert deliver_due_reminders().as_dict() == stats(due=2, sent=1, failed=1)
 
 
 @pytest.mark.parametrize(
