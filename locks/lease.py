@@ -264,7 +264,7 @@ def acquire(
                 db_now = database_now()
                 if tick > db_now + horizon:
                     return _ahead(job, tick, horizon, db_now)
-            if not _create(job=job):
+            if not create_lock_row(job=job):
                 return Skip(job, tick, "held", "", None, None, locked=True)
             continue  # the row exists now: compete on it
         skip = _why_not(job, tick, state, horizon=horizon, most=most)
@@ -421,7 +421,7 @@ def _tick_claimant(*, job: str, tick: datetime) -> str:
     return holder or "an earlier run"
 
 
-def _create(*, job: str) -> bool:
+def create_lock_row(*, job: str) -> bool:
     """First use of a job: insert its row, free, for the compare-and-set to claim. A unique-key
     clash means another contender inserted it first, which serves as well. Plain values
     only: MongoDB cannot insert expressions such as ``Now()``. False: another contender's

@@ -18,12 +18,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db import IntegrityError, router, transaction
+from django.db import router
 from django.db.models import F, Q
 from django.db.models.functions import Now
 
 from locks.db import RowLocked, error_text, safe_text, unlocked, without_waiting
-from locks.lease import LockError, iso, pause_text
+from locks.lease import CREATE_WAIT, LockError, create_lock_row, iso, pause_text
 from locks.models import (
     EXPIRED,
     FREE,
@@ -118,14 +118,13 @@ def _write(operation, *, job: str, what: str):
 
 
 def ensure_lock_row(*, job: str) -> None:
-    """The job's lock row, created free if it has none yet (as its first run would)."""
-    if SyncLock.objects.for_job(job).exists():
-        return
-    try:
-        with transaction.atomic(using=router.db_for_write(SyncLock)):
-            SyncLock.objects.create(job_name=job)
-    except IntegrityError:
-        pass  # another process created it first
+    """The job's lock row, created free if it has none yet, as its first run creates it: behind
+    another process's insert of it, a bounded wait (``RowLocked``)."""
+    if not SyncLock.objects.for_job(job).exists() and not create_lock_row(job=job):
+        raise RowLocked(
+            f"creation of the lock row of {job}: another process's insert of it has not committed "
+            f"within {CREATE_WAIT:g} s; nothing changed, try again"
+        )
 
 
 def _no_lock(job: str) -> UnknownJob:

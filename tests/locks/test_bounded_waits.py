@@ -15,13 +15,14 @@ import json
 import signal
 import subprocess
 import sys
+import threading
 import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
-from django.db import connection
+from django.db import connection, connections, transaction
 
 from locks import lease as leases
 from locks import operator as operations
@@ -248,3 +249,41 @@ def test_on_sqlite_a_contender_waits_for_the_write_lock_at_most_the_busy_timeout
     assert "database is locked" in result["reason"]
     assert [line for line in err.splitlines() if " WARNING " in line], err
     assert took < 15  # its start-up and 1 s of busy timeout, not the writer's 20 s
+
+
+def test_an_operators_first_write_behind_another_uncommitted_insert_of_the_row_answers_within_its_bound(
+    postgres, monkeypatch
+):
+    """Issue 35, item 9: ensure_lock_row's INSERT (pause, run now, check_jobs on a job that never
+    ran) waited for another inserter's COMMIT without bound (30 s seen); it is acquire's insert now."""
+    for module in (leases, operations):  # the bound, and the message that names it
+        monkeypatch.setattr(module, "CREATE_WAIT", 0.5)
+    inserted, done = threading.Event(), threading.Event()
+
+    def insert() -> None:  # another process's first insert of the row, its COMMIT slow to come
+        try:
+            with transaction.atomic():
+                SyncLock.objects.create(job_name="write_slot")
+                inserted.set()
+                done.wait(20)
+        finally:
+            connections.close_all()
+
+    inserter = threading.Thread(target=insert, daemon=True)
+    inserter.start()
+    assert inserted.wait(10)
+    try:
+        began = time.monotonic()
+        with pytest.raises(RowLocked) as paused:
+            pause_job(job="write_slot", by="cli:ops", note="n")
+        took = time.monotonic() - began
+    finally:
+        done.set()
+        inserter.join(30)
+
+    assert took < 10  # its bound (0.5 s here), not the other insert's 20 s
+    assert str(paused.value) == (
+        "creation of the lock row of write_slot: another process's insert of it has not committed "
+        "within 0.5 s; nothing changed, try again"
+    )
+    assert SyncLock.objects.get().paused_at is None and not JobPause.objects.exists()
