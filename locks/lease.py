@@ -424,7 +424,8 @@ def _tick_claimant(*, job: str, tick: datetime) -> str:
 def create_lock_row(*, job: str) -> bool:
     """First use of a job: insert its row, free, for the compare-and-set to claim. A unique-key
     clash means another contender inserted it first, which serves as well. Plain values
-    only: MongoDB cannot insert expressions such as ``Now()``. False: another contender's
+    only: MongoDB cannot insert expressions such as ``Now()`` (so ``created_at`` is the database
+    clock read first, not this host's). False: another contender's
     INSERT of it has not committed within ``CREATE_WAIT``."""
     using = router.db_for_write(SyncLock)
     table = SyncLock._meta.db_table
@@ -437,7 +438,7 @@ def create_lock_row(*, job: str) -> bool:
             # A second contender's INSERT waits on the unique index behind the first one's (whose
             # COMMIT may wait for a synchronous standby): a bounded lock wait, as every lock-row write's.
             bound_lock_wait(using=using, seconds=CREATE_WAIT)
-            SyncLock.objects.create(job_name=job)
+            SyncLock.objects.create(job_name=job, created_at=database_now())  # check_jobs judges from it
     except IntegrityError:
         pass
     except Error as exc:
