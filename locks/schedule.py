@@ -20,6 +20,7 @@ import threading
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, tzinfo
 from functools import lru_cache
+from importlib import resources
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import CroniterBadDateError, croniter
@@ -48,7 +49,7 @@ def is_valid_expression(expression: str) -> bool:
 
 
 def is_valid_timezone(name) -> bool:
-    """Whether ``name`` is an IANA zone this host's zoneinfo (and the pinned tzdata) knows."""
+    """Whether ``name`` is an IANA zone the pinned tzdata package knows."""
     if not isinstance(name, str) or not name:
         return False
     try:
@@ -59,8 +60,23 @@ def is_valid_timezone(name) -> bool:
 
 
 def zone(tz: "str | tzinfo") -> tzinfo:
-    """``tz`` as a tzinfo: an IANA name through zoneinfo, a tzinfo as it is."""
-    return ZoneInfo(tz) if isinstance(tz, str) else tz
+    """``tz`` as a tzinfo: an IANA name from the pinned tzdata package, a tzinfo as it is."""
+    return _tzdata(tz) if isinstance(tz, str) else tz
+
+
+@lru_cache(maxsize=256)
+def _tzdata(name: str) -> ZoneInfo:
+    """The zone ``name`` of the pinned ``tzdata`` package, never this host's own zone files (which
+    ``ZoneInfo`` reads first): every host runs a local slot at the same instant (docs/jobs.md).
+    The rest of the process (``ZoneInfo``, Django's ``TIME_ZONE``) is left as it is."""
+    parts = name.split("/")
+    if any(part in {"", ".", ".."} for part in parts):
+        raise ValueError(f"{name!r} is not an IANA zone name")
+    try:
+        with resources.files("tzdata").joinpath("zoneinfo", *parts).open("rb") as data:
+            return ZoneInfo.from_file(data, key=name)
+    except FileNotFoundError:
+        raise ZoneInfoNotFoundError(f"No time zone found with key {name}") from None
 
 
 def _is_utc(tz: tzinfo) -> bool:
