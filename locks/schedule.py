@@ -6,12 +6,12 @@ compared in UTC, so the tick rules, attempts, catch-up and the ledger never see 
 clock. On a night the zone's clocks change, one rule, Vixie cron's, decides
 (docs/jobs.md, "Time zones and DST"; docs/architecture.md, "Which slot a run claims"):
 
-- a wall time missing that day (spring forward) is, for an expression that names the hour
-  (``30 2 * * *``), run once at the first instant after the gap; an expression whose hour
-  field is a wildcard (``*``, ``*/2``) has no slot in the missing hour;
-- a wall time that occurs twice (fall back) is, for an expression that names the hour, run
-  once at its first occurrence; under a wildcard hour it is run at both (an hourly job runs
-  25 times that day).
+- a wall time missing that day (spring forward) is, for a fixed-time expression (minute and
+  hour named: ``30 2 * * *``), run once at the first instant after the gap; a wildcard one (its
+  minute or hour field starts with ``*``: ``0 * * * *``, ``*/15 2 * * *``) has no slot there;
+- a wall time that occurs twice (fall back) is, for a fixed-time expression, run once at its
+  first occurrence; a wildcard one follows the real clock and runs at both (an hourly job runs
+  25 times that day, ``*/15 2 * * *`` 8 times).
 
 In UTC there is no gap and no repeat: croniter iterates in UTC, as it always did.
 """
@@ -127,10 +127,11 @@ def _next(expression: str, moment: datetime, tz: "str | tzinfo" = DEFAULT_TIMEZO
 
 
 @lru_cache(maxsize=256)
-def names_the_hour(expression: str) -> bool:
-    """Whether the hour field is fixed (``2``, ``1-5``, ``8,9``), not a wildcard (``*``, ``*/2``)."""
+def fixed_time(expression: str) -> bool:
+    """Whether the minute and hour fields are both fixed (``30 2``, ``0,30 1-5``): Vixie cron's
+    fixed-time job. A field that starts with ``*`` (``*``, ``*/15``) makes it a wildcard job."""
     fields = ALIASES.get(expression.strip().lower(), expression).split()
-    return len(fields) > 1 and not fields[1].startswith("*")
+    return len(fields) > 1 and not fields[0].startswith("*") and not fields[1].startswith("*")
 
 
 def _wall(moment: datetime, tz: tzinfo) -> datetime:
@@ -174,7 +175,7 @@ def _cron_before(expression: str, wall: datetime) -> datetime:
 def _next_zoned(expression: str, tz: tzinfo, moment: datetime) -> datetime:
     moment = moment.astimezone(UTC)
     local = moment.astimezone(tz)
-    wall, named = local.replace(tzinfo=None, fold=0), names_the_hour(expression)
+    wall, named = local.replace(tzinfo=None, fold=0), fixed_time(expression)
     candidate = _cron_after(expression, wall)
     first, second = _instants(wall, tz)
     if first < second and local.fold == 0 and not named:
@@ -208,7 +209,7 @@ def _next_zoned(expression: str, tz: tzinfo, moment: datetime) -> datetime:
 def _prev_zoned(expression: str, tz: tzinfo, moment: datetime) -> datetime:
     moment = moment.astimezone(UTC)
     local = moment.astimezone(tz)
-    wall, named = local.replace(tzinfo=None, fold=0), names_the_hour(expression)
+    wall, named = local.replace(tzinfo=None, fold=0), fixed_time(expression)
     candidate = _cron_before(expression, wall)
     first, second = _instants(wall, tz)
     if first < second and local.fold == 1:

@@ -27,9 +27,9 @@ from locks.schedule import (
     REPEAT,
     check_tick,
     dst_rule,
+    fixed_time,
     is_slot,
     local_label,
-    names_the_hour,
     next_tick,
     previous_slots,
     slot_at_or_before,
@@ -84,11 +84,11 @@ def _list(values) -> str:
     return ",".join(str(v) for v in sorted(set(values)))
 
 
+FIXED_MINUTES = st.one_of(
+    st.integers(0, 59).map(str), st.lists(st.integers(0, 59), min_size=2, max_size=3).map(_list)
+)
 MINUTES = st.one_of(
-    st.integers(0, 59).map(str),
-    st.just("*"),
-    st.sampled_from([5, 10, 15, 20, 30, 45]).map(lambda n: f"*/{n}"),
-    st.lists(st.integers(0, 59), min_size=2, max_size=3).map(_list),
+    FIXED_MINUTES, st.just("*"), st.sampled_from([5, 10, 15, 20, 30, 45]).map(lambda n: f"*/{n}")
 )
 FIXED_HOURS = st.one_of(
     st.integers(0, 23).map(str),
@@ -104,8 +104,8 @@ DAYS = st.one_of(
 
 
 @st.composite
-def expressions(draw, hours=HOURS) -> str:
-    return f"{draw(MINUTES)} {draw(hours)} {draw(DAYS)}"
+def expressions(draw, hours=HOURS, minutes=MINUTES) -> str:
+    return f"{draw(minutes)} {draw(hours)} {draw(DAYS)}"
 
 
 def wall(moment: datetime, tz: ZoneInfo) -> datetime:
@@ -169,18 +169,18 @@ def test_each_slot_matches_its_wall_time_or_follows_a_gap_holding_one(place, exp
                 tzinfo=tz, fold=0
             ).astimezone(UTC)
             # a second occurrence only under a wildcard hour
-            assert not (repeated and local.fold == 1 and names_the_hour(expression)), (expression, slot)
+            assert not (repeated and local.fold == 1 and fixed_time(expression)), (expression, slot)
             assert dst_rule(expression, slot, tz=name) == (REPEAT if repeated else None)
             continue
         gap = gap_before(slot, tz)
-        assert gap is not None and names_the_hour(expression), (expression, slot, local)
+        assert gap is not None and fixed_time(expression), (expression, slot, local)
         assert first_match(expression, *gap) is not None, (expression, slot, gap)
         assert dst_rule(expression, slot, tz=name) == GAP
 
 
 @NOT_TOO_SLOW
-@given(place=places(), expression=expressions(hours=FIXED_HOURS))
-def test_a_fixed_hour_expression_never_has_two_slots_at_one_wall_time(place, expression):
+@given(place=places(), expression=expressions(hours=FIXED_HOURS, minutes=FIXED_MINUTES))
+def test_a_fixed_time_expression_never_has_two_slots_at_one_wall_time(place, expression):
     name, start = place
     tz = zone(name)
     slots = upcoming_slots(expression, after=start - timedelta(hours=6), count=12, tz=name)
@@ -224,7 +224,7 @@ def brute_force(expression: str, tz: ZoneInfo, start: datetime, end: datetime) -
     iterator = croniter(expression, low)
     while (found := iterator.get_next(datetime)) < high:
         matching.add(found)
-    named, slots = names_the_hour(expression), []
+    named, slots = fixed_time(expression), []
     for moment, own in zip(minutes, walls, strict=True):
         first = own.replace(tzinfo=tz, fold=0).astimezone(UTC)
         repeated = own.replace(tzinfo=tz, fold=1).astimezone(UTC) != first
@@ -301,13 +301,26 @@ NIGHTS = [
     ),
     # America/New_York 2027-03-14 02:00 EST -> 03:00 EDT; 2027-11-07 02:00 EDT -> 01:00 EST.
     ("15 2 * * *", "America/New_York", "2027-03-14T05:00Z", "2027-03-14T09:00Z", ["07:00Z 03:00 EDT"]),
+    # A starred minute makes a wildcard job, as in Vixie cron (issue 35): both real hours, no gap slot.
     (
         "*/30 1 * * *",
         "America/New_York",
         "2027-11-07T04:00Z",
         "2027-11-07T08:00Z",
-        ["05:00Z 01:00 EDT", "05:30Z 01:30 EDT"],
+        ["05:00Z 01:00 EDT", "05:30Z 01:30 EDT", "06:00Z 01:00 EST", "06:30Z 01:30 EST"],
     ),
+    (
+        "*/15 2 * * *",
+        "Europe/Berlin",
+        "2027-10-30T12:00Z",
+        "2027-10-31T12:00Z",
+        [
+            f"{h}:{m}Z 02:{m} {abbr}"
+            for h, abbr in (("00", "CEST"), ("01", "CET"))
+            for m in ("00", "15", "30", "45")
+        ],
+    ),
+    ("*/15 2 * * *", "Europe/Berlin", "2027-03-27T12:00Z", "2027-03-28T12:00Z", []),
     (
         "*/30 * * * *",
         "America/New_York",
