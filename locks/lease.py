@@ -26,6 +26,7 @@ from locks.db import (
     bound_transaction,
     error_text,
     history,
+    lease_transaction,
     row_locked,
     sync_wait_cancelled,
     unlocked,
@@ -242,7 +243,7 @@ def acquire(
     state = None
     for pause in CONTENDER_PAUSES:
         # No savepoint: nothing here catches an error, so a caller's transaction (if any) is joined.
-        with transaction.atomic(using=db, savepoint=False):
+        with lease_transaction(using=db, savepoint=False):
             won = claim.update(**values) and _history_of_win(
                 rows.filter(holder=holder), job=job, tick=tick, using=db
             )
@@ -434,7 +435,7 @@ def create_lock_row(*, job: str) -> bool:
         # index on job_name that makes this insert, and so the lock, safe.
         raise LockError(f"the lock table {table} is missing: run `python manage.py migrate`")
     try:
-        with transaction.atomic(using=using):
+        with lease_transaction(using=using):
             # A second contender's INSERT waits on the unique index behind the first one's (whose
             # COMMIT may wait for a synchronous standby): a bounded lock wait, as every lock-row write's.
             bound_lock_wait(using=using, seconds=CREATE_WAIT)
@@ -583,7 +584,7 @@ def read_back_commit(lease: Lease) -> bool | None:
     while True:
         connections[using].close()  # the old connection is broken, or in an unknown state
         try:
-            with transaction.atomic(using=using):
+            with lease_transaction(using=using):
                 committed = (
                     SyncLock.objects.using(using)
                     .select_for_update(nowait=True)

@@ -202,8 +202,9 @@ ABOVE = {
 # hides who paused (+5), its and the trigger's 5xx answers are not mailed (views.operational, +21),
 # reset tick refuses a done tick at or before now (+4), run_job handles SIGINT as SIGTERM (+1),
 # ensure_lock_row uses acquire's bounded insert (-1), zones come from the pinned tzdata (+16), a
-# starred minute is a wildcard on DST nights (+1).
-MAX_PRODUCT_LINES = 6575
+# starred minute is a wildcard on DST nights (+1), every lease transaction bounds its pauses on
+# PostgreSQL (db.lease_transaction, +19).
+MAX_PRODUCT_LINES = 6594
 # Its Python files with code (an empty package marker is not counted): 22 until issue 25 made alerts.py
 # an app of its own, locks.contrib.alerts: an app has its own apps.py, models.py and admin.py (and jobs.py).
 MAX_MODULES = 25
