@@ -96,6 +96,17 @@ def _set_local(using: str, names: tuple[str, ...], seconds: float) -> None:
         cursor.execute(f"SELECT {calls}", [value for name in names for value in (name, milliseconds)])
 
 
+def transaction_aborted(*, using: str) -> bool:
+    """Whether the server aborted the current transaction (PostgreSQL, after a statement in it
+    failed, even one whose error was caught): its COMMIT would be a silent ROLLBACK."""
+    connection = connections[using]
+    if connection.vendor != "postgresql" or connection.connection is None:
+        return False
+    from psycopg import pq  # imported only on PostgreSQL
+
+    return connection.connection.info.transaction_status == pq.TransactionStatus.INERROR
+
+
 class RowLocked(RuntimeError):
     """A lock row stayed locked by another transaction (a write in progress) for as long as
     the caller may wait."""

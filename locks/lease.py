@@ -29,6 +29,7 @@ from locks.db import (
     lease_transaction,
     row_locked,
     sync_wait_cancelled,
+    transaction_aborted,
     unlocked,
     without_waiting,
 )
@@ -513,7 +514,8 @@ def fenced(lease: Lease) -> Iterator[None]:
     renews ``lease`` (``LockLost`` before any write if it is gone), records its token as
     ``committed_token`` and marks its tick done (the tick re-asserted), so all are true exactly
     when the writes commit; then ``lease.committed`` is true. A block Django rolls back without
-    raising (``set_rollback(True)``, an ``IntegrityError`` caught inside) is ``NotCommitted``.
+    raising (``set_rollback(True)``, an ``IntegrityError`` caught inside), or whose transaction the
+    server aborted (a failed raw statement caught inside, PostgreSQL), is ``NotCommitted``.
     An error on the COMMIT itself is resolved by ``read_back_commit`` (``CommitUnknown`` when it
     cannot tell). While inside, ``lease.writing`` is set: the heartbeat leaves the row alone.
     docs/architecture.md, "The rules" (6, 10 and 15; MongoDB, where ``atomic()`` does nothing, too).
@@ -523,7 +525,7 @@ def fenced(lease: Lease) -> Iterator[None]:
     if lease.tick is not None:
         values.update(tick=lease.tick, tick_done=True)
     lease.writing.set()
-    body_done = rolled_back = False
+    body_done = rolled_back = aborted = False
     using = router.db_for_write(SyncLock)
     try:
         with transaction.atomic(using=using, durable=True):
@@ -532,6 +534,9 @@ def fenced(lease: Lease) -> Iterator[None]:
             _renew(lease, rows=SyncLock.objects.using(using).for_job(lease.job), values=values)
             yield
             body_done, rolled_back = True, transaction.get_rollback(using=using)
+            aborted = not rolled_back and transaction_aborted(using=using)  # a failed statement, caught
+            if aborted:  # roll back, not a COMMIT the server would answer with a silent ROLLBACK
+                transaction.set_rollback(True, using=using)
         _unconfirmed(lease, using=using)
     except Error as exc:
         if not body_done:
@@ -551,8 +556,10 @@ def fenced(lease: Lease) -> Iterator[None]:
             raise
     finally:
         lease.writing.clear()
-    if rolled_back:
-        raise NotCommitted(f"the fenced block of {lease.job} (token {lease.token}) was rolled back")
+    if rolled_back or aborted:
+        why = ": a statement in it failed and the database aborted its transaction" if aborted else ""
+        why += " (the error was caught inside the block)" if aborted else ""
+        raise NotCommitted(f"the fenced block of {lease.job} (token {lease.token}) was rolled back{why}")
     lease.committed = True
 
 
