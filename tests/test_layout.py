@@ -197,9 +197,10 @@ ABOVE = {
 # stood (5,320 lines in 37 modules); the rooms took it to 5,230, and issues 26, 27 and 29 have since
 # added about 1,200 lines of features (failover history, alert states, time zones), and issue 26's
 # last pieces (the admin's failover marks, check_jobs' failover incident, every lost slot named) a few
-# more; holding back a SIGTERM between a run's lease and its body (runner.interrupt) 42. A ratchet,
-# not the goal: lower it as code is cut; raise it only with a reason in the commit.
-MAX_PRODUCT_LINES = 6527
+# more; holding back a SIGTERM between a run's lease and its body (runner.interrupt) 42; issue 38's
+# forced run that retries a failed slot of now, so the ledger, status and scheduler agree, 10. A
+# ratchet, not the goal: lower it as code is cut; raise it only with a reason in the commit.
+MAX_PRODUCT_LINES = 6537
 # Its Python files with code (an empty package marker is not counted): 22 until issue 25 made alerts.py
 # an app of its own, locks.contrib.alerts: an app has its own apps.py, models.py and admin.py (and jobs.py).
 MAX_MODULES = 25
