@@ -198,9 +198,11 @@ ABOVE = {
 # added about 1,200 lines of features (failover history, alert states, time zones), and issue 26's
 # last pieces (the admin's failover marks, check_jobs' failover incident, every lost slot named) a few
 # more; holding back a SIGTERM between a run's lease and its body (runner.interrupt) 42; issue 38's
-# forced run that retries a failed slot of now, so the ledger, status and scheduler agree, 10. A
-# ratchet, not the goal: lower it as code is cut; raise it only with a reason in the commit.
-MAX_PRODUCT_LINES = 6537
+# forced run that retries a failed slot of now, so the ledger, status and scheduler agree, 10; its
+# admin that fits 1,400 px with every time of a page in one zone and format, a paused job marked in
+# the summary, 27. A ratchet, not the goal: lower it as code is cut; raise it only with a reason in
+# the commit.
+MAX_PRODUCT_LINES = 6564
 # Its Python files with code (an empty package marker is not counted): 22 until issue 25 made alerts.py
 # an app of its own, locks.contrib.alerts: an app has its own apps.py, models.py and admin.py (and jobs.py).
 MAX_MODULES = 25
