@@ -228,13 +228,18 @@ def test_a_bad_ledger_length_fails_its_check(settings):
 
 
 @pytest.mark.django_db
-def test_a_forced_run_after_a_failed_attempt_settles_the_slot_for_the_ledger_status_and_scheduler(settings):
+@pytest.mark.parametrize("catch_up", ["latest", "all"])
+def test_a_forced_run_after_a_failed_attempt_settles_the_slot_for_the_ledger_status_and_scheduler(
+    settings, catch_up
+):
     """Issue 38: a failed attempt, then ``run_job --force`` that succeeds. The forced run is the
     slot's next attempt (the retry delay does not bind it), its fenced write marks the slot done,
     and every reader agrees: the ledger says succeeded, ``locks status`` succeeded and done, and
     a later scheduled run of that slot skips it as done."""
     settings.LOCKS_TICK_WINDOW = 0  # the slot of now is the latest one at or before now
-    reschedule(settings, "refuse", "0 * * * *")
+    register(
+        settings, refuse={**settings.LOCKS_JOBS["refuse"], "schedule": "0 * * * *", "catch_up": catch_up}
+    )
     failed = run_job(name="refuse")
     assert (failed.outcome, failed.attempt, failed.retry_after) == ("failed", 1, timedelta(seconds=30))
     register(settings, refuse={**settings.LOCKS_JOBS["refuse"], "callable": "tests.jobsapp.jobs.write_slot"})
