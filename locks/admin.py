@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 from urllib.parse import urlencode
+from zoneinfo import ZoneInfo
 
 from django.contrib import admin, messages
 from django.contrib.admin.utils import unquote
@@ -13,7 +14,6 @@ from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpR
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils import timezone
-from django.utils.formats import date_format
 from django.utils.html import format_html, format_html_join
 from django.utils.text import Truncator
 from django.utils.timesince import timesince, timeuntil
@@ -26,7 +26,6 @@ from locks.models import EXPIRED, FREE, HELD, OVERDUE, JobPause, JobRun, Outcome
 from locks.operator import admin_name, force_release, pause_job, reset_tick, resume_job, run_now
 from locks.registry import UnknownJob, get_job, timezone_of
 from locks.registry import jobs as registered_jobs
-from locks.schedule import local_label
 from locks.status import Ledger, job_ledgers, lock_summary
 
 STATE_LABELS = {
@@ -52,10 +51,18 @@ def duration(started: datetime | None, finished: datetime | None) -> str:
     return timesince(started, finished)
 
 
-def absolute(when: datetime | None) -> str:
+def absolute(when: datetime | None, zone: str | None = None) -> str:
+    """Every time the admin shows, one format: "2026-12-02 03:00:00 UTC", in ``zone`` (a job's
+    page: the job's) or else the site's ``TIME_ZONE`` (the lists): one zone a page."""
     if when is None:
         return "—"
-    return date_format(timezone.localtime(when), "Y-m-d H:i:s T")
+    local = when.astimezone(ZoneInfo(zone)) if zone else timezone.localtime(when)
+    return local.strftime("%Y-%m-%d %H:%M:%S %Z")  # Django's "T" is empty in a repeated hour
+
+
+def zone_of(obj) -> str | None:
+    """The zone a lock's page shows its times in (``SyncLockAdmin.get_object``); None on a list."""
+    return getattr(obj, "shown_zone", None)
 
 
 def nowrap(text: str) -> str:
@@ -109,12 +116,9 @@ def ledger_strip(ledger) -> str:
     return format_html('<span class="tick-strip" data-job="{}">{}</span>', ledger.job, cells)
 
 
-def slot_time(when: datetime, job: str) -> str:
-    """A slot in its job's zone with its abbreviation (``2027-03-28 03:00 CEST``), the UTC
-    instant as its tooltip."""
-    return format_html(
-        '<span class="nowrap" title="{}">{}</span>', iso(when), local_label(when, tz=timezone_of(job))
-    )
+def slot_time(when: datetime, zone: str | None = None) -> str:
+    """A slot as ``absolute`` shows it, the UTC instant as its tooltip."""
+    return format_html('<span class="nowrap" title="{}">{}</span>', iso(when), absolute(when, zone))
 
 
 def excerpt(text: str) -> str:
@@ -386,7 +390,7 @@ def timestamp(field: str, description: str):
 
     @admin.display(description=description, ordering=field)
     def show(self, obj) -> str:
-        return nowrap(absolute(getattr(obj, field)))
+        return nowrap(absolute(getattr(obj, field), zone_of(obj)))
 
     return show
 
@@ -450,18 +454,8 @@ class ReadOnlyAdminMixin:
 @admin.register(SyncLock)
 class SyncLockAdmin(OperatorAdminMixin, ReadOnlyAdminMixin, Styled, admin.ModelAdmin):
     empty_value_display = "—"
-    list_display = (
-        "job_name",
-        "ticks",
-        "state",
-        "lock_holder",
-        "token",
-        "lease",
-        "tick_at",
-        "last_run",
-        "last_finished",
-        "last_duration",
-    )
+    # Fits 1,400 px (tests/test_browser.py): the key columns first, the last run in one cell.
+    list_display = ("job_name", "state", "holder_token", "lease", "tick_at", "last_outcome")
     list_display_links = ("job_name",)
     list_filter = (LockStateFilter, "last_status")
     search_fields = ("job_name", "holder")
@@ -485,6 +479,12 @@ class SyncLockAdmin(OperatorAdminMixin, ReadOnlyAdminMixin, Styled, admin.ModelA
     def get_changelist(self, request: HttpRequest, **kwargs):
         return LockChangeList
 
+    def get_object(self, request: HttpRequest, object_id: str, from_field=None):
+        lock = super().get_object(request, object_id, from_field)
+        if lock is not None:  # its page shows every time in the job's zone
+            lock.shown_zone = timezone_of(lock.job_name)
+        return lock
+
     # --- columns
 
     acquired = timestamp("acquired_at", _("acquired"))
@@ -494,12 +494,7 @@ class SyncLockAdmin(OperatorAdminMixin, ReadOnlyAdminMixin, Styled, admin.ModelA
     def tick_at(self, lock: SyncLock) -> str:
         if lock.tick is None:
             return "—"
-        return stacked(slot_time(lock.tick, lock.job_name), tick_progress(lock))
-
-    @admin.display(description=_("ticks (newest right)"))
-    def ticks(self, lock: SyncLock) -> str:
-        ledger = getattr(lock, "ledger", None)
-        return ledger_strip(ledger) if ledger is not None else "—"
+        return stacked(slot_time(lock.tick, zone_of(lock)), tick_progress(lock))
 
     @admin.display(description=_("paused"))
     def pause(self, lock: SyncLock) -> str:
@@ -508,7 +503,7 @@ class SyncLockAdmin(OperatorAdminMixin, ReadOnlyAdminMixin, Styled, admin.ModelA
         note = f": {lock.paused_note}" if lock.paused_note else ""
         return gettext("paused by %(by)s since %(since)s%(note)s") % {
             "by": lock.paused_by,
-            "since": absolute(lock.paused_at),
+            "since": absolute(lock.paused_at, zone_of(lock)),
             "note": note,
         }
 
@@ -530,13 +525,13 @@ class SyncLockAdmin(OperatorAdminMixin, ReadOnlyAdminMixin, Styled, admin.ModelA
             text = gettext("expired %(time)s ago") % {"time": timesince(lock.locked_until, lock.db_now)}
         else:
             text = gettext("in %(time)s") % {"time": timeuntil(lock.locked_until, lock.db_now)}
-        return stacked(text, absolute(lock.locked_until))
+        return stacked(text, absolute(lock.locked_until, zone_of(lock)))
 
     @admin.display(description=_("last heartbeat"), ordering="heartbeat_at")
     def heartbeat(self, lock: SyncLock) -> str:
         if lock.heartbeat_at is None:
             return "—"
-        return stacked(ago(lock.heartbeat_at, now=lock.db_now), absolute(lock.heartbeat_at))
+        return stacked(ago(lock.heartbeat_at, now=lock.db_now), absolute(lock.heartbeat_at, zone_of(lock)))
 
     @admin.display(description=_("last run"), ordering="last_status")
     def last_run(self, lock: SyncLock) -> str:
@@ -546,7 +541,26 @@ class SyncLockAdmin(OperatorAdminMixin, ReadOnlyAdminMixin, Styled, admin.ModelA
     def last_finished(self, lock: SyncLock) -> str:
         if lock.last_finished_at is None:
             return "—"
-        return stacked(ago(lock.last_finished_at, now=lock.db_now), absolute(lock.last_finished_at))
+        return stacked(
+            ago(lock.last_finished_at, now=lock.db_now), absolute(lock.last_finished_at, zone_of(lock))
+        )
+
+    @admin.display(description=_("holder, fencing token"), ordering="holder")
+    def holder_token(self, lock: SyncLock) -> str:
+        return stacked(
+            self.lock_holder(lock), format_html('{} <span class="token">{}</span>', _("token"), lock.token)
+        )
+
+    @admin.display(description=_("last run, ticks"), ordering="last_status")
+    def last_outcome(self, lock: SyncLock) -> str:
+        """The list's one cell for the last run: its outcome, when it finished and how long it took,
+        then the job's tick strip."""
+        finished = lock.last_finished_at and lock.last_status != Outcome.RUNNING
+        when = ago(lock.last_finished_at, now=lock.db_now) if finished else ""
+        detail = " · ".join(part for part in (when, self.last_duration(lock)) if part not in {"", "—"})
+        run = stacked(status_badge(lock.last_status), detail) if detail else status_badge(lock.last_status)
+        ledger = getattr(lock, "ledger", None)
+        return format_html("{}<br>{}", run, ledger_strip(ledger)) if ledger is not None else run
 
     @admin.display(description=_("last duration"))
     def last_duration(self, lock: SyncLock) -> str:
@@ -559,7 +573,10 @@ class SyncLockAdmin(OperatorAdminMixin, ReadOnlyAdminMixin, Styled, admin.ModelA
     # --- pages
 
     def changelist_view(self, request: HttpRequest, extra_context: dict | None = None) -> HttpResponse:
-        extra_context = {**(extra_context or {}), "lock_summary": lock_summary()}
+        summary = lock_summary()
+        moments = ("last_success", "next_tick", "paused_at", "paused_incident_since")
+        shown = [(job, {name: absolute(getattr(job, name)) for name in moments}) for job in summary.jobs]
+        extra_context = {**(extra_context or {}), "lock_summary": summary, "summary_jobs": shown}
         return super().changelist_view(request, extra_context)
 
     def change_view(
@@ -581,18 +598,19 @@ class SyncLockAdmin(OperatorAdminMixin, ReadOnlyAdminMixin, Styled, admin.ModelA
                     {
                         "slot": slot,
                         "badge": outcome_badge(slot.outcome),
-                        "at": slot_time(slot.tick, lock.job_name),
+                        "at": slot_time(slot.tick, lock.shown_zone),
                     }
                     for slot in ledger.slots
                 ]
                 if ledger
                 else [],
-                next_slots=[(slot_time(s.slot, lock.job_name), s.dst) for s in _next_five(lock.job_name)],
+                next_slots=[(slot_time(s.slot, lock.shown_zone), s.dst) for s in _next_five(lock.job_name)],
+                shown_zone=lock.shown_zone,
                 paused=lock.paused_at is not None,
                 can_pause=self.has_pause_permission(request, lock),
                 can_run=self.has_run_permission(request, lock) and ledger is not None,
                 control_urls=urls,
-                recent_runs=[_run_row(run) for run in runs],
+                recent_runs=[_run_row(run, lock.shown_zone) for run in runs],
                 runs_url=reverse("admin:locks_jobrun_changelist")
                 + "?"
                 + urlencode({"job_name": lock.job_name}),
@@ -614,9 +632,11 @@ def _next_five(job: str) -> list:
 # --- run history ----------------------------------------------------------------------
 
 
-def _run_row(run: JobRun) -> dict:
+def _run_row(run: JobRun, zone: str) -> dict:
     return {
         "run": run,
+        "started": absolute(run.started_at, zone),
+        "tick": absolute(run.tick, zone) if run.tick else gettext("forced"),
         "status": status_badge(run.status),
         "duration": duration(run.started_at, run.finished_at),
         "counts": counts(run.stats),
@@ -634,12 +654,11 @@ class JobRunAdmin(ReadOnlyAdminMixin, Styled, admin.ModelAdmin):
         "run_status",
         "run_holder",
         "started",
-        "finished",
         "run_duration",
         "key_counts",
         "requested_by",
         "error_excerpt",
-    )
+    )  # its end: on its page (the start and the duration fit 1,400 px)
     list_filter = ("job_name", "status", "requested_by", "started_at")
     date_hierarchy = "started_at"
     search_fields = ("job_name", "holder", "error")

@@ -228,12 +228,14 @@ def acquire(
     holder: str | None = None,
     horizon: timedelta | None = None,
     retry_delays: tuple[timedelta, ...] | None = None,
+    retries: datetime | None = None,
 ) -> Lease | Skip:
     """Take the lease on ``job`` for ``tick`` (None: any tick, a forced run), or learn why not:
     one compare-and-set on the database clock (``_claim``; ``retry_delays``: 1 + len attempts a
     tick, None: no limit; ``horizon``: how far ahead a tick may lie, None: no bound). A row locked
     by a write in progress is never waited for: a ``held`` skip. The winner reads its token back
-    in the same transaction (docs/architecture.md, "The rules": 1, 3, 11 and 12)."""
+    in the same transaction (docs/architecture.md, "The rules": 1, 3, 11 and 12). ``retries``:
+    ``_retry_claimed``."""
     validate_ttl(ttl)
     holder = holder or make_holder()
     db = router.db_for_write(SyncLock)
@@ -248,17 +250,12 @@ def acquire(
             won = claim.update(**values) and _history_of_win(
                 rows.filter(holder=holder), job=job, tick=tick, using=db
             )
+            if won and tick is None and retries is not None:  # the row is this transaction's
+                tick, won["tick_attempts"] = _retry_claimed(rows.filter(token=won["token"]), retries, most)
         if won:
             _warn_on_skew(job=job, db_now=won["acquired_at"])
-            return Lease(
-                job,
-                holder,
-                won["token"],
-                tick,
-                ttl,
-                won["acquired_at"],
-                **_lease_fields(won, tick, retry_delays),
-            )
+            granted = (won["token"], tick, ttl, won["acquired_at"])
+            return Lease(job, holder, *granted, **_lease_fields(won, tick, retry_delays))
         state = rows.annotate(db_now=Now()).values(*SEEN, *PAUSE_FIELDS).first()
         if state is None:
             if tick is not None and horizon is not None:
@@ -368,6 +365,16 @@ def _claim(rows, *, holder: str, tick, ttl: timedelta, horizon, most) -> tuple:
     if horizon is not None:  # tick <= now + horizon, with the database's now
         claim = claim.filter(GreaterThanOrEqual(Now(), Value(tick - horizon)))
     return claim, values
+
+
+def _retry_claimed(mine, tick: datetime, most: int | None) -> tuple[datetime | None, int | None]:
+    """A forced lease (``mine``, held: nothing else writes its tick meanwhile) is the next attempt
+    of ``tick``, the slot of now, if it is claimed, not done, with attempts left, whatever its
+    retry delay: its success settles it (rule 3). That tick and attempt, or Nones."""
+    still_open = Q(tick=tick, tick_done=False) & (Q() if most is None else Q(tick_attempts__lt=most))
+    if not mine.filter(still_open).update(tick_attempts=F("tick_attempts") + 1, retry_at=None):
+        return None, None
+    return tick, mine.values_list("tick_attempts", flat=True).first()
 
 
 def _why_not(job: str, tick: datetime | None, state: dict, *, horizon, most) -> Skip | None:

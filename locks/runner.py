@@ -93,6 +93,7 @@ class RunResult:
     expected: bool = False  # failed the way its job expects (one of its expected_errors)
     refused: bool = False  # the scheduler's ask: its tick was refused as too far ahead (nothing stored)
     broke: bool = False  # the scheduler's ask: its run raised, or its process died
+    forced: bool = False  # --force: its tick, if any, is a failed slot it retried (``retries``)
     exception: BaseException | None = field(default=None, repr=False, compare=False)
 
     @property
@@ -136,7 +137,7 @@ class RunResult:
 
     def describe(self) -> str:
         parts = [f"job={self.job}", f"tick={iso(self.tick) or 'forced'}", f"holder={self.holder}"]
-        parts.append(f"outcome={self.outcome}")
+        parts.append(f"outcome={self.outcome}" + (" forced=yes" if self.forced and self.tick else ""))
         if self.token is not None:
             parts.append(f"token={self.token}")
         if self.attempt is not None:
@@ -231,6 +232,7 @@ def run_locked(
     retry_delays: tuple[timedelta, ...] | None = None,
     requested_by: str = "",
     on_failover: str = RERUN,
+    retries: datetime | None = None,
 ) -> RunResult:
     """Run ``fn(lease)`` if this process wins the lease for ``tick``. Never raises for the lock's
     sake: an unreachable database, a lease held elsewhere, a pause or a tick more than ``horizon``
@@ -240,24 +242,25 @@ def run_locked(
     committed is a success. ``expected_errors`` and database errors are logged without a
     traceback; anything else keeps it, on its ``JobRun`` too. ``retry_delays``: a tick gets ``1 + len``
     attempts across every host, each not before its delay after the previous failed (None: no limit).
-    ``requested_by`` (``cron``, …) goes on the ``JobRun``. ``on_failover`` "pause": pause after a failover."""
+    ``requested_by`` (``cron``, …) goes on the ``JobRun``. ``on_failover`` "pause": pause after a failover.
+    ``retries``: a forced run's slot of now (``locks.lease.acquire``)."""
     validate_ttl(ttl)
     if max_run_time is not None and max_run_time <= timedelta(0):
         raise ValueError(f"max_run_time must be positive, got {max_run_time}")
     started = time.monotonic()
-    result = RunResult(job=job, tick=tick, holder=holder or make_holder())
+    result = RunResult(job=job, tick=tick, holder=holder or make_holder(), forced=tick is None)
     with _interrupts(hold=True):
         try:
             connections[router.db_for_write(SyncLock)].ensure_connection()
-            got = acquire(
-                job=job, tick=tick, ttl=ttl, holder=result.holder, horizon=horizon, retry_delays=retry_delays
-            )
+            claim = {"horizon": horizon, "retry_delays": retry_delays, "retries": retries}
+            got = acquire(job=job, tick=tick, ttl=ttl, holder=result.holder, **claim)
         except Error as exc:
             return _unreachable(result, exc, started)
         if isinstance(got, Skip):
             return _skipped(result, got, started)
         lease = got
         result.token, result.attempt, result.timeline = lease.token, lease.attempt, lease.timeline
+        result.tick = lease.tick  # a forced run that retries a failed slot names it
         if lease.attempt is not None:
             result.attempts = attempts_of(retry_delays)
         run_id = _record_start(lease, requested_by=requested_by)
@@ -522,9 +525,8 @@ def run_job(
 
     ``tick``: the slot to claim (``--tick``); else the slot of now (``due``, the scheduler's:
     the latest a run may claim), or under catch_up "all" the oldest one up to it still to run
-    (docs/architecture.md, "Catch-up"). ``force`` ignores slots but still needs the lease; a
-    pause stops it like any run. ``requested_by``: who asked (``cli``, ``cron``, ``scheduler``,
-    ``trigger``, ``admin:<user>``), kept on the run. Raises ``UnknownJob``; ``InvalidTick`` for
+    (docs/architecture.md, "Catch-up"). ``force`` ignores slots (but retries the slot of now after
+    a failed attempt), needs the lease, obeys a pause. ``requested_by``: who asked, on the run. Raises ``UnknownJob``; ``InvalidTick`` for
     a ``tick`` that is no slot, lies beyond the tick window (unless it is the slot of now) or
     would skip slots under "all"; ``LockError`` when the lock table is missing."""
     job = get_job(name)
@@ -539,8 +541,8 @@ def run_job(
         if tick != job.current_tick(now=now):  # a later slot than now's only within the tick window
             horizon = schedule.early_window(job.schedule, now=now, window=tick_window(), tz=job.timezone)
             bound = "the tick window"
-    claim, behind = None if force else (tick or due or job.current_tick(now=now)), False
-    if claim is not None and job.catch_up == ALL:
+    claim, behind = tick or due or job.current_tick(now=now), False
+    if job.catch_up == ALL:
         try:
             pending = _pending_tick(job, due=claim)
         except Error as exc:
@@ -551,10 +553,11 @@ def run_job(
                 f"tick {iso(tick)} would skip slots: under catch_up 'all' the slots of {name} run oldest "
                 f"first, and the next one is {iso(pending)}"
             )
-        claim, behind = pending, pending < claim
+        claim, behind = pending, pending < claim and not force
     result = run_locked(
         job=job.name,
-        tick=claim,
+        tick=None if force else claim,
+        retries=claim if force else None,
         ttl=job.ttl,
         fn=job.function(),
         expected_errors=job.error_classes(),

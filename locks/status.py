@@ -227,6 +227,8 @@ class ScheduledJob:
     error: str = ""
     # Paused while an incident is open for it (open_incidents): when that incident opened.
     paused_incident_since: datetime | None = None
+    paused_at: datetime | None = None  # paused by an operator (by whom): its next tick will not run
+    paused_by: str = ""
 
 
 @dataclass(frozen=True)
@@ -256,7 +258,10 @@ def lock_summary() -> Summary:
             upcoming, error = next_tick(job.schedule, now=db_now, tz=job.timezone), ""
         except SLOT_ERRORS as exc:
             upcoming, error = None, slot_error(exc)
-        jobs.append(ScheduledJob(name, health[name].last_success_at, upcoming, error, incidents.get(name)))
+        pause = (lock.paused_at, lock.paused_by) if (lock := health[name].lock) else (None, "")
+        jobs.append(
+            ScheduledJob(name, health[name].last_success_at, upcoming, error, incidents.get(name), *pause)
+        )
     return Summary(jobs=jobs, stuck=locks["stuck"], db_now=db_now)
 
 

@@ -241,7 +241,7 @@ def _run_payload(result: RunResult) -> dict:
         # lost_lock is a failure to the caller; the JobRun row keeps the detail.
         "outcome": Outcome.FAILED if result.outcome == Outcome.LOST_LOCK else result.outcome,
         "tick": iso(result.tick),
-        "forced": result.tick is None,
+        "forced": result.forced,
         "holder": result.holder,
         "token": result.token,
         "timeline": result.timeline,  # with the token, the pair that names a lease (rule 16)

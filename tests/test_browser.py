@@ -1,7 +1,8 @@
 """End to end in a real browser: headless Chromium driven by Selenium against
 a live server. An operator logs in, sees a held lock and its holder,
 force-releases it, and sees it free; reads a job's tick strip, each cell coloured by
-its outcome from the admin's CSS variables, in light and in dark mode.
+its outcome from the admin's CSS variables, in light and in dark mode; and the locks list
+fits a 1,400 px window with the navigation sidebar open (issue 38).
 
 Uses Debian's ``chromium`` and ``chromium-driver`` (``.ci/run`` installs
 them); nothing is downloaded. Screenshots of the locks list and the run
@@ -35,6 +36,7 @@ HOLDER = "web-1:4242:a1b2c3"
 WAIT = 20  # seconds; a hang guard, not a timing assertion
 HISTORY = 22  # hours of sync runs before the current one (and a slot 23 hours ago that nobody ran)
 PNG = b"\x89PNG\r\n\x1a\n"
+WIDTH, HEIGHT = 1400, 900  # a laptop's window: the admin fits it (issue 38)
 
 try:
     from selenium import webdriver
@@ -62,7 +64,7 @@ def chromium_options(profile: str) -> Options:
         "--no-sandbox",  # CI runs as root in a container
         "--disable-dev-shm-usage",
         "--disable-gpu",
-        "--window-size=1920,1080",
+        f"--window-size={WIDTH},{HEIGHT}",
         "--force-device-scale-factor=1",
         "--lang=en-US",
         f"--user-data-dir={profile}",
@@ -217,6 +219,13 @@ class ForceReleaseInTheBrowser(StaticLiveServerTestCase):
             By.XPATH, f"//table[@id='result_list']//tr[.//th//a[normalize-space()='{job}']]"
         )
 
+    def overflow(self) -> list[int]:
+        """How far the page and the list's table reach past the window (0, 0: no scrollbar)."""
+        return self.driver.execute_script(
+            "const d = document.documentElement, r = document.querySelector('#changelist .results');"
+            "return [d.scrollWidth - d.clientWidth, r.scrollWidth - r.clientWidth];"
+        )
+
     def screenshot(self, name: str) -> None:
         path = self.screenshots / name
         self.assertTrue(self.driver.save_screenshot(str(path)), path)
@@ -231,9 +240,9 @@ class ForceReleaseInTheBrowser(StaticLiveServerTestCase):
         self.driver.find_element(By.ID, "id_password").send_keys("night-shift")
         self.driver.find_element(By.CSS_SELECTOR, "#login-form [type=submit]").click()
 
-    def fold_sidebar(self) -> None:
-        """Fold the navigation sidebar (the browser remembers it) to give the table room."""
-        if self.driver.find_element(By.ID, "nav-sidebar").is_displayed():
+    def fold_sidebar(self, *, fold: bool = True) -> None:
+        """Fold (or unfold) the navigation sidebar; the browser remembers it."""
+        if self.driver.find_element(By.ID, "nav-sidebar").is_displayed() == fold:
             self.driver.find_element(By.ID, "toggle-nav-sidebar").click()
 
     def test_operator_force_releases_a_held_lock(self) -> None:
@@ -245,11 +254,10 @@ class ForceReleaseInTheBrowser(StaticLiveServerTestCase):
         row = self.lock_row("sync_contests")
         self.assertIn("held", row.find_element(By.CSS_SELECTOR, ".field-state").text)
         self.assertIn(HOLDER, row.text)
-        self.assertIn(str(HISTORY + 1), row.find_element(By.CSS_SELECTOR, ".field-token").text)
+        self.assertIn(f"token {HISTORY + 1}", row.find_element(By.CSS_SELECTOR, ".field-holder_token").text)
         self.assertIn("expired, not released", self.lock_row("send_reminders").text)
         self.assertIn("heartbeat overdue", self.lock_row("rebuild_rankings").text)
         self.assertIn("2 stuck locks", driver.find_element(By.ID, "lock-summary").text)
-        self.screenshot("admin-locks.png")
 
         row.find_element(By.LINK_TEXT, "sync_contests").click()
         self.wait_for("#recent-runs")
@@ -268,7 +276,7 @@ class ForceReleaseInTheBrowser(StaticLiveServerTestCase):
         row = self.lock_row("sync_contests")
         self.assertIn("free", row.find_element(By.CSS_SELECTOR, ".field-state").text)
         self.assertIn("released", row.find_element(By.CSS_SELECTOR, ".field-lease").text)
-        self.assertIn(str(HISTORY + 2), row.find_element(By.CSS_SELECTOR, ".field-token").text)
+        self.assertIn(f"token {HISTORY + 2}", row.find_element(By.CSS_SELECTOR, ".field-holder_token").text)
         self.assertNotIn(HOLDER, row.text)  # a released lease keeps no holder
 
         lock = SyncLock.objects.get(job_name="sync_contests")
@@ -284,7 +292,43 @@ class ForceReleaseInTheBrowser(StaticLiveServerTestCase):
         self.wait_for("#result_list")
         self.assertEqual(len(driver.find_elements(By.CSS_SELECTOR, "#result_list tbody tr")), HISTORY + 1)
         self.assertIn("Call limit exceeded", driver.find_element(By.ID, "result_list").text)
+        self.assertEqual(self.overflow(), [0, 0])  # the run history fits 1,400 px too
         self.screenshot("admin-runs.png")
+
+    def test_the_locks_list_fits_1400_px_and_marks_the_paused_job(self) -> None:
+        """At 1,400 px, navigation sidebar open as a new user first sees it: no horizontal
+        scrollbar, and each row's holder, locked until, tick and last run inside the window.
+        The filters sit above the table and fold; the summary says which job is paused."""
+        driver = self.driver
+        self.log_in()
+        self.wait_for("#result_list")
+        self.assertEqual(driver.execute_script("return window.innerWidth"), WIDTH)
+        self.fold_sidebar(fold=False)
+        self.assertTrue(driver.find_element(By.ID, "nav-sidebar").is_displayed())
+        self.assertEqual(self.overflow(), [0, 0])
+        for job in ("sync_contests", "send_reminders", "rebuild_rankings", "weekly_report"):
+            for column in ("holder_token", "lease", "tick_at", "last_outcome"):
+                cell = self.lock_row(job).find_element(By.CSS_SELECTOR, f".field-{column}")
+                right = driver.execute_script("return arguments[0].getBoundingClientRect().right", cell)
+                self.assertLessEqual(right, WIDTH, f"{job} {column}")
+        row = self.lock_row("sync_contests")
+        self.assertIn(HOLDER, row.find_element(By.CSS_SELECTOR, ".field-holder_token").text)
+        self.assertIn("not done yet", row.find_element(By.CSS_SELECTOR, ".field-tick_at").text)
+        self.assertIn("running", row.find_element(By.CSS_SELECTOR, ".field-last_outcome").text)
+        summary = driver.find_element(By.ID, "lock-summary").text
+        self.assertIn("send_reminders: no successful run on record · paused by admin:operator since", summary)
+        self.assertIn("no slot runs until it is resumed", summary)
+        self.screenshot("admin-locks.png")
+
+        by_state = driver.find_element(
+            By.CSS_SELECTOR, '#changelist-filter details[data-filter-title="state"]'
+        )
+        states = by_state.find_element(By.TAG_NAME, "ul")
+        self.assertTrue(states.is_displayed())
+        filters_top = driver.find_element(By.ID, "changelist-filter").location["y"]
+        self.assertLess(filters_top, driver.find_element(By.ID, "result_list").location["y"])
+        by_state.find_element(By.TAG_NAME, "summary").click()
+        self.assertFalse(states.is_displayed())
 
     def test_operator_reads_the_tick_strip_in_light_and_dark_mode(self) -> None:
         driver = self.driver
@@ -323,7 +367,6 @@ class ForceReleaseInTheBrowser(StaticLiveServerTestCase):
         self.assertEqual(light["running"], light["--primary"])
         self.assertEqual(light["paused"], light["--body-quiet-color"])
         self.assertEqual(len({light[o] for o in ("failed", "succeeded", "missed", "running", "paused")}), 5)
-        self.screenshot("admin-locks.png")
 
         driver.execute_cdp_cmd(
             "Emulation.setEmulatedMedia", {"features": [{"name": "prefers-color-scheme", "value": "dark"}]}
@@ -340,8 +383,9 @@ class ForceReleaseInTheBrowser(StaticLiveServerTestCase):
         self.assertIn("Tick ledger: the last 24 slots", driver.find_element(By.ID, "tick-ledger").text)
         self.assertTrue(driver.find_element(By.ID, "run-now").is_displayed())
         self.assertTrue(driver.find_element(By.ID, "pause").is_displayed())
-        driver.execute_script("window.scrollTo(0, document.getElementById('tick-ledger').offsetTop - 420)")
+        driver.set_window_size(WIDTH, 1800)  # the buttons, the lease and the ledger in one picture
         self.screenshot("admin-ledger.png")
+        driver.set_window_size(WIDTH, HEIGHT)
 
     def cell_colours(self) -> dict[str, str]:
         """The computed background of one cell of each outcome, and of the admin's variables as colours."""

@@ -197,15 +197,17 @@ ABOVE = {
 # stood (5,320 lines in 37 modules); the rooms took it to 5,230, and issues 26, 27 and 29 have since
 # added about 1,200 lines of features (failover history, alert states, time zones), and issue 26's
 # last pieces (the admin's failover marks, check_jobs' failover incident, every lost slot named) a few
-# more; holding back a SIGTERM between a run's lease and its body (runner.interrupt) 42. A ratchet,
-# not the goal: lower it as code is cut; raise it only with a reason in the commit. Issue 35: /healthz
+# more; holding back a SIGTERM between a run's lease and its body (runner.interrupt) 42. Issue 35: /healthz
 # hides who paused (+5), its and the trigger's 5xx answers are not mailed (views.operational, +21),
 # reset tick refuses a done tick at or before now (+4), run_job handles SIGINT as SIGTERM (+1),
 # ensure_lock_row uses acquire's bounded insert (-1), zones come from the pinned tzdata (+16), a
 # starred minute is a wildcard on DST nights (+1), every lease transaction bounds its pauses on
 # PostgreSQL (db.lease_transaction, +19), fenced() says a block PostgreSQL aborted was not committed
-# (db.transaction_aborted, +18).
-MAX_PRODUCT_LINES = 6612
+# (db.transaction_aborted, +18). Issue 38: a forced run that retries a failed slot of now, so the
+# ledger, status and scheduler agree (+10); the admin that fits 1,400 px with every time of a page in
+# one zone and format, a paused job marked in the summary (+27). A ratchet, not the goal: lower it as
+# code is cut; raise it only with a reason in the commit.
+MAX_PRODUCT_LINES = 6649
 # Its Python files with code (an empty package marker is not counted): 22 until issue 25 made alerts.py
 # an app of its own, locks.contrib.alerts: an app has its own apps.py, models.py and admin.py (and jobs.py).
 MAX_MODULES = 25

@@ -227,7 +227,7 @@ def test_state_and_relative_time_are_rendered(admin_client, make, state, lease_t
     assert lease_text in tr
     # A released lease keeps no holder; every other state names it.
     holder = "—" if state == "free" else f'<span class="nowrap">{HOLDER}</span>'
-    assert f'<td class="field-lock_holder">{holder}</td>' in tr
+    assert f'<td class="field-holder_token">{holder}<br><small class="nowrap">token <span' in tr
     detail = text(admin_client.get(detail_url()))
     assert f">{state}</span>" in detail
     assert lease_text in detail
@@ -252,12 +252,12 @@ def test_list_shows_token_tick_last_run_and_duration(admin_client):
         last_finished_at=now_plus(-timedelta(minutes=10)),
     )
     tr = row(admin_client.get(LIST_URL), "write_slot")
-    assert f">{lease.token}</td>" in tr
-    # In the job's zone (write_slot's: UTC), the UTC instant as the tooltip.
-    assert f'<span class="nowrap" title="{tick.isoformat()}">{tick:%Y-%m-%d %H:%M} UTC</span>' in tr
+    assert f'token <span class="token">{lease.token}</span>' in tr
+    # In the site's zone, one format for every time on the page, the UTC instant as the tooltip.
+    shown = timezone.localtime(tick)  # TIME_ZONE: this host project's is Django's default, Chicago
+    assert f'<span class="nowrap" title="{tick.isoformat()}">{shown:%Y-%m-%d %H:%M:%S %Z}</span>' in tr
     assert ">failed</span>" in tr
-    assert "10 minutes ago" in tr
-    assert ">30.0 s<" in tr
+    assert "10 minutes ago · 30.0 s</small>" in tr  # the last run in one cell: when it ended, how long
 
 
 def test_running_job_shows_how_long_it_has_been_running(admin_client):
@@ -506,7 +506,7 @@ def test_reset_tick_action_confirms_then_clears_the_tick_and_logs(admin_client, 
     assert confirm.status_code == 200
     assert "Reset the claimed tick of job locks?" in text(confirm)
     assert 'id="confirm-reset-tick"' in text(confirm)
-    assert f"{tick:%Y-%m-%d %H:%M} UTC" in text(confirm)
+    assert f"{timezone.localtime(tick):%Y-%m-%d %H:%M:%S %Z}" in text(confirm)
     assert SyncLock.objects.get(job_name="write_slot").tick == tick  # nothing yet
     pk = SyncLock.objects.get(job_name="write_slot").pk
     assert {key: value for key, value in shown(confirm).items() if key.endswith(f"-{pk}")} == {

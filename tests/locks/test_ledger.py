@@ -18,9 +18,11 @@ from django.test.utils import CaptureQueriesContext
 
 from locks.models import JobPause, JobRun, RunStatus, SyncLock, database_now
 from locks.registry import get_job
+from locks.runner import run_job
 from locks.schedule import previous_slots
 from locks.status import build_ledger, chance_end, job_ledgers
-from tests.locks.conftest import reschedule
+from tests.jobsapp.models import SlotWrite
+from tests.locks.conftest import register, reschedule
 
 NOW = datetime(2026, 12, 2, 10, 31, 0, tzinfo=UTC)  # the injected database clock
 
@@ -223,3 +225,41 @@ def test_a_bad_ledger_length_fails_its_check(settings):
     settings.LOCKS_LEDGER_SLOTS = 0
     [error] = [m for m in run_checks() if m.id == "locks.E008"]
     assert error.msg == "LOCKS_LEDGER_SLOTS must be a whole number of slots, 1 or more, got 0."
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("catch_up", ["latest", "all"])
+def test_a_forced_run_after_a_failed_attempt_settles_the_slot_for_the_ledger_status_and_scheduler(
+    settings, catch_up
+):
+    """Issue 38: a failed attempt, then ``run_job --force`` that succeeds. The forced run is the
+    slot's next attempt (the retry delay does not bind it), its fenced write marks the slot done,
+    and every reader agrees: the ledger says succeeded, ``locks status`` succeeded and done, and
+    a later scheduled run of that slot skips it as done."""
+    settings.LOCKS_TICK_WINDOW = 0  # the slot of now is the latest one at or before now
+    register(
+        settings, refuse={**settings.LOCKS_JOBS["refuse"], "schedule": "0 * * * *", "catch_up": catch_up}
+    )
+    failed = run_job(name="refuse")
+    assert (failed.outcome, failed.attempt, failed.retry_after) == ("failed", 1, timedelta(seconds=30))
+    register(settings, refuse={**settings.LOCKS_JOBS["refuse"], "callable": "tests.jobsapp.jobs.write_slot"})
+
+    forced = run_job(name="refuse", force=True, requested_by="admin:alice")
+
+    assert (forced.outcome, forced.tick, forced.attempt) == ("succeeded", failed.tick, 2)
+    assert " forced=yes " in forced.describe() and f"tick={failed.tick.isoformat()}" in forced.describe()
+    assert SlotWrite.objects.get().tick == failed.tick  # the lease named the slot it settled
+    [slot] = [s for s in job_ledgers(jobs=[get_job("refuse")])["refuse"].slots if s.tick == failed.tick]
+    assert (slot.outcome, slot.attempts) == ("succeeded", 2)
+    assert [run["requested_by"] for run in slot.runs] == ["", "admin:alice"]
+    out = StringIO()
+    call_command("locks", "status", "--json", stdout=out)
+    [status] = [row for row in json.loads(out.getvalue()) if row["job"] == "refuse"]
+    assert (status["last_status"], status["tick"]) == ("succeeded", failed.tick.isoformat())
+    assert SyncLock.objects.get(job_name="refuse").tick_done
+    later = run_job(name="refuse", requested_by="scheduler")
+    assert (later.outcome, later.skip.reason) == ("skipped", "tick_claimed")
+    assert later.reason == f"tick {failed.tick.isoformat()} already done by {forced.holder}"
+    # A forced run when the slot of now is done claims none: it runs beside the schedule.
+    again = run_job(name="refuse", force=True)
+    assert (again.outcome, again.tick, again.attempt) == ("succeeded", None, None)

@@ -9,6 +9,7 @@ past, so its slot is one a run may claim on the database's real clock.
 from __future__ import annotations
 
 import json
+import re
 from datetime import UTC, datetime, timedelta
 from io import StringIO
 
@@ -85,11 +86,18 @@ def test_the_admin_job_page_shows_slots_in_the_jobs_zone_and_the_next_five(diges
     html = page.content.decode()
     assert page.status_code == 200
     # the tick, its ledger row and its strip cell: local, with the UTC instant on hover
-    assert '<span class="nowrap" title="2026-03-29T01:00:00+00:00">2026-03-29 03:00 CEST</span>' in html
+    assert '<span class="nowrap" title="2026-03-29T01:00:00+00:00">2026-03-29 03:00:00 CEST</span>' in html
     assert 'title="2026-03-29 03:00 CEST (01:00 UTC) succeeded"' in html
     next_slots = html.split('id="next-slots"')[1].split("</table>")[0]
     assert next_slots.count("<tr><td>") == 5
-    assert next_slots.count("02:30 CET</span>") + next_slots.count("02:30 CEST</span>") == 5
+    assert next_slots.count("02:30:00 CET</span>") + next_slots.count("02:30:00 CEST</span>") == 5
+    # Issue 38: every time the page shows (the lease, the runs, the ledger, the next slots) is in the
+    # job's zone and in one format; UTC only in tooltips (title="…"), which the reader hovers.
+    shown = re.sub(r'title="[^"]*"', "", html)
+    assert "Every time on this page is in Europe/Berlin, the job's time zone." in html
+    zones = re.findall(r"\b\d{4}-\d\d-\d\d \d\d:\d\d(?::\d\d)? ?(\w*)", shown)
+    assert len(zones) > 20 and set(zones) == {"CET", "CEST"}, set(zones)
+    assert not re.search(r"\b\d{4}-\d\d-\d\d \d\d:\d\d (?!\d)", shown)  # never without seconds
 
 
 def test_a_changed_zone_follows_the_new_rule_at_once_and_never_runs_a_done_slot_again(digest, settings):

@@ -8,10 +8,13 @@ from locks.contrib.alerts.models import Incident
 @admin.register(Incident)
 class IncidentAdmin(ReadOnlyAdminMixin, Styled, admin.ModelAdmin):
     empty_value_display = "—"
-    list_display = ("job_name", "reason", "summary", "opened", "closed", "opened_mail_at", "closed_mail_at")
+    list_display = ("job_name", "reason", "summary", "opened", "closed", "opened_mail", "closed_mail")
     list_filter = ("job_name", "reason", ("closed_at", admin.EmptyFieldListFilter))
     search_fields = ("job_name", "summary", "last_error")
     fields = (*list_display, "last_error")
     readonly_fields = fields
     opened = timestamp("opened_at", _("opened"))
     closed = timestamp("closed_at", _("closed"))
+    # Every time on the page in one format and zone (locks.admin.absolute).
+    opened_mail = timestamp("opened_mail_at", _("opening email settled"))
+    closed_mail = timestamp("closed_mail_at", _("recovery email settled"))
