@@ -198,8 +198,10 @@ ABOVE = {
 # added about 1,200 lines of features (failover history, alert states, time zones), and issue 26's
 # last pieces (the admin's failover marks, check_jobs' failover incident, every lost slot named) a few
 # more; holding back a SIGTERM between a run's lease and its body (runner.interrupt) 42. A ratchet,
-# not the goal: lower it as code is cut; raise it only with a reason in the commit.
-MAX_PRODUCT_LINES = 6527
+# not the goal: lower it as code is cut; raise it only with a reason in the commit. Issue 38 (the
+# distribution): prometheus_client became the extra [prometheus], imported where /metrics uses it,
+# and locks.E034 refuses a metrics token without it (+13).
+MAX_PRODUCT_LINES = 6540
 # Its Python files with code (an empty package marker is not counted): 22 until issue 25 made alerts.py
 # an app of its own, locks.contrib.alerts: an app has its own apps.py, models.py and admin.py (and jobs.py).
 MAX_MODULES = 25
