@@ -114,3 +114,24 @@ def test_the_wheel_venvs_hold_the_wheels_dependencies_and_nothing_of_the_project
     assert {p: v for p, (v, _h) in django52.items() if p in runtime} == {
         p: runtime[p][0] for p in django52.keys() & runtime.keys()
     }
+
+
+def test_the_project_pins_what_the_locks_distribution_and_its_extras_need():
+    """The project runs locks from the tree: its runtime pins stand for `django-tick-locks[...]`."""
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    runtime = _entries("requirements.txt")
+    extras = project["optional-dependencies"]
+    assert set(extras) == {"prometheus", "crontab", "postgres", "mongodb"}
+    wanted = [
+        Requirement(line) for line in [*project["dependencies"], *(r for e in extras.values() for r in e)]
+    ]
+    assert len(wanted) == 6
+    unmet = {
+        str(r): runtime.get(canonicalize_name(r.name), ("missing",))[0]
+        for r in wanted
+        if canonicalize_name(r.name) not in runtime
+        or not r.specifier.contains(runtime[canonicalize_name(r.name)][0])
+    }
+    assert unmet == {}
