@@ -2,9 +2,12 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+# The host suite's venvs on the wheel (below, "the distribution"); Django 6.1 needs Python 3.12.
+WHEEL_VENVS := var/wheel
+PYTHON312 ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.12.*/bin/python) python3.12)
 export DJANGO_DEBUG ?= 1
 
-.PHONY: setup run test test-sqlite test-postgres faults-table soak soak-table soak-failover-table lint demo clean bench requirements
+.PHONY: setup run test test-sqlite test-postgres wheel test-wheel-django52 test-wheel-django61 faults-table soak soak-table soak-failover-table lint demo clean bench requirements
 
 # Two stamps: running the product installs the runtime only (requirements.txt);
 # lint, tests and benchmarks install the development tools too (requirements-dev.txt).
@@ -27,9 +30,22 @@ $(BIN)/.installed-dev: requirements-dev.txt requirements.txt $(BIN)/.installed
 PIP_COMPILE := CUSTOM_COMPILE_COMMAND="make requirements" $(BIN)/pip-compile -q --generate-hashes \
 	--allow-unsafe --strip-extras --no-emit-index-url --no-emit-trusted-host --no-emit-find-links $(UPGRADE)
 
-requirements: $(BIN)/.installed-dev
+requirements: $(BIN)/.installed-dev $(WHEEL_VENVS)/piptools312/bin/.installed
 	$(PIP_COMPILE) --output-file requirements.txt requirements.in
 	$(PIP_COMPILE) --output-file requirements-dev.txt requirements-dev.in
+	$(PIP_COMPILE) --output-file requirements-wheel-django52.txt requirements-wheel-django52.in
+	$(subst $(BIN)/pip-compile,$(WHEEL_VENVS)/piptools312/bin/pip-compile,$(PIP_COMPILE)) \
+		--output-file requirements-wheel-django61.txt requirements-wheel-django61.in
+
+# pip-compile under Python 3.12 for the Django 6.1 set (Django 6.1 needs 3.12): pip-tools and
+# its dependencies at requirements-dev.txt's pins and hashes.
+PIP_TOOLS := pip-tools build click packaging pip pyproject-hooks setuptools wheel
+$(WHEEL_VENVS)/piptools312/bin/.installed: requirements-dev.txt
+	rm -rf $(@D:/bin=) && $(PYTHON312) -m venv $(@D:/bin=)
+	awk -v keep="$(PIP_TOOLS)" 'BEGIN { split(keep, k, " "); for (i in k) want[k[i]] = 1 } \
+		/^[a-z]/ { split($$1, name, "=="); on = name[1] in want } on' requirements-dev.txt > $(@D)/pins.txt
+	$(@D)/pip install --disable-pip-version-check -q --require-hashes --no-deps -r $(@D)/pins.txt
+	touch $@
 
 setup: $(BIN)/.installed
 	$(BIN)/python manage.py migrate --noinput -v 0
@@ -43,21 +59,48 @@ lint: $(BIN)/.installed-dev
 
 # The whole suite twice, at the same time (one core each): on the SQLite default and on a
 # throwaway PostgreSQL cluster. Each time two runs: the project's own tests, then tests/locks
-# under a project that installs only the locks app (tests/hostproject/settings.py). The two
-# share nothing: their own databases and temporary directories, the crontab tests one at a
-# time (a lock file). Each one's output is printed when it ends.
+# under a project that installs only the locks app (tests/hostproject/settings.py), on the
+# installed wheel (scripts/test-wheel.sh): under Django 5.2 LTS on SQLite, under Django 6.1 on
+# PostgreSQL. The two share nothing: their own databases and temporary directories, the crontab
+# tests one at a time (a lock file). Each one's output is printed when it ends. The host suite on
+# this checkout's locks/ instead: $(PYTEST) --ds tests.hostproject.settings.
 PYTEST := $(BIN)/python -m pytest
-HOST := --ds tests.hostproject.settings
 
 test: lint
 	$(MAKE) --no-print-directory -j2 --output-sync=target test-sqlite test-postgres
 
-test-sqlite: $(BIN)/.installed-dev
+test-sqlite: $(BIN)/.installed-dev wheel $(WHEEL_VENVS)/django52/bin/.installed
 	env -u DATABASE_URL $(PYTEST)
-	env -u DATABASE_URL $(PYTEST) $(HOST)
+	env -u DATABASE_URL scripts/test-wheel.sh $(WHEEL_VENVS)/django52
 
-test-postgres: $(BIN)/.installed-dev
-	scripts/with-postgres.sh sh -c '$(PYTEST) && $(PYTEST) $(HOST)'
+test-postgres: $(BIN)/.installed-dev wheel $(WHEEL_VENVS)/django61/bin/.installed
+	scripts/with-postgres.sh sh -c '$(PYTEST) && scripts/test-wheel.sh $(WHEEL_VENVS)/django61'
+
+# --- the distribution (pyproject.toml): the locks app as the wheel django-tick-locks ---------------
+# `make wheel`: dist/django_tick_locks-VERSION-py3-none-any.whl, built from this tree with the
+# pinned setuptools of requirements-dev.txt (no build isolation: nothing fetched, nothing unpinned).
+# The host suite runs on it installed in a venv of its own that holds nothing else but the wheel's
+# dependencies and the test tools (requirements-wheel-django*.txt, pinned with hashes), from a copy
+# of tests/ (scripts/test-wheel.sh): Django 5.2 LTS on Python 3.11 in test-sqlite, Django 6.1 on
+# Python 3.12 in test-postgres. The venvs live in var/wheel/, rebuilt when their pins change.
+wheel: $(BIN)/.installed-dev
+	rm -rf build dist *.egg-info
+	$(BIN)/python -m pip wheel --disable-pip-version-check -q --no-deps --no-build-isolation -w dist .
+	rm -rf build *.egg-info
+
+$(WHEEL_VENVS)/django52/bin/.installed: requirements-wheel-django52.txt
+	rm -rf $(@D:/bin=) && $(PYTHON) -m venv $(@D:/bin=)
+	$(@D)/pip install --disable-pip-version-check -q --require-hashes -r $<
+	touch $@
+
+$(WHEEL_VENVS)/django61/bin/.installed: requirements-wheel-django61.txt
+	rm -rf $(@D:/bin=) && $(PYTHON312) -m venv $(@D:/bin=)
+	$(@D)/pip install --disable-pip-version-check -q --require-hashes -r $<
+	touch $@
+
+# One of the two alone, on SQLite (make test runs each once, in test-sqlite and test-postgres).
+test-wheel-django52 test-wheel-django61: test-wheel-%: wheel $(WHEEL_VENVS)/%/bin/.installed
+	env -u DATABASE_URL scripts/test-wheel.sh $(WHEEL_VENVS)/$*
 
 # The fault-test table in docs/faults.md, from the last runs' records in var/faults/.
 faults-table:
@@ -92,4 +135,4 @@ bench: $(BIN)/.installed-dev
 	$(BIN)/python -m bench $(if $(PG),--postgres $(PG)) $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) db.sqlite3 db.sqlite3-* test_db.sqlite3*
+	rm -rf $(VENV) db.sqlite3 db.sqlite3-* test_db.sqlite3* build dist *.egg-info $(WHEEL_VENVS)

@@ -4,6 +4,8 @@ runs these before every run, and so any other check a project tags the same (doc
 Checks).
 """
 
+import importlib.util
+
 from django.conf import settings
 from django.core.checks import Error, Tags, Warning, register
 from django.db import connections, router
@@ -81,6 +83,8 @@ NOT_AN_EXCEPTION = "{where}: expected error {path!r} is not an exception class."
 SHORT_TOKEN = "{name} is {length} characters long; use at least {least}."  # noqa: S105
 SHORT_TOKEN_HINT = 'Generate one with: python -c "import secrets; print(secrets.token_urlsafe(32))"'  # noqa: S105
 NOT_COLLECTORS = "LOCKS_METRICS_COLLECTORS must be a list of dotted paths of functions, got {value!r}."
+NO_PROMETHEUS = "LOCKS_METRICS_TOKEN is set, but prometheus_client, which /metrics needs, is not installed."
+NO_PROMETHEUS_HINT = "pip install 'django-tick-locks[prometheus]', or leave LOCKS_METRICS_TOKEN empty."
 TOO_MANY_SLOTS = "LOCKS_LEDGER_SLOTS must be at most {most}, got {value!r}."
 NO_SLOT = "LOCKS_JOBS[{name!r}]: schedule {value!r} has no slot in the next {years} years: {why}."
 NO_SLOT_HINT = (
@@ -133,11 +137,14 @@ def check_schedules(app_configs=None, **kwargs) -> list[Error]:
 
 @register(CHECK_TAG)
 def check_metrics_collectors(app_configs=None, **kwargs) -> list[Error]:
-    """``LOCKS_METRICS_COLLECTORS``: each a dotted path of a function that ``/metrics`` calls."""
+    """``LOCKS_METRICS_COLLECTORS``: each a dotted path of a function that ``/metrics`` calls;
+    ``/metrics`` enabled only with prometheus_client installed."""
     paths = settings.LOCKS_METRICS_COLLECTORS
     if not isinstance(paths, list | tuple) or not all(isinstance(path, str) and path for path in paths):
         return [Error(NOT_COLLECTORS.format(value=paths), id="locks.E009")]
     errors = []
+    if settings.LOCKS_METRICS_TOKEN and importlib.util.find_spec("prometheus_client") is None:
+        errors.append(Error(NO_PROMETHEUS, hint=NO_PROMETHEUS_HINT, id="locks.E034"))
     for path in paths:
         errors.extend(
             _import_errors(

@@ -39,7 +39,12 @@ def _direct(name: str) -> list[Requirement]:
     return [Requirement(line) for line in lines if line.strip() and not line.startswith(("#", "-"))]
 
 
-@pytest.mark.parametrize("name", ["requirements.txt", "requirements-dev.txt"])
+WHEEL_SETS = ("requirements-wheel-django52", "requirements-wheel-django61")  # the host suite on the wheel
+
+
+@pytest.mark.parametrize(
+    "name", ["requirements.txt", "requirements-dev.txt", *(f"{s}.txt" for s in WHEEL_SETS)]
+)
 def test_every_package_is_pinned_with_a_hash(name):
     entries = _entries(name)
     assert len(entries) > 10  # the transitive packages too, not only the direct ones
@@ -49,7 +54,11 @@ def test_every_package_is_pinned_with_a_hash(name):
 
 @pytest.mark.parametrize(
     ("source", "compiled"),
-    [("requirements.in", "requirements.txt"), ("requirements-dev.in", "requirements-dev.txt")],
+    [
+        ("requirements.in", "requirements.txt"),
+        ("requirements-dev.in", "requirements-dev.txt"),
+        *((f"{s}.in", f"{s}.txt") for s in WHEEL_SETS),
+    ],
 )
 def test_the_compiled_files_satisfy_their_sources(source, compiled):
     entries = _entries(compiled)
@@ -86,3 +95,43 @@ def test_make_installs_with_require_hashes_and_setup_the_runtime_only():
     runtime = makefile.split("$(BIN)/.installed: requirements.txt", 1)[1].split("\n\n", 1)[0]
     assert "-r requirements.txt" in runtime and "requirements-dev" not in runtime
     assert "setup: $(BIN)/.installed\n" in makefile
+
+
+def test_the_wheel_venvs_hold_the_wheels_dependencies_and_nothing_of_the_project():
+    """Each set pins what the distribution needs (pyproject.toml) and the Django it is for; the
+    Django 5.2 set has the project's pins, so the two suites test the same versions."""
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    needed = {canonicalize_name(Requirement(line).name) for line in project["dependencies"]}
+    runtime = _entries("requirements.txt")
+    for name, django in zip(WHEEL_SETS, ("5.2.", "6.1."), strict=True):
+        entries = _entries(f"{name}.txt")
+        assert needed <= entries.keys(), name
+        assert entries["django"][0].startswith(django)
+        assert not {"django-axes", "pymongo", "whitenoise", "contests"} & entries.keys()
+    django52 = _entries("requirements-wheel-django52.txt")
+    assert {p: v for p, (v, _h) in django52.items() if p in runtime} == {
+        p: runtime[p][0] for p in django52.keys() & runtime.keys()
+    }
+
+
+def test_the_project_pins_what_the_locks_distribution_and_its_extras_need():
+    """The project runs locks from the tree: its runtime pins stand for `django-tick-locks[...]`."""
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    runtime = _entries("requirements.txt")
+    extras = project["optional-dependencies"]
+    assert set(extras) == {"prometheus", "crontab", "postgres", "mongodb"}
+    wanted = [
+        Requirement(line) for line in [*project["dependencies"], *(r for e in extras.values() for r in e)]
+    ]
+    assert len(wanted) == 6
+    unmet = {
+        str(r): runtime.get(canonicalize_name(r.name), ("missing",))[0]
+        for r in wanted
+        if canonicalize_name(r.name) not in runtime
+        or not r.specifier.contains(runtime[canonicalize_name(r.name)][0])
+    }
+    assert unmet == {}

@@ -739,8 +739,9 @@ def test_run_history_filters_and_date_hierarchy(admin_client):
     since = timezone.localtime(now - timedelta(days=1)).date()
     assert len(tokens(started_at__gte=str(since))) == 3  # the date filter's parameters
     page = admin_client.get(RUNS_URL).content.decode()
-    assert '<nav class="toplinks">' in page  # date_hierarchy: one link per year
-    assert f"started_at__year={timezone.localtime(now).year}" in page
+    # date_hierarchy: one link per year (its markup differs between Django 5.2 and 6.1)
+    for moment in (now, now - timedelta(days=400)):
+        assert f"?started_at__year={timezone.localtime(moment).year}" in page
 
 
 # --- bounded queries -------------------------------------------------------------------

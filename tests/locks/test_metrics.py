@@ -5,6 +5,8 @@ database at scrape time in a bounded number of queries whatever the number of ru
 from __future__ import annotations
 
 import secrets
+import subprocess
+import sys
 from datetime import timedelta
 
 import pytest
@@ -19,6 +21,7 @@ from locks.models import JobRun, RunStatus, SyncLock, database_now, now_plus
 from locks.operator import pause_job
 from locks.runner import run_job
 from locks.schedule import next_tick, previous_slots
+from tests.conftest import project_env
 
 TOKEN = secrets.token_urlsafe(32)
 AUTH = {"HTTP_AUTHORIZATION": f"Bearer {TOKEN}"}
@@ -157,3 +160,25 @@ def test_a_collector_that_cannot_be_imported_is_refused(settings):
         error.msg
         == "LOCKS_METRICS_COLLECTORS must be a list of dotted paths of functions, got 'tests.jobsapp.jobs.record'."
     )
+
+
+def test_metrics_without_prometheus_client_is_refused_and_the_rest_of_the_app_imports(settings, monkeypatch):
+    """prometheus_client is the extra [prometheus]: without it the app's URLs import (a process of
+    their own), and a LOCKS_METRICS_TOKEN is refused (locks.E034), not a 500 at the first scrape."""
+    code = "import sys; sys.modules['prometheus_client'] = None; import django; django.setup(); import locks.urls"
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=project_env(), capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    monkeypatch.setitem(sys.modules, "prometheus_client", None)  # what an import of it sees when absent
+    settings.LOCKS_METRICS_TOKEN = ""
+    assert "locks.E034" not in {m.id for m in run_checks()}
+    settings.LOCKS_METRICS_TOKEN = TOKEN
+    [error] = [m for m in run_checks() if m.id == "locks.E034"]
+    assert (
+        error.msg
+        == "LOCKS_METRICS_TOKEN is set, but prometheus_client, which /metrics needs, is not installed."
+    )
+    assert error.hint == "pip install 'django-tick-locks[prometheus]', or leave LOCKS_METRICS_TOKEN empty."
+    monkeypatch.delitem(sys.modules, "prometheus_client")
+    assert "locks.E034" not in {m.id for m in run_checks()}
