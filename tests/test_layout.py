@@ -209,7 +209,7 @@ ABOVE = {
 # became the extra [prometheus], imported where /metrics uses it, and locks.E034 refuses a metrics
 # token without it (+13). A ratchet, not the goal: lower it as
 # code is cut; raise it only with a reason in the commit.
-MAX_PRODUCT_LINES = 6649
+MAX_PRODUCT_LINES = 6662
 # Its Python files with code (an empty package marker is not counted): 22 until issue 25 made alerts.py
 # an app of its own, locks.contrib.alerts: an app has its own apps.py, models.py and admin.py (and jobs.py).
 MAX_MODULES = 25
