@@ -1,7 +1,8 @@
-"""The lock and sync contracts against a real MongoDB server.
+"""The lock and sync contracts against a MongoDB-wire server.
 
-Skipped unless ``MONGODB_URI`` names a server. With a local replica set
-(docs/mongodb.md)::
+``MONGODB_URI`` names a real ``mongod`` (docs/mongodb.md); without it, this module starts
+SecantusDB (tests/mongo_server.py: a MongoDB-compatible server from requirements-dev.txt, not
+MongoDB itself) on a free loopback port for the run. With a local replica set::
 
     mongod --replSet rs0 --dbpath /tmp/rs0 --port 27017 --bind_ip 127.0.0.1 &
     mongosh --quiet --eval 'rs.initiate()'
@@ -34,14 +35,7 @@ import pytest
 from tests.conftest import ROOT, manage, project_env, spawn
 from tests.standin import load_fixture
 
-MONGODB_URI = os.environ.get("MONGODB_URI", "")
-HOW_TO_RUN = (
-    "MongoDB contract tests need a server: set MONGODB_URI, e.g. "
-    "MONGODB_URI='mongodb://127.0.0.1:27017/?replicaSet=rs0' after "
-    "`mongod --replSet rs0 …` and `rs.initiate()` (docs/mongodb.md)"
-)
-
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(not MONGODB_URI, reason=HOW_TO_RUN)]
+pytestmark = [pytest.mark.slow]
 
 TICK = "2026-01-01T10:00:00+00:00"
 
@@ -68,12 +62,24 @@ def drop_database(url: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def mongo_url() -> Iterator[str]:
+def mongodb_uri(tmp_path_factory) -> Iterator[str]:
+    """``MONGODB_URI`` when set, else a SecantusDB server of this run's own."""
+    if os.environ.get("MONGODB_URI"):
+        yield os.environ["MONGODB_URI"]
+        return
+    from tests.mongo_server import secantusdb
+
+    with secantusdb(log=tmp_path_factory.mktemp("secantusdb") / "server.log") as uri:
+        yield uri
+
+
+@pytest.fixture(scope="module")
+def mongo_url(mongodb_uri) -> Iterator[str]:
     """A migrated database of this run's own."""
-    url = with_database(MONGODB_URI, f"cfsync_test_{secrets.token_hex(4)}")
+    url = with_database(mongodb_uri, f"cfsync_test_{secrets.token_hex(4)}")
     try:
         done = manage("migrate", "--noinput", env=project_env(DATABASE_URL=url), timeout=300)
-        assert done.returncode == 0, f"migrate against {MONGODB_URI} failed:\n{done.stderr}"
+        assert done.returncode == 0, f"migrate against {mongodb_uri} failed:\n{done.stderr}"
         yield url
     finally:
         drop_database(url)
@@ -137,6 +143,7 @@ def test_one_tick_runs_once_across_processes(mongo, standin):
     assert [copy.returncode for copy in copies] == [0, 0, 0, 0], results
     outcomes = sorted(re.search(r"outcome=(\w+)", out).group(1) for out, _err in results)
     assert outcomes == ["skipped", "skipped", "skipped", "succeeded"], results
+    winner = next(re.search(r"holder=(\S+)", out).group(1) for out, _ in results if "=succeeded" in out)
     assert standin.calls == 1
     state = step(mongo, "state")
     assert state["contests"] == expected_contests()
@@ -149,7 +156,7 @@ def test_one_tick_runs_once_across_processes(mongo, standin):
 
     assert late.returncode == 0
     assert outcome(late) == "skipped"
-    assert "already claimed" in late.stdout
+    assert f"reason=tick {TICK} already done by {winner}" in late.stdout
     assert standin.calls == 1
 
 
@@ -236,12 +243,16 @@ def test_concurrent_reminder_runs_send_each_due_reminder_once(mongo, tmp_path):
 
 def test_an_expired_lease_is_taken_over_by_the_next_holder(mongo):
     """Lock semantic 4: a holder that died leaves a lease that expires by itself."""
-    dead = step(mongo, "acquire", job="expiry", ttl=3.0)  # the process ends, never releasing
-    during = step(mongo, "acquire", job="expiry", ttl=3.0)
-    time.sleep(3.2)  # dead's lease ran out (by the database clock) before the next start
-    after = step(mongo, "acquire", job="expiry", ttl=3.0)
+    ttl = 10.0  # a step is a new process (2-3 s on a busy machine): "during" fits in the lease
+    before_dead = time.monotonic()
+    dead = step(mongo, "acquire", job="expiry", ttl=ttl)  # the process ends, never releasing
+    during = step(mongo, "acquire", job="expiry", ttl=ttl)
+    during_took = time.monotonic() - before_dead
+    time.sleep(max(0.0, ttl + 0.5 - during_took))  # dead's lease ran out (by the database clock)
+    after = step(mongo, "acquire", job="expiry", ttl=ttl)
 
     assert dead["lease"] and dead["token"] == 1
+    assert during_took < ttl, f"the two steps took {during_took:.1f} s, longer than the lease"
     assert during["skip"] == "held" and during["holder"] == dead["holder"]
     assert after["lease"] and after["token"] == 2
     assert after["holder"] != dead["holder"]
@@ -301,10 +312,10 @@ def test_a_stale_token_can_neither_renew_nor_release(mongo):
     assert after_force == {"renewed": False, "released": False}
 
 
-def test_the_lock_refuses_a_database_that_was_not_migrated():
+def test_the_lock_refuses_a_database_that_was_not_migrated(mongodb_uri):
     """MongoDB would create the collection on first insert, without the unique
     index the lock relies on: the lock stops instead."""
-    bare = with_database(MONGODB_URI, f"cfsync_bare_{secrets.token_hex(4)}")
+    bare = with_database(mongodb_uri, f"cfsync_bare_{secrets.token_hex(4)}")
     try:
         result = step(bare, "acquire", job="bare", ttl=1.0)
     finally:
