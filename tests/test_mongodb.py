@@ -92,12 +92,13 @@ def mongo(mongo_url) -> str:
     return mongo_url
 
 
-def step(url: str, name: str, **arguments) -> dict:
-    """Run one driver step (below) in a new process against ``url``; its JSON answer."""
+def step(url: str, name: str, *, env: dict[str, str] | None = None, **arguments) -> dict:
+    """Run one driver step (below) in a new process against ``url`` (with ``env`` added); its
+    JSON answer."""
     done = subprocess.run(
         [sys.executable, "-m", "tests.test_mongodb", name, json.dumps(arguments)],
         cwd=ROOT,
-        env=project_env(DATABASE_URL=url),
+        env=project_env(DATABASE_URL=url, **(env or {})),
         capture_output=True,
         text=True,
         timeout=120,
@@ -236,6 +237,29 @@ def test_concurrent_reminder_runs_send_each_due_reminder_once(mongo, tmp_path):
     assert sorted(sent) == sorted(f"To: {address}" for address in setup["addresses"])
     delivered = step(mongo, "reminder_state")
     assert delivered == {"delivered": 12, "attempts": [1] * 12}
+
+
+# --- the HTTP trigger ---------------------------------------------------------------
+
+
+def test_the_trigger_runs_a_tick_once_then_answers_409_and_429(mongo, standin):
+    """POST /api/jobs/<job>/run on MongoDB as on SQL: its rate limit's first row for a client is
+    an insert, which must hold plain values only (MongoDB cannot insert ``Now() + window``)."""
+    token = secrets.token_urlsafe(16)
+    env = {"LOCKS_TRIGGER_TOKEN": token, "CODEFORCES_API_URL": standin.url}
+
+    first, other, again = step(
+        mongo, "trigger", env=env, job="sync_contests", addresses=["192.0.2.1", "192.0.2.2", "192.0.2.1"]
+    )
+
+    assert first["status"] == 200, first
+    assert first["outcome"] == "succeeded"
+    assert other["status"] == 409, other
+    assert other["reason"] == f"tick {first['tick']} already done by {first['holder']}"
+    assert again["status"] == 429, again
+    assert again["error"].startswith("rate limited: one request per 10 s per client; retry in ")
+    assert standin.calls == 1
+    assert [run["status"] for run in step(mongo, "state")["runs"]] == ["succeeded"]
 
 
 # --- the lock ---------------------------------------------------------------------
@@ -466,6 +490,21 @@ def step_reminder_state() -> dict:
         "delivered": rows.filter(delivered_at__isnull=False).count(),
         "attempts": sorted(rows.values_list("attempts", flat=True)),
     }
+
+
+def step_trigger(*, job: str, addresses: list[str]) -> list[dict]:
+    from django.conf import settings
+    from django.test import Client
+
+    client, auth = (
+        Client(raise_request_exception=False, HTTP_HOST="localhost"),
+        f"Bearer {settings.LOCKS_TRIGGER_TOKEN}",
+    )
+    answers = []
+    for address in addresses:
+        response = client.post(f"/api/jobs/{job}/run", REMOTE_ADDR=address, HTTP_AUTHORIZATION=auth)
+        answers.append({"status": response.status_code, **response.json()})
+    return answers
 
 
 def step_write_concern() -> dict:
