@@ -135,15 +135,16 @@ def answers(uri: str) -> bool:
 
 
 @contextmanager
-def secantusdb(*, log: Path) -> Iterator[str]:
+def secantusdb(*, log: Path, standalone: bool = False) -> Iterator[str]:
     """A SecantusDB server on a free loopback port, its data in a temporary directory removed at
-    the end; yields its URI (``?replicaSet=secantus``)."""
+    the end; yields its URI (``?replicaSet=secantus``, or a standalone server's: no transactions)."""
     port = free_port()
-    uri = f"mongodb://127.0.0.1:{port}/?replicaSet={REPLICA_SET}"
+    uri = f"mongodb://127.0.0.1:{port}/" + ("" if standalone else f"?replicaSet={REPLICA_SET}")
     root = Path(__file__).resolve().parent.parent
     with open(log, "ab") as out:
         server = subprocess.Popen(
-            [sys.executable, "-m", "tests.mongo_server", "--port", str(port)],
+            [sys.executable, "-m", "tests.mongo_server", "--port", str(port)]
+            + (["--standalone"] if standalone else []),
             cwd=root,
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -168,6 +169,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--storage-path", default=":memory:")
+    parser.add_argument("--standalone", action="store_true", help="not a one-node replica set")
     args = parser.parse_args()
     patch_server()
     from secantus.cli import main as serve
@@ -178,6 +180,7 @@ def main() -> int:
         f"--port={args.port}",
         f"--storage-path={args.storage_path}",
         "--log-level=WARNING",
+        *(["--standalone"] if args.standalone else []),
     ]
     return serve()
 

@@ -197,9 +197,12 @@ ABOVE = {
 # stood (5,320 lines in 37 modules); the rooms took it to 5,230, and issues 26, 27 and 29 have since
 # added about 1,200 lines of features (failover history, alert states, time zones), and issue 26's
 # last pieces (the admin's failover marks, check_jobs' failover incident, every lost slot named) a few
-# more; holding back a SIGTERM between a run's lease and its body (runner.interrupt) 42. A ratchet,
+# more; holding back a SIGTERM between a run's lease and its body (runner.interrupt) 42. Issue 37
+# (MongoDB on a real server) 55: the fenced write in django-mongodb-backend's own transaction on a
+# replica set (db.write_transaction), the deploy check locks.W007 for a standalone server, and the
+# trigger's rate-limit row inserted open then claimed. A ratchet,
 # not the goal: lower it as code is cut; raise it only with a reason in the commit.
-MAX_PRODUCT_LINES = 6527
+MAX_PRODUCT_LINES = 6582
 # Its Python files with code (an empty package marker is not counted): 22 until issue 25 made alerts.py
 # an app of its own, locks.contrib.alerts: an app has its own apps.py, models.py and admin.py (and jobs.py).
 MAX_MODULES = 25

@@ -336,6 +336,83 @@ def test_a_stale_token_can_neither_renew_nor_release(mongo):
     assert after_force == {"renewed": False, "released": False}
 
 
+# --- fencing: the renewal and the write in one transaction (a replica set) -------------
+
+
+def test_a_stale_holders_fenced_write_is_refused(mongo):
+    """Rule 6: a holder whose lease was taken over writes nothing (its renewal matches no row)."""
+    result = step(mongo, "fenced_stale", job="stale")
+
+    assert result["second_token"] == result["stale_token"] + 1
+    assert result["error"] == (
+        f"LockLost: lease on stale (token {result['stale_token']}) was taken over, released or expired"
+    )
+    assert result["written"] == []
+
+
+def test_a_fenced_block_that_fails_writes_nothing_not_even_its_renewal(mongo):
+    """The renewal (committed token, tick done) and the block's writes are one transaction on a
+    replica set: a block that raises after writing is aborted whole, its tick still open."""
+    result = step(mongo, "fenced_fails", job="atomic")
+
+    assert result["error"] == "RuntimeError: the body failed after writing"
+    assert result["written"] == [], "the block's write outlived its aborted transaction"
+    assert result["lock"]["committed_token"] is None
+    assert result["lock"]["tick_done"] is False
+
+
+def test_a_takeover_waits_for_the_fenced_transaction(mongo):
+    """A holder frozen inside its fenced block (after its renewal and a write, before its commit)
+    past its TTL: a contender's compare-and-set cannot take the lease in between, since the renewal
+    is part of the open transaction. It takes the lease, if at all, after the holder's commit,
+    whose writes are then all in (on a standalone server it would take it at once: check-then-write)."""
+    ttl = 1.5
+    env = project_env(DATABASE_URL=mongo)
+    arguments = json.dumps({"job": "race", "ttl": ttl, "frozen": ttl + 6.0})
+    holder = subprocess.Popen(
+        [sys.executable, "-m", "tests.test_mongodb", "fenced_slow", arguments],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        inside = json.loads(holder.stdout.readline() or "{}")
+        assert inside.get("inside"), holder.stderr.read()
+        time.sleep(ttl + 0.3)  # the lease ran out while the holder is still inside
+        contender = step(mongo, "acquire", job="race", ttl=60.0)
+        out, err = holder.communicate(timeout=60)
+    finally:
+        holder.kill()
+    finished = json.loads(out.splitlines()[-1])
+
+    assert finished["committed"], (finished, err)
+    assert step(mongo, "throttle_keys")["keys"] == [f"fenced:race:{inside['token']}"]
+    if "lease" in contender:
+        assert contender["at"] >= finished["done_at"], "the contender took the lease inside the fenced write"
+        assert contender["token"] == inside["token"] + 1
+    else:
+        assert contender["skip"] == "held" and contender["holder"] == inside["holder"], contender
+
+
+def deploy_check(url: str) -> subprocess.CompletedProcess:
+    return manage("check", "--deploy", "--database", "default", env=project_env(DATABASE_URL=url))
+
+
+def test_the_deploy_check_warns_that_a_standalone_server_fences_by_check_then_write(mongo, tmp_path):
+    from tests.mongo_server import secantusdb
+
+    with secantusdb(log=tmp_path / "standalone.log", standalone=True) as uri:
+        standalone = deploy_check(with_database(uri, "cfsync_check"))
+    replica_set = deploy_check(mongo)
+
+    assert "locks.W007" in standalone.stderr + standalone.stdout, standalone.stderr
+    assert "MongoDB is a standalone server here, without transactions" in standalone.stderr
+    assert "locks.W007" not in replica_set.stderr + replica_set.stdout, replica_set.stderr
+    assert "Traceback" not in standalone.stderr + replica_set.stderr
+
+
 def test_the_lock_refuses_a_database_that_was_not_migrated(mongodb_uri):
     """MongoDB would create the collection on first insert, without the unique
     index the lock relies on: the lock stops instead."""
@@ -364,9 +441,9 @@ def _iso(value):
 
 def step_reset() -> dict:
     from contests.models import Contest, Reminder
-    from locks.models import JobRun, SyncLock
+    from locks.models import JobRun, SyncLock, Throttle
 
-    for model in (Reminder, Contest, JobRun, SyncLock):
+    for model in (Reminder, Contest, JobRun, SyncLock, Throttle):
         model.objects.all().delete()
     return {"reset": True}
 
@@ -398,8 +475,8 @@ def step_acquire(*, job: str, ttl: float) -> dict:
     except LockError as exc:
         return {"error": str(exc)}
     if isinstance(got, Skip):
-        return {"skip": got.reason, "holder": got.holder}
-    return {"lease": True, "holder": got.holder, "token": got.token}
+        return {"skip": got.reason, "holder": got.holder, "at": time.time()}
+    return {"lease": True, "holder": got.holder, "token": got.token, "at": time.time()}
 
 
 def step_hold(*, job: str, ttl: float, work: float) -> dict:
@@ -505,6 +582,81 @@ def step_trigger(*, job: str, addresses: list[str]) -> list[dict]:
         response = client.post(f"/api/jobs/{job}/run", REMOTE_ADDR=address, HTTP_AUTHORIZATION=auth)
         answers.append({"status": response.status_code, **response.json()})
     return answers
+
+
+def _lock_row(job: str) -> dict:
+    from locks.models import SyncLock
+
+    row = SyncLock.objects.filter(job_name=job).values("committed_token", "tick_done", "token").get()
+    return dict(row)
+
+
+def _throttle_keys() -> list[str]:
+    from locks.models import Throttle
+
+    return sorted(Throttle.objects.filter(key__startswith="fenced:").values_list("key", flat=True))
+
+
+def _write_marker(lease) -> None:
+    from locks.models import Throttle
+
+    Throttle.objects.create(key=f"fenced:{lease.job}:{lease.token}", until=datetime.now(UTC))
+
+
+def step_throttle_keys() -> dict:
+    return {"keys": _throttle_keys()}
+
+
+def step_fenced_stale(*, job: str) -> dict:
+    from locks.lease import LockLost, acquire, fenced
+
+    stale = acquire(job=job, tick=None, ttl=timedelta(seconds=1))
+    time.sleep(1.5)
+    second = acquire(job=job, tick=None, ttl=timedelta(seconds=60))
+    try:
+        with fenced(stale):
+            _write_marker(stale)
+        error = ""
+    except LockLost as exc:
+        error = f"LockLost: {exc}"
+    return {
+        "stale_token": stale.token,
+        "second_token": second.token,
+        "error": error,
+        "written": _throttle_keys(),
+    }
+
+
+def step_fenced_fails(*, job: str) -> dict:
+    from locks.lease import acquire, fenced
+
+    lease = acquire(
+        job=job, tick=datetime.now(UTC).replace(second=0, microsecond=0), ttl=timedelta(seconds=60)
+    )
+    try:
+        with fenced(lease):
+            _write_marker(lease)
+            raise RuntimeError("the body failed after writing")
+    except RuntimeError as exc:
+        error = f"RuntimeError: {exc}"
+    return {"error": error, "written": _throttle_keys(), "lock": _lock_row(job)}
+
+
+def step_fenced_slow(*, job: str, ttl: float, frozen: float) -> dict:
+    """Inside the fenced block: write, say so, then stay past the TTL before committing."""
+    from django.db import Error
+
+    from locks.lease import acquire, fenced
+
+    lease = acquire(job=job, tick=None, ttl=timedelta(seconds=ttl))
+    try:
+        with fenced(lease):
+            _write_marker(lease)
+            print(json.dumps({"inside": True, "holder": lease.holder, "token": lease.token}), flush=True)
+            time.sleep(frozen)
+    except Error as exc:
+        return {"committed": False, "error": str(exc), "done_at": time.time()}
+    return {"committed": lease.committed, "error": "", "done_at": time.time()}
 
 
 def step_write_concern() -> dict:
