@@ -262,6 +262,30 @@ def test_the_trigger_runs_a_tick_once_then_answers_409_and_429(mongo, standin):
     assert [run["status"] for run in step(mongo, "state")["runs"]] == ["succeeded"]
 
 
+# --- the operator: pause, resume, run now, status, the tick ledger ---------------------
+
+
+def test_pause_resume_run_now_status_and_the_ledger(mongo, standin):
+    answers = step(mongo, "operator", env={"CODEFORCES_API_URL": standin.url}, job="sync_contests")
+
+    assert answers["pause"].startswith("Paused: sync_contests is paused by cli:"), answers["pause"]
+    assert answers["paused_run"]["outcome"] == "skipped"
+    assert answers["paused_run"]["reason"].endswith(": maintenance")
+    assert answers["run_now_paused"].endswith(": maintenance: resume it first; nothing started")
+    assert answers["resume"] == "Resumed sync_contests: its next slot runs as usual.\n"
+    assert answers["run_now"] == {"changed": True, "detail": ""}
+    assert answers["requested_runs"] == ["succeeded"], "the run now did not run, or not once"
+    assert answers["scheduled"]["outcome"] == "succeeded"
+    assert standin.calls == 2
+    [sync] = [row for row in answers["status"] if row["job"] == "sync_contests"]
+    shown = (sync["state"], sync["last_status"], sync["paused"], sync["token"])
+    assert shown == ("free", "succeeded", False, 2)
+    assert sync["tick"] == answers["scheduled"]["tick"]
+    slot = answers["ticks"][-1]
+    assert (slot["tick"], slot["outcome"], slot["attempts"]) == (answers["scheduled"]["tick"], "succeeded", 1)
+    assert [run["status"] for run in slot["runs"]] == ["succeeded"]  # the forced run claimed no slot
+
+
 # --- the lock ---------------------------------------------------------------------
 
 
@@ -657,6 +681,42 @@ def step_fenced_slow(*, job: str, ttl: float, frozen: float) -> dict:
     except Error as exc:
         return {"committed": False, "error": str(exc), "done_at": time.time()}
     return {"committed": lease.committed, "error": "", "done_at": time.time()}
+
+
+def step_operator(*, job: str) -> dict:
+    """Pause, a run while paused, run now while paused, resume, run now, then ``locks status``
+    and ``locks ticks``: the operator's paths, each through its command or service."""
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    from locks.models import JobRun
+    from locks.operator import run_now
+    from locks.runner import run_job
+
+    def locks(*args: str) -> str:
+        out = StringIO()
+        call_command("locks", *args, stdout=out)
+        return out.getvalue()
+
+    by = "admin:mongo-operator"
+    answers = {"pause": locks("pause", job, "--note", "maintenance")}
+    paused = run_job(name=job, force=True)
+    answers["paused_run"] = {"outcome": paused.outcome, "reason": paused.reason}
+    answers["run_now_paused"] = run_now(job=job, by=by).detail
+    answers["resume"] = locks("resume", job)
+    started = run_now(job=job, by=by)
+    answers["run_now"] = {"changed": started.changed, "detail": started.detail}
+    runs = JobRun.objects.filter(job_name=job, requested_by=by)
+    deadline = time.monotonic() + 60
+    while not runs.exclude(status="running").exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    answers["requested_runs"] = list(runs.values_list("status", flat=True))
+    scheduled = run_job(name=job)  # the slot of now, as cron or the scheduler runs it
+    answers["scheduled"] = {"outcome": scheduled.outcome, "tick": _iso(scheduled.tick)}
+    answers["status"] = json.loads(locks("status", "--json"))
+    answers["ticks"] = json.loads(locks("ticks", job, "--json", "--last", "3"))
+    return answers
 
 
 def step_write_concern() -> dict:
