@@ -24,11 +24,13 @@ import json
 import os
 import re
 import secrets
+import signal
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from itertools import pairwise
 
 import pytest
 
@@ -260,6 +262,57 @@ def test_the_trigger_runs_a_tick_once_then_answers_409_and_429(mongo, standin):
     assert again["error"].startswith("rate limited: one request per 10 s per client; retry in ")
     assert standin.calls == 1
     assert [run["status"] for run in step(mongo, "state")["runs"]] == ["succeeded"]
+
+
+# --- the scheduler: three replicas ----------------------------------------------------
+
+EVERY_10_S = "* * * * * */10"  # croniter's sixth field: seconds
+SCHEDULER_SLOTS = 3
+
+
+def succeeded_ticks(url: str) -> list[datetime]:
+    """The ticks of succeeded sync runs, read straight from the server (no Django process)."""
+    from pymongo import MongoClient
+
+    client = MongoClient(url, serverSelectionTimeoutMS=5000)
+    try:
+        runs = client.get_default_database()["locks_jobrun"]
+        found = runs.find({"job_name": "sync_contests", "status": "succeeded"}, {"tick": 1})
+        return sorted(run["tick"].replace(tzinfo=UTC) for run in found)
+    finally:
+        client.close()
+
+
+def test_three_schedulers_run_each_slot_once(mongo, standin):
+    env = project_env(
+        DATABASE_URL=mongo,
+        CODEFORCES_API_URL=standin.url,
+        SYNC_CONTESTS_SCHEDULE=EVERY_10_S,
+        SYNC_CONTESTS_LOCK_TTL="8",
+        LOCKS_SCHEDULER_GRACE="5",
+    )
+    schedulers = [
+        spawn([str(ROOT / "manage.py"), "run_scheduler", "sync_contests"], env=env) for _ in range(3)
+    ]
+    try:
+        deadline = time.monotonic() + 120
+        while len(ticks := succeeded_ticks(mongo)) < SCHEDULER_SLOTS + 1 and time.monotonic() < deadline:
+            time.sleep(1)
+    finally:
+        for scheduler in schedulers:
+            scheduler.send_signal(signal.SIGTERM)
+        outputs = [scheduler.communicate(timeout=60) for scheduler in schedulers]
+    ticks = succeeded_ticks(mongo)
+
+    assert [scheduler.returncode for scheduler in schedulers] == [0, 0, 0], [err for _, err in outputs]
+    assert all("Traceback" not in err for _, err in outputs), [err for _, err in outputs]
+    assert len(ticks) > SCHEDULER_SLOTS, f"{len(ticks)} slots ran in 2 minutes: {ticks}"
+    assert len(set(ticks)) == len(ticks), f"a slot ran twice: {ticks}"
+    # Every slot from the first to the last, none skipped (the replicas started at once).
+    assert [(later - earlier).total_seconds() for earlier, later in pairwise(ticks)] == [10.0] * (
+        len(ticks) - 1
+    )
+    assert standin.calls == len(ticks)
 
 
 # --- the operator: pause, resume, run now, status, the tick ledger ---------------------
