@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 export DJANGO_DEBUG ?= 1
 
-.PHONY: setup run test test-sqlite test-postgres faults-table soak soak-table soak-failover-table lint demo clean bench requirements
+.PHONY: setup run test test-sqlite test-postgres faults-table soak soak-mongodb soak-table soak-mongodb-table soak-failover-table lint demo clean bench requirements
 
 # Two stamps: running the product installs the runtime only (requirements.txt);
 # lint, tests and benchmarks install the development tools too (requirements-dev.txt).
@@ -75,9 +75,19 @@ SOAK_CATCH_UP ?= all
 soak: $(BIN)/.installed-dev
 	scripts/with-postgres.sh $(BIN)/python -m tests.soak --reminders --duration $(SOAK_DURATION) --catch-up $(SOAK_CATCH_UP) $(if $(SEED),--seed $(SEED)) $(SOAK_ARGS)
 
-# The soak's table in docs/faults.md, from the last soak's record (var/soak/last.json).
+# The soak on MongoDB (docs/faults.md, "The soak on MongoDB"): the same replicas and soak job on
+# MONGODB_URI's mongod, else on a SecantusDB server of its own; the nemesis kill, pause, term.
+SOAK_MONGODB_DURATION ?= 240
+soak-mongodb: $(BIN)/.installed-dev
+	$(BIN)/python -m tests.soak --db mongodb --duration $(SOAK_MONGODB_DURATION) --catch-up $(SOAK_CATCH_UP) $(if $(SEED),--seed $(SEED)) $(SOAK_ARGS)
+
+# The soak's table in docs/faults.md, from the last soak's record (var/soak/last.json); the
+# MongoDB soak's from var/soak/last-mongodb.json.
 soak-table:
 	$(BIN)/python -m tests.soak.report --write
+
+soak-mongodb-table:
+	$(BIN)/python -m tests.soak.report --mongodb --write
 
 # The failover table in docs/faults.md (what holds on one server, with a synchronous and with an
 # asynchronous standby), from the last soak of each: make soak, and SOAK_ARGS="--failover sync|async".

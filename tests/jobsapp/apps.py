@@ -17,6 +17,13 @@ class JobsAppConfig(AppConfig):
             post_save.connect(_terminate_self, sender="locks.JobRun", dispatch_uid="jobsapp.sigterm")
 
 
+class MongoJobsAppConfig(JobsAppConfig):
+    """The same app on MongoDB (the soak's ``--db mongodb``): ObjectId keys, and its collection
+    made by ``migrate --run-syncdb`` (its SQL migration creates an integer id)."""
+
+    default_auto_field = "django_mongodb_backend.fields.ObjectIdAutoField"
+
+
 def _terminate_self(sender, created, **kwargs) -> None:
     if created:
         os.kill(os.getpid(), signal.SIGTERM)
