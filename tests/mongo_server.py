@@ -14,6 +14,7 @@ import datetime as dt
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -104,6 +105,44 @@ def fix_nested_project_inclusion() -> None:
     aggregate._project_one = project_dotted
 
 
+def fix_abandoned_transactions_are_never_reaped() -> None:
+    """A transaction idle past its lifetime is aborted only when another transaction's statement
+    comes: one whose client died (a holder SIGKILLed inside its fenced write) holds its documents
+    for good, and the plain writes that meet them retry without end. mongod aborts it after
+    ``transactionLifetimeLimitSeconds`` by itself: reap once a second."""
+    from secantus import server
+
+    start = server.SecantusDBServer.start
+
+    @wraps(start)
+    def start_and_reap(self, *args, **kwargs):
+        started = start(self, *args, **kwargs)
+
+        def reap() -> None:
+            while True:
+                time.sleep(1)
+                self.transactions.prune_expired()
+
+        threading.Thread(target=reap, name="reap-transactions", daemon=True).start()
+        return started
+
+    server.SecantusDBServer.start = start_and_reap
+
+
+def set_transaction_lifetime(seconds: float) -> None:
+    """mongod's ``transactionLifetimeLimitSeconds`` (60 by default), which SecantusDB's command line
+    does not take."""
+    from secantus import server
+
+    init = server.SecantusDBServer.__init__
+
+    @wraps(init)
+    def init_with_lifetime(self, *args, **kwargs):
+        init(self, *args, **{**kwargs, "transaction_lifetime_seconds": seconds})
+
+    server.SecantusDBServer.__init__ = init_with_lifetime
+
+
 def patch_server() -> None:
     from importlib.metadata import version
 
@@ -113,6 +152,7 @@ def patch_server() -> None:
     fix_now_is_timezone_aware()
     fix_update_creates_a_missing_collection()
     fix_nested_project_inclusion()
+    fix_abandoned_transactions_are_never_reaped()
 
 
 def free_port() -> int:
@@ -135,15 +175,17 @@ def answers(uri: str) -> bool:
 
 
 @contextmanager
-def secantusdb(*, log: Path, standalone: bool = False) -> Iterator[str]:
+def secantusdb(*, log: Path, standalone: bool = False, transaction_lifetime: float = 60) -> Iterator[str]:
     """A SecantusDB server on a free loopback port, its data in a temporary directory removed at
-    the end; yields its URI (``?replicaSet=secantus``, or a standalone server's: no transactions)."""
+    the end; yields its URI (``?replicaSet=secantus``, or a standalone server's: no transactions).
+    ``transaction_lifetime``: seconds a transaction may idle before the server aborts it."""
     port = free_port()
     uri = f"mongodb://127.0.0.1:{port}/" + ("" if standalone else f"?replicaSet={REPLICA_SET}")
     root = Path(__file__).resolve().parent.parent
     with open(log, "ab") as out:
         server = subprocess.Popen(
             [sys.executable, "-m", "tests.mongo_server", "--port", str(port)]
+            + ["--transaction-lifetime", str(transaction_lifetime)]
             + (["--standalone"] if standalone else []),
             cwd=root,
             stdout=out,
@@ -170,8 +212,10 @@ def main() -> int:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--storage-path", default=":memory:")
     parser.add_argument("--standalone", action="store_true", help="not a one-node replica set")
+    parser.add_argument("--transaction-lifetime", type=float, default=60, help="seconds (mongod: 60)")
     args = parser.parse_args()
     patch_server()
+    set_transaction_lifetime(args.transaction_lifetime)
     from secantus.cli import main as serve
 
     sys.argv = [

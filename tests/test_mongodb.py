@@ -89,8 +89,19 @@ def mongo_url(mongodb_uri) -> Iterator[str]:
 
 @pytest.fixture
 def mongo(mongo_url) -> str:
-    """The database, emptied of locks, runs, contests and reminders."""
-    step(mongo_url, "reset")
+    """The database, emptied of what the tests write (locks, runs, pauses, rate limits, contests,
+    reminders and their deliveries): every collection but Django's and the users. Straight through
+    pymongo, not a Django process: a few milliseconds instead of seconds, before each test."""
+    from pymongo import MongoClient
+
+    client = MongoClient(mongo_url, serverSelectionTimeoutMS=5000)
+    try:
+        database = client.get_default_database()
+        for name in database.list_collection_names():
+            if not name.startswith(("django_", "auth_")):
+                database[name].delete_many({})
+    finally:
+        client.close()
     return mongo_url
 
 
@@ -514,15 +525,6 @@ def test_writes_use_majority_write_concern(mongo):
 
 def _iso(value):
     return value.isoformat() if isinstance(value, datetime) else value
-
-
-def step_reset() -> dict:
-    from contests.models import Contest, Reminder
-    from locks.models import JobRun, SyncLock, Throttle
-
-    for model in (Reminder, Contest, JobRun, SyncLock, Throttle):
-        model.objects.all().delete()
-    return {"reset": True}
 
 
 def step_state() -> dict:

@@ -333,7 +333,9 @@ class Soak:
                 self.args.records.mkdir(parents=True, exist_ok=True)
                 log = self.args.records / f"secantusdb-{self.stamp}.log"
                 try:
-                    uri = stack.enter_context(secantusdb(log=log))
+                    # A transaction idle for the lease's TTL is aborted, as PostgreSQL ends one
+                    # (bound_transaction): mongod's transactionLifetimeLimitSeconds, set low.
+                    uri = stack.enter_context(secantusdb(log=log, transaction_lifetime=timing.TTL))
                 except RuntimeError as exc:
                     raise HarnessError(str(exc)) from None
                 say(f"SecantusDB on {uri} (MongoDB-compatible, not MongoDB); its log {log}")
