@@ -307,7 +307,7 @@ def test_three_schedulers_run_each_slot_once(mongo, standin):
     ]
     try:
         deadline = time.monotonic() + 120
-        while len(ticks := succeeded_ticks(mongo)) < SCHEDULER_SLOTS + 1 and time.monotonic() < deadline:
+        while len(succeeded_ticks(mongo)) < SCHEDULER_SLOTS and time.monotonic() < deadline:
             time.sleep(1)
     finally:
         for scheduler in schedulers:
@@ -317,7 +317,7 @@ def test_three_schedulers_run_each_slot_once(mongo, standin):
 
     assert [scheduler.returncode for scheduler in schedulers] == [0, 0, 0], [err for _, err in outputs]
     assert all("Traceback" not in err for _, err in outputs), [err for _, err in outputs]
-    assert len(ticks) > SCHEDULER_SLOTS, f"{len(ticks)} slots ran in 2 minutes: {ticks}"
+    assert len(ticks) >= SCHEDULER_SLOTS, f"{len(ticks)} slots ran in 2 minutes: {ticks}"
     assert len(set(ticks)) == len(ticks), f"a slot ran twice: {ticks}"
     # Every slot from the first to the last, none skipped (the replicas started at once).
     assert [(later - earlier).total_seconds() for earlier, later in pairwise(ticks)] == [10.0] * (
