@@ -7,7 +7,7 @@ WHEEL_VENVS := var/wheel
 PYTHON312 ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.12.*/bin/python) python3.12)
 export DJANGO_DEBUG ?= 1
 
-.PHONY: setup run test test-sqlite test-postgres wheel test-wheel-django52 test-wheel-django61 faults-table soak soak-table soak-failover-table lint demo clean bench requirements
+.PHONY: setup run test test-sqlite test-postgres wheel test-wheel-django52 test-wheel-django61 faults-table soak soak-mongodb soak-table soak-mongodb-table soak-failover-table lint demo clean bench requirements
 
 # Two stamps: running the product installs the runtime only (requirements.txt);
 # lint, tests and benchmarks install the development tools too (requirements-dev.txt).
@@ -57,32 +57,37 @@ lint: $(BIN)/.installed-dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-# The whole suite twice, at the same time (one core each): on the SQLite default and on a
+# The whole suite in two halves at the same time (one core each): on the SQLite default and on a
 # throwaway PostgreSQL cluster. Each time two runs: the project's own tests, then tests/locks
 # under a project that installs only the locks app (tests/hostproject/settings.py), on the
-# installed wheel (scripts/test-wheel.sh): under Django 5.2 LTS on SQLite, under Django 6.1 on
-# PostgreSQL. The two share nothing: their own databases and temporary directories, the crontab
-# tests one at a time (a lock file). Each one's output is printed when it ends. The host suite on
-# this checkout's locks/ instead: $(PYTEST) --ds tests.hostproject.settings.
+# installed wheel (scripts/test-wheel.sh): under Django 6.1 on SQLite, under Django 5.2 LTS (the
+# project's own) on PostgreSQL. tests/locks runs there only, not in the project's runs: once per
+# database, each time on the app as a user installs it. The two share nothing: their own databases
+# and temporary directories, the crontab tests one at a time (a lock file). Each one's output is
+# printed when it ends. The MongoDB suite (tests/test_mongodb.py) and the README's commands
+# (tests/test_readme.py) run once, in the SQLite half: without MONGODB_URI the MongoDB suite starts
+# its own SecantusDB server (tests/mongo_server.py, docs/mongodb.md), with it it uses that mongod.
+# The host suite on this checkout's locks/ instead: $(PYTEST) --ds tests.hostproject.settings.
 PYTEST := $(BIN)/python -m pytest
+ONCE := --ignore=tests/locks --ignore=tests/test_mongodb.py --ignore=tests/test_readme.py
 
 test: lint
 	$(MAKE) --no-print-directory -j2 --output-sync=target test-sqlite test-postgres
 
-test-sqlite: $(BIN)/.installed-dev wheel $(WHEEL_VENVS)/django52/bin/.installed
-	env -u DATABASE_URL $(PYTEST)
-	env -u DATABASE_URL scripts/test-wheel.sh $(WHEEL_VENVS)/django52
+test-sqlite: $(BIN)/.installed-dev wheel $(WHEEL_VENVS)/django61/bin/.installed
+	env -u DATABASE_URL $(PYTEST) --ignore=tests/locks
+	env -u DATABASE_URL scripts/test-wheel.sh $(WHEEL_VENVS)/django61
 
-test-postgres: $(BIN)/.installed-dev wheel $(WHEEL_VENVS)/django61/bin/.installed
-	scripts/with-postgres.sh sh -c '$(PYTEST) && scripts/test-wheel.sh $(WHEEL_VENVS)/django61'
+test-postgres: $(BIN)/.installed-dev wheel $(WHEEL_VENVS)/django52/bin/.installed
+	scripts/with-postgres.sh sh -c '$(PYTEST) $(ONCE) && scripts/test-wheel.sh $(WHEEL_VENVS)/django52'
 
 # --- the distribution (pyproject.toml): the locks app as the wheel django-tick-locks ---------------
 # `make wheel`: dist/django_tick_locks-VERSION-py3-none-any.whl, built from this tree with the
 # pinned setuptools of requirements-dev.txt (no build isolation: nothing fetched, nothing unpinned).
 # The host suite runs on it installed in a venv of its own that holds nothing else but the wheel's
 # dependencies and the test tools (requirements-wheel-django*.txt, pinned with hashes), from a copy
-# of tests/ (scripts/test-wheel.sh): Django 5.2 LTS on Python 3.11 in test-sqlite, Django 6.1 on
-# Python 3.12 in test-postgres. The venvs live in var/wheel/, rebuilt when their pins change.
+# of tests/ (scripts/test-wheel.sh): Django 6.1 on Python 3.12 in test-sqlite, Django 5.2 LTS on
+# Python 3.11 in test-postgres. The venvs live in var/wheel/, rebuilt when their pins change.
 wheel: $(BIN)/.installed-dev
 	rm -rf build dist *.egg-info
 	$(BIN)/python -m pip wheel --disable-pip-version-check -q --no-deps --no-build-isolation -w dist .
@@ -116,9 +121,19 @@ SOAK_CATCH_UP ?= all
 soak: $(BIN)/.installed-dev
 	scripts/with-postgres.sh $(BIN)/python -m tests.soak --reminders --duration $(SOAK_DURATION) --catch-up $(SOAK_CATCH_UP) $(if $(SEED),--seed $(SEED)) $(SOAK_ARGS)
 
-# The soak's table in docs/faults.md, from the last soak's record (var/soak/last.json).
+# The soak on MongoDB (docs/faults.md, "The soak on MongoDB"): the same replicas and soak job on
+# MONGODB_URI's mongod, else on a SecantusDB server of its own; the nemesis kill, pause, term.
+SOAK_MONGODB_DURATION ?= 240
+soak-mongodb: $(BIN)/.installed-dev
+	$(BIN)/python -m tests.soak --db mongodb --duration $(SOAK_MONGODB_DURATION) --catch-up $(SOAK_CATCH_UP) $(if $(SEED),--seed $(SEED)) $(SOAK_ARGS)
+
+# The soak's table in docs/faults.md, from the last soak's record (var/soak/last.json); the
+# MongoDB soak's from var/soak/last-mongodb.json.
 soak-table:
 	$(BIN)/python -m tests.soak.report --write
+
+soak-mongodb-table:
+	$(BIN)/python -m tests.soak.report --mongodb --write
 
 # The failover table in docs/faults.md (what holds on one server, with a synchronous and with an
 # asynchronous standby), from the last soak of each: make soak, and SOAK_ARGS="--failover sync|async".

@@ -8,12 +8,12 @@ import importlib.util
 
 from django.conf import settings
 from django.core.checks import Error, Tags, Warning, register
-from django.db import connections, router
+from django.db import DatabaseError, connections, router
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from locks.conf import MAX_LEDGER_SLOTS
-from locks.db import error_text, replication_settings
+from locks.db import error_text, mongodb_transactions, replication_settings
 from locks.models import SyncLock
 from locks.registry import (
     PATH_KEYS,
@@ -99,6 +99,14 @@ NOT_REPLICATED = (
 NOT_REPLICATED_HINT = (
     "Run a synchronous standby (synchronous_standby_names, synchronous_commit = on or remote_apply), "
     "or accept that a failover may run a slot again (the first run after it warns and marks it)."
+)
+NO_TRANSACTIONS = (
+    "MongoDB is a standalone server here, without transactions: a fenced write renews its lease and "
+    "then writes in separate operations, so a holder that loses its lease between them still writes."
+)
+NO_TRANSACTIONS_HINT = (
+    "Run MongoDB as a replica set (one member is enough): the renewal and the write then commit in "
+    "one transaction; see docs/mongodb.md."
 )
 SAME_TOKENS_HINT = "Give monitors a token of their own: the trigger token can start forced runs."
 
@@ -221,3 +229,17 @@ def check_replication(app_configs=None, databases=None, **kwargs) -> list[Warnin
     else:
         return []
     return [Warning(NOT_REPLICATED.format(how=how), hint=NOT_REPLICATED_HINT, id="locks.W006")]
+
+
+@register(Tags.database, deploy=True)
+def check_mongodb_transactions(app_configs=None, databases=None, **kwargs) -> list[Warning]:
+    """On MongoDB, whether a fenced write is one transaction (a replica set) or check-then-write
+    (a standalone server). A database check: ``check --deploy --database default`` asks the server."""
+    using = router.db_for_write(SyncLock)
+    if databases is None or using not in databases:
+        return []
+    try:
+        has = mongodb_transactions(using=using)
+    except DatabaseError:  # unreachable: other checks and the first tick say so
+        return []
+    return [Warning(NO_TRANSACTIONS, hint=NO_TRANSACTIONS_HINT, id="locks.W007")] if has is False else []

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TypeVar
 
-from django.db import Error, OperationalError, ProgrammingError, connections, transaction
+from django.db import DatabaseError, Error, OperationalError, ProgrammingError, connections, transaction
 from django.db.models import BigIntegerField, Func, QuerySet
 
 # --- bounded waits: NOWAIT, SKIP LOCKED, server timeouts ---------------------------------
@@ -75,6 +75,34 @@ def lease_transaction(*, using: str, savepoint: bool = True) -> Iterator[None]:
         if own:
             _set_local(using, ("idle_in_transaction_session_timeout",), LEASE_IDLE)
         yield
+
+
+def mongodb_transactions(*, using: str) -> bool | None:
+    """On MongoDB, whether the server runs multi-document transactions (a replica set or a
+    sharded cluster: the backend asks ``hello``); None on other databases."""
+    connection = connections[using]
+    return connection.features._supports_transactions if connection.vendor == "mongodb" else None
+
+
+@contextmanager
+def write_transaction(*, using: str) -> Iterator[None]:
+    """On a MongoDB replica set, django-mongodb-backend's own transaction (Django's ``atomic()``
+    does nothing there), so a fenced write commits with its lease's renewal or not at all; an
+    aborted one (a write conflict, the server's transaction lifetime) is a ``DatabaseError``.
+    Elsewhere nothing: SQL has ``atomic()``, a standalone MongoDB has no transactions."""
+    if not mongodb_transactions(using=using):
+        yield
+        return
+    from django_mongodb_backend.transaction import atomic
+    from pymongo.errors import PyMongoError
+
+    try:
+        with atomic(using=using):
+            yield
+            if transaction.get_rollback(using=using):  # set_rollback(True): commit nothing
+                connections[using].rollback_mongo()
+    except PyMongoError as exc:  # the COMMIT's own errors are pymongo's
+        raise DatabaseError(f"the MongoDB transaction was aborted: {exc}") from exc
 
 
 def bound_lock_wait(*, using: str, seconds: float) -> None:

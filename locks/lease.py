@@ -32,6 +32,7 @@ from locks.db import (
     transaction_aborted,
     unlocked,
     without_waiting,
+    write_transaction,
 )
 from locks.models import PAUSE_FIELDS, JobRun, Outcome, SyncLock, database_now, now_plus
 from locks.registry import attempts_of
@@ -535,7 +536,7 @@ def fenced(lease: Lease) -> Iterator[None]:
     body_done = rolled_back = aborted = False
     using = router.db_for_write(SyncLock)
     try:
-        with transaction.atomic(using=using, durable=True):
+        with transaction.atomic(using=using, durable=True), write_transaction(using=using):
             bound_transaction(using=using, seconds=lease.ttl.total_seconds())
             sync_wait_cancelled(using=using, forget=True)
             _renew(lease, rows=SyncLock.objects.using(using).for_job(lease.job), values=values)

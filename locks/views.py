@@ -11,7 +11,7 @@ import logging
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from itertools import islice
 from typing import TYPE_CHECKING
 
@@ -142,20 +142,23 @@ class Claim:
     retry_after: int = 0  # whole seconds until the key can be claimed again
 
 
+THROTTLE_OPEN = datetime(1970, 1, 1, tzinfo=UTC)  # a new key's row: claimable at once
+
+
 def throttle_claim(*, key: str, window: timedelta) -> Claim:
     """Claim ``key`` for ``window`` if nobody claimed it within the last ``window``.
 
     Raises ``DatabaseError`` when the database cannot be used.
     """
-    until = now_plus(window)
-    if Throttle.objects.filter(key=key, until__lte=Now()).update(until=until):
+    claimable = Throttle.objects.filter(key=key, until__lte=Now())
+    if claimable.update(until=now_plus(window)):
         return Claim(allowed=True)
-    try:
+    try:  # a new key's row, open (a plain value: MongoDB cannot insert an expression), then claimed
         with transaction.atomic(using=router.db_for_write(Throttle)):
-            Throttle.objects.create(key=key, until=until)
+            Throttle.objects.create(key=key, until=THROTTLE_OPEN)
     except IntegrityError:
-        pass  # the key exists and its window is still open
-    else:
+        pass  # the key exists: its window is open or closed, as the conditional update finds
+    if claimable.update(until=now_plus(window)):
         return Claim(allowed=True)
     row = Throttle.objects.filter(key=key).annotate(db_now=Now()).values_list("until", "db_now").first()
     remaining = (row[0] - row[1]).total_seconds() if row else 0.0

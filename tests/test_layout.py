@@ -207,9 +207,11 @@ ABOVE = {
 # ledger, status and scheduler agree (+10); the admin that fits 1,400 px with every time of a page in
 # one zone and format, a paused job marked in the summary (+27); the distribution: prometheus_client
 # became the extra [prometheus], imported where /metrics uses it, and locks.E034 refuses a metrics
-# token without it (+13). A ratchet, not the goal: lower it as
-# code is cut; raise it only with a reason in the commit.
-MAX_PRODUCT_LINES = 6662
+# token without it (+13). Issue 37 (MongoDB on a real server) 55: the fenced write in
+# django-mongodb-backend's own transaction on a replica set (db.write_transaction), the deploy check
+# locks.W007 for a standalone server, and the trigger's rate-limit row inserted open then claimed. A
+# ratchet, not the goal: lower it as code is cut; raise it only with a reason in the commit.
+MAX_PRODUCT_LINES = 6716
 # Its Python files with code (an empty package marker is not counted): 22 until issue 25 made alerts.py
 # an app of its own, locks.contrib.alerts: an app has its own apps.py, models.py and admin.py (and jobs.py).
 MAX_MODULES = 25

@@ -1,7 +1,8 @@
-"""The lock and sync contracts against a real MongoDB server.
+"""The lock and sync contracts against a MongoDB-wire server.
 
-Skipped unless ``MONGODB_URI`` names a server. With a local replica set
-(docs/mongodb.md)::
+``MONGODB_URI`` names a real ``mongod`` (docs/mongodb.md); without it, this module starts
+SecantusDB (tests/mongo_server.py: a MongoDB-compatible server from requirements-dev.txt, not
+MongoDB itself) on a free loopback port for the run. With a local replica set::
 
     mongod --replSet rs0 --dbpath /tmp/rs0 --port 27017 --bind_ip 127.0.0.1 &
     mongosh --quiet --eval 'rs.initiate()'
@@ -23,25 +24,20 @@ import json
 import os
 import re
 import secrets
+import signal
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from itertools import pairwise
 
 import pytest
 
 from tests.conftest import ROOT, manage, project_env, spawn
 from tests.standin import load_fixture
 
-MONGODB_URI = os.environ.get("MONGODB_URI", "")
-HOW_TO_RUN = (
-    "MongoDB contract tests need a server: set MONGODB_URI, e.g. "
-    "MONGODB_URI='mongodb://127.0.0.1:27017/?replicaSet=rs0' after "
-    "`mongod --replSet rs0 …` and `rs.initiate()` (docs/mongodb.md)"
-)
-
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(not MONGODB_URI, reason=HOW_TO_RUN)]
+pytestmark = [pytest.mark.slow]
 
 TICK = "2026-01-01T10:00:00+00:00"
 
@@ -68,12 +64,24 @@ def drop_database(url: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def mongo_url() -> Iterator[str]:
+def mongodb_uri(tmp_path_factory) -> Iterator[str]:
+    """``MONGODB_URI`` when set, else a SecantusDB server of this run's own."""
+    if os.environ.get("MONGODB_URI"):
+        yield os.environ["MONGODB_URI"]
+        return
+    from tests.mongo_server import secantusdb
+
+    with secantusdb(log=tmp_path_factory.mktemp("secantusdb") / "server.log") as uri:
+        yield uri
+
+
+@pytest.fixture(scope="module")
+def mongo_url(mongodb_uri) -> Iterator[str]:
     """A migrated database of this run's own."""
-    url = with_database(MONGODB_URI, f"cfsync_test_{secrets.token_hex(4)}")
+    url = with_database(mongodb_uri, f"cfsync_test_{secrets.token_hex(4)}")
     try:
         done = manage("migrate", "--noinput", env=project_env(DATABASE_URL=url), timeout=300)
-        assert done.returncode == 0, f"migrate against {MONGODB_URI} failed:\n{done.stderr}"
+        assert done.returncode == 0, f"migrate against {mongodb_uri} failed:\n{done.stderr}"
         yield url
     finally:
         drop_database(url)
@@ -81,17 +89,29 @@ def mongo_url() -> Iterator[str]:
 
 @pytest.fixture
 def mongo(mongo_url) -> str:
-    """The database, emptied of locks, runs, contests and reminders."""
-    step(mongo_url, "reset")
+    """The database, emptied of what the tests write (locks, runs, pauses, rate limits, contests,
+    reminders and their deliveries): every collection but Django's and the users. Straight through
+    pymongo, not a Django process: a few milliseconds instead of seconds, before each test."""
+    from pymongo import MongoClient
+
+    client = MongoClient(mongo_url, serverSelectionTimeoutMS=5000)
+    try:
+        database = client.get_default_database()
+        for name in database.list_collection_names():
+            if not name.startswith(("django_", "auth_")):
+                database[name].delete_many({})
+    finally:
+        client.close()
     return mongo_url
 
 
-def step(url: str, name: str, **arguments) -> dict:
-    """Run one driver step (below) in a new process against ``url``; its JSON answer."""
+def step(url: str, name: str, *, env: dict[str, str] | None = None, **arguments) -> dict:
+    """Run one driver step (below) in a new process against ``url`` (with ``env`` added); its
+    JSON answer."""
     done = subprocess.run(
         [sys.executable, "-m", "tests.test_mongodb", name, json.dumps(arguments)],
         cwd=ROOT,
-        env=project_env(DATABASE_URL=url),
+        env=project_env(DATABASE_URL=url, **(env or {})),
         capture_output=True,
         text=True,
         timeout=120,
@@ -137,6 +157,7 @@ def test_one_tick_runs_once_across_processes(mongo, standin):
     assert [copy.returncode for copy in copies] == [0, 0, 0, 0], results
     outcomes = sorted(re.search(r"outcome=(\w+)", out).group(1) for out, _err in results)
     assert outcomes == ["skipped", "skipped", "skipped", "succeeded"], results
+    winner = next(re.search(r"holder=(\S+)", out).group(1) for out, _ in results if "=succeeded" in out)
     assert standin.calls == 1
     state = step(mongo, "state")
     assert state["contests"] == expected_contests()
@@ -149,7 +170,7 @@ def test_one_tick_runs_once_across_processes(mongo, standin):
 
     assert late.returncode == 0
     assert outcome(late) == "skipped"
-    assert "already claimed" in late.stdout
+    assert f"reason=tick {TICK} already done by {winner}" in late.stdout
     assert standin.calls == 1
 
 
@@ -168,34 +189,34 @@ def test_a_second_sync_of_the_same_answer_writes_nothing(mongo, standin):
     assert after["contests"] == before["contests"] == expected_contests()
 
 
-BROKEN_ANSWERS = [
-    pytest.param(500, b'{"status":"FAILED","comment":"internal"}', id="http-500"),
-    pytest.param(200, b"<html>maintenance</html>", id="not-json"),
-    pytest.param(200, b'{"status":"FAILED","comment":"contestId: bad"}', id="failed"),
-    pytest.param(200, b'{"status":"OK","result":[]}', id="empty-while-known"),
-    pytest.param(200, b'{"status":"OK","result":{"id":1}}', id="not-a-list"),
-    pytest.param(
-        200, json.dumps({"status": "OK", "result": [{"id": -1}] * 10}).encode(), id="mostly-invalid"
-    ),
-]
+BROKEN_ANSWERS = {
+    "http-500": (500, b'{"status":"FAILED","comment":"internal"}'),
+    "not-json": (200, b"<html>maintenance</html>"),
+    "failed": (200, b'{"status":"FAILED","comment":"contestId: bad"}'),
+    "empty-while-known": (200, b'{"status":"OK","result":[]}'),
+    "not-a-list": (200, b'{"status":"OK","result":{"id":1}}'),
+    "mostly-invalid": (200, json.dumps({"status": "OK", "result": [{"id": -1}] * 10}).encode()),
+}
 
 
-@pytest.mark.parametrize(("status", "body"), BROKEN_ANSWERS)
-def test_a_broken_api_answer_changes_nothing(mongo, standin, status, body):
+def test_a_broken_api_answer_changes_nothing(mongo, standin):
+    """Each broken answer in turn, after one good sync (one server round trip per answer)."""
     good = sync(mongo, "--force", standin=standin)
     before = step(mongo, "state")
-    standin.status, standin.body = status, body
+    assert outcome(good) == "succeeded"
 
-    broken = sync(mongo, "--force", standin=standin)
+    for name, (status, body) in BROKEN_ANSWERS.items():
+        standin.status, standin.body = status, body
+        broken = sync(mongo, "--force", standin=standin)
+
+        assert broken.returncode == 1, (name, broken.stdout + broken.stderr)
+        assert outcome(broken) == "failed", name
+        assert "Traceback" not in broken.stderr, name
     after = step(mongo, "state")
 
-    assert outcome(good) == "succeeded"
-    assert broken.returncode == 1, broken.stdout + broken.stderr
-    assert outcome(broken) == "failed"
-    assert "Traceback" not in broken.stderr
     assert after["contest_digest"] == before["contest_digest"]
     assert after["contests"] == expected_contests()
-    assert [run["status"] for run in after["runs"]] == ["failed", "succeeded"]
+    assert [run["status"] for run in after["runs"]] == ["failed"] * len(BROKEN_ANSWERS) + ["succeeded"]
     assert after["locks"][0]["locked_until"] is None  # released, with the failure recorded
     assert after["locks"][0]["last_status"] == "failed"
 
@@ -231,17 +252,119 @@ def test_concurrent_reminder_runs_send_each_due_reminder_once(mongo, tmp_path):
     assert delivered == {"delivered": 12, "attempts": [1] * 12}
 
 
+# --- the HTTP trigger ---------------------------------------------------------------
+
+
+def test_the_trigger_runs_a_tick_once_then_answers_409_and_429(mongo, standin):
+    """POST /api/jobs/<job>/run on MongoDB as on SQL: its rate limit's first row for a client is
+    an insert, which must hold plain values only (MongoDB cannot insert ``Now() + window``)."""
+    token = secrets.token_urlsafe(16)
+    env = {"LOCKS_TRIGGER_TOKEN": token, "CODEFORCES_API_URL": standin.url}
+
+    first, other, again = step(
+        mongo, "trigger", env=env, job="sync_contests", addresses=["192.0.2.1", "192.0.2.2", "192.0.2.1"]
+    )
+
+    assert first["status"] == 200, first
+    assert first["outcome"] == "succeeded"
+    assert other["status"] == 409, other
+    assert other["reason"] == f"tick {first['tick']} already done by {first['holder']}"
+    assert again["status"] == 429, again
+    assert again["error"].startswith("rate limited: one request per 10 s per client; retry in ")
+    assert standin.calls == 1
+    assert [run["status"] for run in step(mongo, "state")["runs"]] == ["succeeded"]
+
+
+# --- the scheduler: three replicas ----------------------------------------------------
+
+EVERY_10_S = "* * * * * */10"  # croniter's sixth field: seconds
+SCHEDULER_SLOTS = 3
+
+
+def succeeded_ticks(url: str) -> list[datetime]:
+    """The ticks of succeeded sync runs, read straight from the server (no Django process)."""
+    from pymongo import MongoClient
+
+    client = MongoClient(url, serverSelectionTimeoutMS=5000)
+    try:
+        runs = client.get_default_database()["locks_jobrun"]
+        found = runs.find({"job_name": "sync_contests", "status": "succeeded"}, {"tick": 1})
+        return sorted(run["tick"].replace(tzinfo=UTC) for run in found)
+    finally:
+        client.close()
+
+
+def test_three_schedulers_run_each_slot_once(mongo, standin):
+    env = project_env(
+        DATABASE_URL=mongo,
+        CODEFORCES_API_URL=standin.url,
+        SYNC_CONTESTS_SCHEDULE=EVERY_10_S,
+        SYNC_CONTESTS_LOCK_TTL="8",
+        LOCKS_SCHEDULER_GRACE="5",
+    )
+    schedulers = [
+        spawn([str(ROOT / "manage.py"), "run_scheduler", "sync_contests"], env=env) for _ in range(3)
+    ]
+    try:
+        deadline = time.monotonic() + 120
+        while len(succeeded_ticks(mongo)) < SCHEDULER_SLOTS and time.monotonic() < deadline:
+            time.sleep(1)
+    finally:
+        for scheduler in schedulers:
+            scheduler.send_signal(signal.SIGTERM)
+        outputs = [scheduler.communicate(timeout=60) for scheduler in schedulers]
+    ticks = succeeded_ticks(mongo)
+
+    assert [scheduler.returncode for scheduler in schedulers] == [0, 0, 0], [err for _, err in outputs]
+    assert all("Traceback" not in err for _, err in outputs), [err for _, err in outputs]
+    assert len(ticks) >= SCHEDULER_SLOTS, f"{len(ticks)} slots ran in 2 minutes: {ticks}"
+    assert len(set(ticks)) == len(ticks), f"a slot ran twice: {ticks}"
+    # Every slot from the first to the last, none skipped (the replicas started at once).
+    assert [(later - earlier).total_seconds() for earlier, later in pairwise(ticks)] == [10.0] * (
+        len(ticks) - 1
+    )
+    assert standin.calls == len(ticks)
+
+
+# --- the operator: pause, resume, run now, status, the tick ledger ---------------------
+
+
+def test_pause_resume_run_now_status_and_the_ledger(mongo, standin):
+    answers = step(mongo, "operator", env={"CODEFORCES_API_URL": standin.url}, job="sync_contests")
+
+    assert answers["pause"].startswith("Paused: sync_contests is paused by cli:"), answers["pause"]
+    assert answers["paused_run"]["outcome"] == "skipped"
+    assert answers["paused_run"]["reason"].endswith(": maintenance")
+    assert answers["run_now_paused"].endswith(": maintenance: resume it first; nothing started")
+    assert answers["resume"] == "Resumed sync_contests: its next slot runs as usual.\n"
+    assert answers["run_now"] == {"changed": True, "detail": ""}
+    assert answers["requested_runs"] == ["succeeded"], "the run now did not run, or not once"
+    assert answers["scheduled"]["outcome"] == "succeeded"
+    assert standin.calls == 2
+    [sync] = [row for row in answers["status"] if row["job"] == "sync_contests"]
+    shown = (sync["state"], sync["last_status"], sync["paused"], sync["token"])
+    assert shown == ("free", "succeeded", False, 2)
+    assert sync["tick"] == answers["scheduled"]["tick"]
+    slot = answers["ticks"][-1]
+    assert (slot["tick"], slot["outcome"], slot["attempts"]) == (answers["scheduled"]["tick"], "succeeded", 1)
+    assert [run["status"] for run in slot["runs"]] == ["succeeded"]  # the forced run claimed no slot
+
+
 # --- the lock ---------------------------------------------------------------------
 
 
 def test_an_expired_lease_is_taken_over_by_the_next_holder(mongo):
     """Lock semantic 4: a holder that died leaves a lease that expires by itself."""
-    dead = step(mongo, "acquire", job="expiry", ttl=3.0)  # the process ends, never releasing
-    during = step(mongo, "acquire", job="expiry", ttl=3.0)
-    time.sleep(3.2)  # dead's lease ran out (by the database clock) before the next start
-    after = step(mongo, "acquire", job="expiry", ttl=3.0)
+    ttl = 10.0  # a step is a new process (2-3 s on a busy machine): "during" fits in the lease
+    before_dead = time.monotonic()
+    dead = step(mongo, "acquire", job="expiry", ttl=ttl)  # the process ends, never releasing
+    during = step(mongo, "acquire", job="expiry", ttl=ttl)
+    during_took = time.monotonic() - before_dead
+    time.sleep(max(0.0, ttl + 0.5 - during_took))  # dead's lease ran out (by the database clock)
+    after = step(mongo, "acquire", job="expiry", ttl=ttl)
 
     assert dead["lease"] and dead["token"] == 1
+    assert during_took < ttl, f"the two steps took {during_took:.1f} s, longer than the lease"
     assert during["skip"] == "held" and during["holder"] == dead["holder"]
     assert after["lease"] and after["token"] == 2
     assert after["holder"] != dead["holder"]
@@ -301,10 +424,87 @@ def test_a_stale_token_can_neither_renew_nor_release(mongo):
     assert after_force == {"renewed": False, "released": False}
 
 
-def test_the_lock_refuses_a_database_that_was_not_migrated():
+# --- fencing: the renewal and the write in one transaction (a replica set) -------------
+
+
+def test_a_stale_holders_fenced_write_is_refused(mongo):
+    """Rule 6: a holder whose lease was taken over writes nothing (its renewal matches no row)."""
+    result = step(mongo, "fenced_stale", job="stale")
+
+    assert result["second_token"] == result["stale_token"] + 1
+    assert result["error"] == (
+        f"LockLost: lease on stale (token {result['stale_token']}) was taken over, released or expired"
+    )
+    assert result["written"] == []
+
+
+def test_a_fenced_block_that_fails_writes_nothing_not_even_its_renewal(mongo):
+    """The renewal (committed token, tick done) and the block's writes are one transaction on a
+    replica set: a block that raises after writing is aborted whole, its tick still open."""
+    result = step(mongo, "fenced_fails", job="atomic")
+
+    assert result["error"] == "RuntimeError: the body failed after writing"
+    assert result["written"] == [], "the block's write outlived its aborted transaction"
+    assert result["lock"]["committed_token"] is None
+    assert result["lock"]["tick_done"] is False
+
+
+def test_a_takeover_waits_for_the_fenced_transaction(mongo):
+    """A holder frozen inside its fenced block (after its renewal and a write, before its commit)
+    past its TTL: a contender's compare-and-set cannot take the lease in between, since the renewal
+    is part of the open transaction. It takes the lease, if at all, after the holder's commit,
+    whose writes are then all in (on a standalone server it would take it at once: check-then-write)."""
+    ttl = 1.5
+    env = project_env(DATABASE_URL=mongo)
+    arguments = json.dumps({"job": "race", "ttl": ttl, "frozen": ttl + 6.0})
+    holder = subprocess.Popen(
+        [sys.executable, "-m", "tests.test_mongodb", "fenced_slow", arguments],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        inside = json.loads(holder.stdout.readline() or "{}")
+        assert inside.get("inside"), holder.stderr.read()
+        time.sleep(ttl + 0.3)  # the lease ran out while the holder is still inside
+        contender = step(mongo, "acquire", job="race", ttl=60.0)
+        out, err = holder.communicate(timeout=60)
+    finally:
+        holder.kill()
+    finished = json.loads(out.splitlines()[-1])
+
+    assert finished["committed"], (finished, err)
+    assert step(mongo, "throttle_keys")["keys"] == [f"fenced:race:{inside['token']}"]
+    if "lease" in contender:
+        assert contender["at"] >= finished["done_at"], "the contender took the lease inside the fenced write"
+        assert contender["token"] == inside["token"] + 1
+    else:
+        assert contender["skip"] == "held" and contender["holder"] == inside["holder"], contender
+
+
+def deploy_check(url: str) -> subprocess.CompletedProcess:
+    return manage("check", "--deploy", "--database", "default", env=project_env(DATABASE_URL=url))
+
+
+def test_the_deploy_check_warns_that_a_standalone_server_fences_by_check_then_write(mongo, tmp_path):
+    from tests.mongo_server import secantusdb
+
+    with secantusdb(log=tmp_path / "standalone.log", standalone=True) as uri:
+        standalone = deploy_check(with_database(uri, "cfsync_check"))
+    replica_set = deploy_check(mongo)
+
+    assert "locks.W007" in standalone.stderr + standalone.stdout, standalone.stderr
+    assert "MongoDB is a standalone server here, without transactions" in standalone.stderr
+    assert "locks.W007" not in replica_set.stderr + replica_set.stdout, replica_set.stderr
+    assert "Traceback" not in standalone.stderr + replica_set.stderr
+
+
+def test_the_lock_refuses_a_database_that_was_not_migrated(mongodb_uri):
     """MongoDB would create the collection on first insert, without the unique
     index the lock relies on: the lock stops instead."""
-    bare = with_database(MONGODB_URI, f"cfsync_bare_{secrets.token_hex(4)}")
+    bare = with_database(mongodb_uri, f"cfsync_bare_{secrets.token_hex(4)}")
     try:
         result = step(bare, "acquire", job="bare", ttl=1.0)
     finally:
@@ -325,15 +525,6 @@ def test_writes_use_majority_write_concern(mongo):
 
 def _iso(value):
     return value.isoformat() if isinstance(value, datetime) else value
-
-
-def step_reset() -> dict:
-    from contests.models import Contest, Reminder
-    from locks.models import JobRun, SyncLock
-
-    for model in (Reminder, Contest, JobRun, SyncLock):
-        model.objects.all().delete()
-    return {"reset": True}
 
 
 def step_state() -> dict:
@@ -363,8 +554,8 @@ def step_acquire(*, job: str, ttl: float) -> dict:
     except LockError as exc:
         return {"error": str(exc)}
     if isinstance(got, Skip):
-        return {"skip": got.reason, "holder": got.holder}
-    return {"lease": True, "holder": got.holder, "token": got.token}
+        return {"skip": got.reason, "holder": got.holder, "at": time.time()}
+    return {"lease": True, "holder": got.holder, "token": got.token, "at": time.time()}
 
 
 def step_hold(*, job: str, ttl: float, work: float) -> dict:
@@ -455,6 +646,132 @@ def step_reminder_state() -> dict:
         "delivered": rows.filter(delivered_at__isnull=False).count(),
         "attempts": sorted(rows.values_list("attempts", flat=True)),
     }
+
+
+def step_trigger(*, job: str, addresses: list[str]) -> list[dict]:
+    from django.conf import settings
+    from django.test import Client
+
+    client, auth = (
+        Client(raise_request_exception=False, HTTP_HOST="localhost"),
+        f"Bearer {settings.LOCKS_TRIGGER_TOKEN}",
+    )
+    answers = []
+    for address in addresses:
+        response = client.post(f"/api/jobs/{job}/run", REMOTE_ADDR=address, HTTP_AUTHORIZATION=auth)
+        answers.append({"status": response.status_code, **response.json()})
+    return answers
+
+
+def _lock_row(job: str) -> dict:
+    from locks.models import SyncLock
+
+    row = SyncLock.objects.filter(job_name=job).values("committed_token", "tick_done", "token").get()
+    return dict(row)
+
+
+def _throttle_keys() -> list[str]:
+    from locks.models import Throttle
+
+    return sorted(Throttle.objects.filter(key__startswith="fenced:").values_list("key", flat=True))
+
+
+def _write_marker(lease) -> None:
+    from locks.models import Throttle
+
+    Throttle.objects.create(key=f"fenced:{lease.job}:{lease.token}", until=datetime.now(UTC))
+
+
+def step_throttle_keys() -> dict:
+    return {"keys": _throttle_keys()}
+
+
+def step_fenced_stale(*, job: str) -> dict:
+    from locks.lease import LockLost, acquire, fenced
+
+    stale = acquire(job=job, tick=None, ttl=timedelta(seconds=1))
+    time.sleep(1.5)
+    second = acquire(job=job, tick=None, ttl=timedelta(seconds=60))
+    try:
+        with fenced(stale):
+            _write_marker(stale)
+        error = ""
+    except LockLost as exc:
+        error = f"LockLost: {exc}"
+    return {
+        "stale_token": stale.token,
+        "second_token": second.token,
+        "error": error,
+        "written": _throttle_keys(),
+    }
+
+
+def step_fenced_fails(*, job: str) -> dict:
+    from locks.lease import acquire, fenced
+
+    lease = acquire(
+        job=job, tick=datetime.now(UTC).replace(second=0, microsecond=0), ttl=timedelta(seconds=60)
+    )
+    try:
+        with fenced(lease):
+            _write_marker(lease)
+            raise RuntimeError("the body failed after writing")
+    except RuntimeError as exc:
+        error = f"RuntimeError: {exc}"
+    return {"error": error, "written": _throttle_keys(), "lock": _lock_row(job)}
+
+
+def step_fenced_slow(*, job: str, ttl: float, frozen: float) -> dict:
+    """Inside the fenced block: write, say so, then stay past the TTL before committing."""
+    from django.db import Error
+
+    from locks.lease import acquire, fenced
+
+    lease = acquire(job=job, tick=None, ttl=timedelta(seconds=ttl))
+    try:
+        with fenced(lease):
+            _write_marker(lease)
+            print(json.dumps({"inside": True, "holder": lease.holder, "token": lease.token}), flush=True)
+            time.sleep(frozen)
+    except Error as exc:
+        return {"committed": False, "error": str(exc), "done_at": time.time()}
+    return {"committed": lease.committed, "error": "", "done_at": time.time()}
+
+
+def step_operator(*, job: str) -> dict:
+    """Pause, a run while paused, run now while paused, resume, run now, then ``locks status``
+    and ``locks ticks``: the operator's paths, each through its command or service."""
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    from locks.models import JobRun
+    from locks.operator import run_now
+    from locks.runner import run_job
+
+    def locks(*args: str) -> str:
+        out = StringIO()
+        call_command("locks", *args, stdout=out)
+        return out.getvalue()
+
+    by = "admin:mongo-operator"
+    answers = {"pause": locks("pause", job, "--note", "maintenance")}
+    paused = run_job(name=job, force=True)
+    answers["paused_run"] = {"outcome": paused.outcome, "reason": paused.reason}
+    answers["run_now_paused"] = run_now(job=job, by=by).detail
+    answers["resume"] = locks("resume", job)
+    started = run_now(job=job, by=by)
+    answers["run_now"] = {"changed": started.changed, "detail": started.detail}
+    runs = JobRun.objects.filter(job_name=job, requested_by=by)
+    deadline = time.monotonic() + 60
+    while not runs.exclude(status="running").exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    answers["requested_runs"] = list(runs.values_list("status", flat=True))
+    scheduled = run_job(name=job)  # the slot of now, as cron or the scheduler runs it
+    answers["scheduled"] = {"outcome": scheduled.outcome, "tick": _iso(scheduled.tick)}
+    answers["status"] = json.loads(locks("status", "--json"))
+    answers["ticks"] = json.loads(locks("ticks", job, "--json", "--last", "3"))
+    return answers
 
 
 def step_write_concern() -> dict:

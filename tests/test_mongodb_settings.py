@@ -346,13 +346,32 @@ INSERTS = {"create", "get_or_create", "update_or_create", "bulk_create"}
 SQL_TEXT = re.compile(r"\b(RETURNING|SELECT\s.*\sFROM|UPDATE\s+\S+\s+SET|INSERT\s+INTO|DELETE\s+FROM)\b")
 
 
+def _is_expression(node: ast.AST) -> bool:
+    return isinstance(node, ast.Call) and getattr(node.func, "id", None) in EXPRESSIONS
+
+
+def _expression_names(function: ast.AST) -> set[str]:
+    """Names a function binds to a query expression (``until = now_plus(window)``): inserting
+    one of them inserts the expression."""
+    return {
+        target.id
+        for node in ast.walk(function)
+        if isinstance(node, ast.Assign) and any(_is_expression(inner) for inner in ast.walk(node.value))
+        for target in node.targets
+        if isinstance(target, ast.Name)
+    }
+
+
 def _violations(source: str, relative: str) -> list[str]:
     tree = ast.parse(source, filename=relative)
     found = []
+    bound: set[str] = set()
 
     def visit(node: ast.AST, function: str) -> None:
+        nonlocal bound
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
             function = node.name
+            bound = _expression_names(node)
         where = f"{relative}:{getattr(node, 'lineno', '?')} in {function or 'module'}()"
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
             method = node.func.attr
@@ -365,9 +384,12 @@ def _violations(source: str, relative: str) -> list[str]:
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in INSERTS:
             for keyword in node.keywords:
                 for inner in ast.walk(keyword.value):
-                    if isinstance(inner, ast.Call) and getattr(inner.func, "id", None) in EXPRESSIONS:
+                    if _is_expression(inner):
                         call = f".{node.func.attr}({keyword.arg}={inner.func.id}(…))"
                         found.append(f"{where}: {call} inserts an expression")
+                    elif isinstance(inner, ast.Name) and inner.id in bound:
+                        call = f".{node.func.attr}({keyword.arg}={inner.id})"
+                        found.append(f"{where}: {call} inserts an expression (bound to {inner.id} above)")
         is_text = isinstance(node, ast.Constant) and isinstance(node.value, str)
         if is_text and SQL_TEXT.search(node.value):
             found.append(f"{where}: SQL text {node.value!r}")
@@ -415,17 +437,23 @@ def test_the_static_check_catches_what_it_looks_for():
 
         def _update_returning(connection):
             connection.cursor().execute("UPDATE t SET a = 1 RETURNING a")
+
+        def throttle(Model, window):
+            until = now_plus(window)
+            plain = 1
+            Model.objects.create(key="k", until=until, n=plain)
         """
     )
 
     found = _violations(sample, "locks/lease.py")
 
-    assert len(found) == 10, found
+    assert len(found) == 11, found
     assert any("select_for_update" in line for line in found)
     assert any(".raw" in line for line in found)
     assert any(".cursor" in line for line in found)
     assert any("update_conflicts=" in line for line in found)
-    assert sum("inserts an expression" in line for line in found) == 2
+    assert sum("inserts an expression" in line for line in found) == 3
+    assert any(".create(until=until) inserts an expression (bound to until above)" in line for line in found)
     assert sum("RETURNING" in line for line in found) == 2
 
 

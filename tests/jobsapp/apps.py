@@ -19,6 +19,13 @@ class JobsAppConfig(AppConfig):
             post_save.connect(_signal_self, sender="locks.JobRun", dispatch_uid="jobsapp.signal")
 
 
+class MongoJobsAppConfig(JobsAppConfig):
+    """The same app on MongoDB (the soak's ``--db mongodb``): ObjectId keys, and its collection
+    made by ``migrate --run-syncdb`` (its SQL migration creates an integer id)."""
+
+    default_auto_field = "django_mongodb_backend.fields.ObjectIdAutoField"
+
+
 def _signal_self(sender, created, **kwargs) -> None:
     if created:
         os.kill(os.getpid(), signal.Signals[os.environ["JOBSAPP_SIGNAL_AT_RUN_START"]])

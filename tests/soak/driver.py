@@ -42,6 +42,12 @@ The nemesis gains ``smtp-lost-reply`` (only with ``--reminders``; ``all`` leaves
 without); the checker gains ``reminder-once``, ``uncertain-not-resent`` and
 ``reminders-delivered`` (the stand-in's messages against the ``Reminder`` rows).
 
+**On MongoDB** (``--db mongodb``): the database is the ``mongod`` ``MONGODB_URI`` names, else a
+SecantusDB server started for the soak (``tests/mongo_server.py``); no ``scripts/with-postgres.sh``.
+The replicas reach it directly (no proxy: it reads PostgreSQL's protocol), so the nemesis is
+``kill``, ``pause`` and ``term`` only (``all`` means those), a pause aimed at a fenced write aims
+at the lease's holder, and no fenced commit is timed. ``make soak-mongodb``.
+
 **The failover nemesis** (``--failover sync|async``; ``tests.soak.failover``). The soak's
 database is then a primary and a streaming standby of their own (``tests/faults/replication.py``),
 not the cluster of ``scripts/with-postgres.sh``; the replicas' proxies reach it through the
@@ -54,6 +60,7 @@ failover checks (``failover.FAILOVER_CHECKS``) and the record its ``replication`
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -82,6 +89,7 @@ MAX_REPLICAS = 8
 # the client with psycopg 3, so the statement carries the value).
 RENEWED_TOKEN = re.compile(rb'"committed_token" = (\d+)')
 MAX_DURATION = 24 * 3600
+MONGODB_KINDS = ("kill", "pause", "term")  # --db mongodb: the replicas' own faults only
 
 
 class SoakError(Exception):
@@ -117,6 +125,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         choices=replication.MODES,
         help="The database a primary and a standby (synchronous or asynchronous), failed over again and again.",
     )
+    parser.add_argument(
+        "--db",
+        choices=("postgres", "mongodb"),
+        default="postgres",
+        help="mongodb: MONGODB_URI's server, else a SecantusDB started for the soak (kill, pause, term).",
+    )
     parser.add_argument("--records", type=Path, default=report.RECORDS, help="Where the JSON record goes.")
     parser.add_argument(
         "--keep-database", action="store_true", help="Leave the soak's database for a post-mortem."
@@ -141,6 +155,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         args.kinds = tuple(kind for kind in args.kinds if kind not in SMTP_KINDS)
     if FAILOVER in args.kinds and not args.failover:
         raise SoakError("--nemesis failover needs --failover sync|async (two clusters)")
+    if args.db == "mongodb":
+        if args.failover or args.reminders:
+            raise SoakError("--db mongodb runs the soak job only: no --failover, no --reminders")
+        if set(args.kinds) - set(MONGODB_KINDS) and args.nemesis.strip() != "all":
+            raise SoakError(f"--db mongodb: the nemesis is {', '.join(MONGODB_KINDS)} (or a part of them)")
+        args.kinds = tuple(kind for kind in args.kinds if kind in MONGODB_KINDS)
     if args.failover:
         if SERVER_KINDS & set(args.kinds) and args.nemesis.strip() != "all":
             raise SoakError(
@@ -214,6 +234,8 @@ def with_database(url: str, *, name: str | None = None, port: int | None = None,
 def preflight(args: argparse.Namespace) -> tuple[PgServer | None, str | None]:
     """What the soak needs, or SoakError saying what is missing."""
     url = os.environ.get("DATABASE_URL", "")
+    if args.db == "mongodb":
+        return None, None
     if urlsplit(url).scheme not in {"postgres", "postgresql"}:
         raise SoakError(
             "the soak needs PostgreSQL (it restarts and stops the server): run it under "
@@ -259,8 +281,8 @@ class Soak:
         self.code = _code_version()  # at the start: the code the replicas run
         self.database = f"soak_{args.seed}_{os.getpid()}"
         self.replication: replication.Replication | None = None
-        self.admin_url = os.environ["DATABASE_URL"]
-        self.url = with_database(self.admin_url, name=self.database)
+        self.admin_url = os.environ.get("DATABASE_URL", "")
+        self.url = with_database(self.admin_url, name=self.database) if args.db == "postgres" else ""
 
     def _replicate(self) -> None:
         """``--failover``: the soak's own primary and standby, reached through the app relay."""
@@ -291,11 +313,46 @@ class Soak:
         say(f"seed {args.seed} ({len(self.actions)} actions planned: {kinds}); reproduce: {self.reproduce()}")
         if args.failover:
             self._replicate()
+        if args.db == "mongodb":
+            return self._run_on_mongodb()
         try:
             return self._run_in_database()
         finally:
             if self.replication is not None:
                 self.replication.destroy()
+
+    def _run_on_mongodb(self) -> int:
+        """The soak's own database on MONGODB_URI's server, else on a SecantusDB of its own."""
+        from tests.mongo_server import secantusdb
+        from tests.test_mongodb import drop_database
+        from tests.test_mongodb import with_database as mongodb_database
+
+        with contextlib.ExitStack() as stack:
+            uri = os.environ.get("MONGODB_URI")
+            if not uri:
+                self.args.records.mkdir(parents=True, exist_ok=True)
+                log = self.args.records / f"secantusdb-{self.stamp}.log"
+                try:
+                    # A transaction idle for the lease's TTL is aborted, as PostgreSQL ends one
+                    # (bound_transaction): mongod's transactionLifetimeLimitSeconds, set low.
+                    uri = stack.enter_context(secantusdb(log=log, transaction_lifetime=timing.TTL))
+                except RuntimeError as exc:
+                    raise HarnessError(str(exc)) from None
+                say(f"SecantusDB on {uri} (MongoDB-compatible, not MongoDB); its log {log}")
+            self.url = mongodb_database(uri, self.database)
+            try:
+                return self._run()
+            finally:
+                from django.apps import apps
+
+                if apps.ready:
+                    from django.db import connections
+
+                    connections.close_all()
+                if self.args.keep_database:
+                    say(f"database {self.database} kept")
+                else:
+                    drop_database(self.url)
 
     def _run_in_database(self) -> int:
         args = self.args
@@ -339,7 +396,8 @@ class Soak:
             "LOCKS_LOG_LEVEL": "INFO",
             **(reminders.replica_env(port=smtp.port) if smtp is not None else {}),
         }
-        migrated = manage("migrate", "--noinput", "-v", "0", env=env, timeout=300)
+        syncdb = ("--run-syncdb",) if args.db == "mongodb" else ()  # tests.jobsapp has no MongoDB migration
+        migrated = manage("migrate", "--noinput", "-v", "0", *syncdb, env=env, timeout=300)
         if migrated.returncode != 0:
             raise HarnessError(f"migrate failed: {migrated.stderr.strip()[-2000:]}")
         os.environ.update(env)  # this process reads the soak's database directly, not through a proxy
@@ -359,8 +417,11 @@ class Soak:
             env=env,
             db_host=parts.hostname,
             db_port=parts.port or 5432,
-            url_for=lambda *, port, application_name: with_database(
-                self.url, port=port, application_name=application_name
+            # On MongoDB the replicas connect directly (their proxies, unused, read PostgreSQL only).
+            url_for=lambda *, port, application_name: (
+                self.url
+                if args.db == "mongodb"
+                else with_database(self.url, port=port, application_name=application_name)
             ),
             server=self.server,
             faketime=self.faketime,
@@ -377,7 +438,8 @@ class Soak:
                 cluster=cluster,
                 start=origin.timestamp(),
                 holder=lambda: self._holder(cluster),
-                writer=self._writer,
+                # MongoDB: the lease's holder, which spends most of its run inside its fenced write.
+                writer=self._writer if args.db == "postgres" else lambda: self._holder(cluster),
                 log=say,
                 smtp=smtp,
                 sender=lambda: self._holder(cluster, job=timing.REMINDERS_JOB),
@@ -503,7 +565,8 @@ class Soak:
 
     def reproduce(self) -> str:
         args = self.args
-        words = ["scripts/with-postgres.sh", ".venv/bin/python", "-m", "tests.soak", "--seed", str(args.seed)]
+        words = ["scripts/with-postgres.sh"] if args.db == "postgres" else []
+        words += [".venv/bin/python", "-m", "tests.soak", "--seed", str(args.seed)]
         words += ["--duration", f"{args.duration:g}", "--replicas", str(args.replicas)]
         words += ["--nemesis", ",".join(args.kinds) or "none", "--healthy-slots", str(args.healthy_slots)]
         if args.catch_up:
@@ -512,6 +575,8 @@ class Soak:
             words.append("--reminders")
         if args.failover:
             words += ["--failover", args.failover]
+        if args.db == "mongodb":
+            words += ["--db", "mongodb"]
         return shlex.join(words)
 
     def _judge(
@@ -654,6 +719,7 @@ class Soak:
             "table": verdict.table,
             "reminders": mail,
             "failover": args.failover or "",
+            "db": args.db,
             "failovers": [
                 replication.relative(failover, origin=origin.timestamp()) for failover in failovers
             ],

@@ -4,6 +4,7 @@
     python -m tests.soak.report --record FILE         # of another one
     python -m tests.soak.report --write               # and put it into docs/faults.md
     python -m tests.soak.report --replication --write # what holds under each replication mode
+    python -m tests.soak.report --mongodb --write     # the last --db mongodb soak's table
 
 The driver saves each soak's record (``save``) and prints the same table at its end. ``save``
 also keeps the last record of each replication mode (``MODE_RECORDS``: one server, ``--failover
@@ -22,6 +23,11 @@ from tests.faults.results import ROOT, TABLE_FILE, write_table
 
 RECORDS = ROOT / "var" / "soak"
 LAST = RECORDS / "last.json"
+# A soak on MongoDB (``--db mongodb``) keeps its own last record and table: it never replaces
+# PostgreSQL's.
+LAST_MONGODB = RECORDS / "last-mongodb.json"
+MONGODB_BEGIN = "<!-- soak-mongodb-table:begin (python -m tests.soak.report --mongodb --write) -->"
+MONGODB_END = "<!-- soak-mongodb-table:end -->"
 BEGIN = "<!-- soak-table:begin (python -m tests.soak.report --write) -->"
 END = "<!-- soak-table:end -->"
 COLUMNS = (
@@ -131,6 +137,9 @@ def save(record: dict, *, directory: Path = RECORDS) -> Path:
     text = json.dumps(record, indent=1, ensure_ascii=False) + "\n"
     path = directory / f"soak-{record['stamp']}-seed{record['seed']}.json"
     path.write_text(text)
+    if record.get("db") == "mongodb":
+        (directory / LAST_MONGODB.name).write_text(text)
+        return path
     (directory / LAST.name).write_text(text)
     (directory / MODE_RECORDS[record.get("failover") or "one-server"]).write_text(text)
     return path
@@ -224,8 +233,9 @@ def load_modes(directory: Path = RECORDS) -> dict[str, dict | None]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Render the last soak's table.")
     parser.add_argument(
-        "--record", type=Path, default=LAST, help="A soak's JSON record (default: the last one)."
+        "--record", type=Path, help="A soak's JSON record (default: the last one, or the last on MongoDB)."
     )
+    parser.add_argument("--mongodb", action="store_true", help="The last --db mongodb soak's table.")
     parser.add_argument("--write", action="store_true", help="Put it into docs/faults.md.")
     parser.add_argument(
         "--replication",
@@ -233,6 +243,7 @@ def main(argv: list[str] | None = None) -> int:
         help="The failover table instead: guarantees and the last soak of each replication mode.",
     )
     args = parser.parse_args(argv)
+    args.record = args.record or (LAST_MONGODB if args.mongodb else LAST)
     if args.replication:
         rendered = replication_table(load_modes(args.record.parent))
         sys.stdout.write(rendered + "\n")
@@ -240,12 +251,14 @@ def main(argv: list[str] | None = None) -> int:
             write_table(rendered, TABLE_FILE, begin=REPLICATION_BEGIN, end=REPLICATION_END)
         return 0
     if not args.record.exists():
-        sys.stderr.write(f"soak report: no record at {args.record}: run `make soak` first\n")
+        run = "make soak-mongodb" if args.mongodb else "make soak"
+        sys.stderr.write(f"soak report: no record at {args.record}: run `{run}` first\n")
         return 2
     rendered = render(json.loads(args.record.read_text()))
     sys.stdout.write(rendered + "\n")
     if args.write:
-        write_table(rendered, TABLE_FILE, begin=BEGIN, end=END)
+        begin, end = (MONGODB_BEGIN, MONGODB_END) if args.mongodb else (BEGIN, END)
+        write_table(rendered, TABLE_FILE, begin=begin, end=end)
     return 0
 
 

@@ -4,11 +4,15 @@ project's jobs. ``SOAK_CATCH_UP`` (``--catch-up``) puts a ``catch_up`` key into 
 entry."""
 
 from config.settings import *  # noqa: F403
-from config.settings import BASE_DIR, INSTALLED_APPS, LOCKS_JOBS, env
+from config.settings import BASE_DIR, INSTALLED_APPS, LOCKS_JOBS, MIGRATION_MODULES, MONGODB, env
 from locks.crontab import cronjobs
 from tests.soak import timing
 
-INSTALLED_APPS = [*INSTALLED_APPS, "tests.jobsapp"]
+if MONGODB:  # --db mongodb
+    INSTALLED_APPS = [*INSTALLED_APPS, "tests.jobsapp.apps.MongoJobsAppConfig"]
+    MIGRATION_MODULES = {**MIGRATION_MODULES, "jobsapp": None}
+else:
+    INSTALLED_APPS = [*INSTALLED_APPS, "tests.jobsapp"]
 
 LOCKS_SCHEDULER_GRACE = timing.GRACE
 SOAK_JOB = {

@@ -227,3 +227,27 @@ def test_without_failover_no_plan_has_one_and_the_others_stay_what_the_seed_drew
     assert plan(seed=1, duration=600, kinds=(FAILOVER,), replicas=3) == []
     only = plan(seed=1, duration=600, kinds=(FAILOVER,), replicas=3, failover="sync")
     assert len(only) >= 5 and {action.kind for action in only} == {FAILOVER}
+
+
+@pytest.mark.parametrize(
+    ("nemesis", "kinds"), [("all", ("kill", "pause", "term")), ("kill,term", ("kill", "term"))]
+)
+def test_a_soak_on_mongodb_takes_the_replicas_faults_only(nemesis, kinds):
+    from tests.soak.driver import parse
+
+    assert parse(["--db", "mongodb", "--nemesis", nemesis]).kinds == kinds
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--nemesis", "pg-restart"], "--db mongodb: the nemesis is kill, pause, term (or a part of them)"),
+        (["--reminders"], "--db mongodb runs the soak job only: no --failover, no --reminders"),
+    ],
+)
+def test_a_soak_on_mongodb_refuses_what_it_cannot_do(argv, message):
+    from tests.soak.driver import SoakError, parse
+
+    with pytest.raises(SoakError) as refused:
+        parse(["--db", "mongodb", *argv])
+    assert str(refused.value) == message

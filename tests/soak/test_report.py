@@ -149,3 +149,19 @@ def test_docs_faults_md_has_the_failover_table_markers_once():
     text = results.TABLE_FILE.read_text()
 
     assert text.count(report.REPLICATION_BEGIN) == text.count(report.REPLICATION_END) == 1
+
+
+def test_a_soak_on_mongodb_keeps_its_own_last_record_and_never_replaces_postgresqls(tmp_path):
+    report.save(record(), directory=tmp_path)
+    report.save(record(stamp="20261202T110000Z", db="mongodb"), directory=tmp_path)
+
+    assert json.loads((tmp_path / "last.json").read_text())["stamp"] == "20261202T100000Z"
+    assert json.loads((tmp_path / "last-one-server.json").read_text())["stamp"] == "20261202T100000Z"
+    assert json.loads((tmp_path / "last-mongodb.json").read_text())["db"] == "mongodb"
+
+
+def test_docs_faults_md_has_the_mongodb_soak_table_markers_once_after_the_soak_table():
+    text = results.TABLE_FILE.read_text()
+
+    assert text.count(report.MONGODB_BEGIN) == text.count(report.MONGODB_END) == 1
+    assert text.index(report.END) < text.index(report.MONGODB_BEGIN) < text.index(report.MONGODB_END)
