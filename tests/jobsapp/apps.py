@@ -8,6 +8,7 @@ from django.db.models.signals import post_save
 class JobsAppConfig(AppConfig):
     """A host project's own app for the tests: a job that writes under the fencing token."""
 
+    default = True  # this module has two configs: INSTALLED_APPS' "tests.jobsapp" is this one
     name = "tests.jobsapp"
     label = "jobsapp"
     default_auto_field = "django.db.models.BigAutoField"
@@ -23,6 +24,7 @@ class MongoJobsAppConfig(JobsAppConfig):
     """The same app on MongoDB (the soak's ``--db mongodb``): ObjectId keys, and its collection
     made by ``migrate --run-syncdb`` (its SQL migration creates an integer id)."""
 
+    default = False
     default_auto_field = "django_mongodb_backend.fields.ObjectIdAutoField"
 
 
