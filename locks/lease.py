@@ -571,36 +571,49 @@ def _unconfirmed(lease: Lease, *, using: str, cause: BaseException | None = None
 
 
 def read_back_commit(lease: Lease) -> bool | None:
-    """Whether a fenced write of ``lease`` committed, read from its lock row on a new
-    connection; None when that cannot be told. ``FOR UPDATE NOWAIT``: a transaction whose
-    COMMIT answer was lost may still hold the row on the server; retried with a backoff
-    for at most the lease's TTL (``READ_BACK_SECONDS`` at most).
-    """
+    """Whether a fenced write of ``lease`` committed, read from its lock row (``_read_back``); None
+    when that cannot be told."""
+    row = _read_back(lease.job, seconds=lease.ttl.total_seconds())
+    if row is None:
+        return None
+    committed = row["committed_token"]
+    if committed == lease.token:
+        return True
+    if committed is None or committed < lease.token:
+        return False
+    return None  # a later lease committed since: the row no longer tells about this one
+
+
+def read_back_claim(
+    *, job: str, holder: str, tick: datetime | None, ttl: timedelta, retry_delays
+) -> Lease | None:
+    """The lease ``holder`` won if acquire's claim committed though its answer was lost, else None."""
+    row = _read_back(job, seconds=ttl.total_seconds())
+    held = row and row["holder"] == holder and row["locked_until"] is not None
+    if not held or row["locked_until"] < row["db_now"]:
+        return None
+    won = {**row, "now_timeline": row["timeline"], "now_system_id": row["system_id"]}
+    fields = _lease_fields({**won, "failover": "", "failover_slot": ""}, tick, retry_delays)
+    return Lease(job, holder, row["token"], tick, ttl, row["acquired_at"], **fields)
+
+
+def _read_back(job: str, *, seconds: float) -> dict | None:
+    """The lock row of ``job`` ({}: none) read on a new connection, ``FOR UPDATE NOWAIT`` (a transaction
+    whose COMMIT answer was lost may still hold it), retried for at most ``seconds``; else None."""
     using = router.db_for_write(SyncLock)
-    deadline = time.monotonic() + min(lease.ttl.total_seconds(), READ_BACK_SECONDS)
+    deadline = time.monotonic() + min(seconds, READ_BACK_SECONDS)
     delay = 0.1
     while True:
         connections[using].close()  # the old connection is broken, or in an unknown state
         try:
             with transaction.atomic(using=using):
-                committed = (
-                    SyncLock.objects.using(using)
-                    .select_for_update(nowait=True)
-                    .for_job(lease.job)
-                    .values_list("committed_token", flat=True)
-                    .first()
-                )
+                rows = SyncLock.objects.using(using).select_for_update(nowait=True).for_job(job)
+                return rows.annotate(db_now=Now()).values().first() or {}
         except Error:  # unreachable, or the row still locked by that transaction
             if time.monotonic() + delay > deadline:
                 return None
             time.sleep(delay)
             delay = min(delay * 2, 5.0)
-            continue
-        if committed == lease.token:
-            return True
-        if committed is None or committed < lease.token:
-            return False
-        return None  # a later lease committed since: the row no longer tells about this one
 
 
 def release(*, lease: Lease, status: str, error: str = "") -> bool:
