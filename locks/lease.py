@@ -572,9 +572,10 @@ def _unconfirmed(lease: Lease, *, using: str, cause: BaseException | None = None
 
 def read_back_commit(lease: Lease) -> bool | None:
     """Whether a fenced write of ``lease`` committed, read from its lock row (``_read_back``); None
-    when that cannot be told."""
+    when that cannot be told: the row unreadable, a later lease committed since, or the row claimed
+    since in another database history, where token numbers may repeat (rule 16)."""
     row = _read_back(lease.job, seconds=lease.ttl.total_seconds())
-    if row is None:
+    if row is None or (row.get("timeline"), row.get("system_id")) != (lease.timeline, lease.system_id):
         return None
     committed = row["committed_token"]
     if committed == lease.token:
@@ -617,8 +618,9 @@ def _read_back(job: str, *, seconds: float) -> dict | None:
 
 
 def release(*, lease: Lease, status: str, error: str = "") -> bool:
-    """Give the lease back, recording the outcome; only the holder's token matches (False: it
-    did not). A released row keeps no holder; the run's holder stays on its JobRun.
+    """Give the lease back, recording the outcome; only the holder's token matches, in the history
+    the lease was granted in (False: it did not; rule 16). A released row keeps no holder; the
+    run's holder stays on its JobRun.
 
     A scheduled run's tick becomes done when it succeeded; a failed or unknown one's next
     attempt may start after its retry delay (``retry_at``). A lease whose fenced write committed
@@ -639,7 +641,7 @@ def release(*, lease: Lease, status: str, error: str = "") -> bool:
         values["committed_token"] = None
         if lease.tick is not None:
             values["tick_done"] = False
-    rows = SyncLock.objects.using(using).for_job(lease.job).filter(token=lease.token)
+    rows = _granted(lease, using=using)
     if status == Outcome.SUCCEEDED and lease.committed:
         rows = rows.filter(committed_token=lease.token)
     update = dict(
@@ -660,7 +662,16 @@ def release(*, lease: Lease, status: str, error: str = "") -> bool:
     failed = {**update, "last_status": Outcome.FAILED, "last_error": missing}
     if lease.retry_delay is not None:
         failed["retry_at"] = now_plus(lease.retry_delay)
-    rows = SyncLock.objects.using(using).for_job(lease.job).filter(token=lease.token)
+    rows = _granted(lease, using=using)
     if not without_waiting(lambda: write(rows, failed), using=using, within=RELEASE_WAIT, what=what):
         return False
     raise NotCommitted(missing)
+
+
+def _granted(lease: Lease, *, using: str):
+    """The lock row while it is ``lease``'s: its token, stamped with its history (where it has one:
+    after a failover a token number may be granted again in the new history)."""
+    rows = SyncLock.objects.using(using).for_job(lease.job).filter(token=lease.token)
+    if lease.timeline is not None:
+        rows = rows.filter(timeline=lease.timeline, system_id=lease.system_id)
+    return rows
