@@ -135,7 +135,8 @@ class Lease:
     ``system_id``: the database history it was granted in (PostgreSQL; None elsewhere); ``failover``
     says what acquire found when the row came from an older one (rule 16); ``failover_slot``, that
     or the last failover's when its tick is at or before it (it may have run on the old primary). ``unconfirmed``: the
-    server said its fenced COMMIT did not wait for the synchronous standby.
+    server said its fenced COMMIT did not wait for the synchronous standby; ``interrupted_commit``, a
+    signal (SIGTERM) came during it: its outcome is unknown until read back.
     """
 
     job: str
@@ -154,6 +155,7 @@ class Lease:
     failover: str = ""
     failover_slot: str = ""
     unconfirmed: bool = False
+    interrupted_commit: bool = False
     writing: threading.Event = field(default_factory=threading.Event, repr=False)
     _lost: threading.Event = field(default_factory=threading.Event, repr=False)
 
@@ -547,6 +549,9 @@ def fenced(lease: Lease) -> Iterator[None]:
         )
         if not committed:
             raise
+    except BaseException:
+        lease.interrupted_commit = body_done  # a signal during its COMMIT: read back (runner._settle)
+        raise
     finally:
         lease.writing.clear()
     if rolled_back:

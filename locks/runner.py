@@ -377,7 +377,9 @@ def _run_body(fn, lease: Lease, result: RunResult, expected_errors) -> BaseExcep
     except Exception as exc:
         error, caught, result.traceback = error_text(exc), exc, traceback_text(exc)
     except BaseException as exc:  # KeyboardInterrupt, SystemExit (SIGTERM): record, then go on
-        result.outcome, result.error = Outcome.FAILED, f"interrupted: {error_text(exc)}"
+        # During its fenced COMMIT: unknown until _settle reads it back (rule 10).
+        result.outcome = Outcome.UNKNOWN if lease.interrupted_commit else Outcome.FAILED
+        result.error = f"interrupted: {error_text(exc)}"
         return exc
     result.outcome, result.error, result.exception = outcome, error, caught
     return None

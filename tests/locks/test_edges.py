@@ -63,6 +63,26 @@ def test_a_claim_whose_commit_answer_was_lost_is_read_back_and_its_body_runs():
     assert list(JobRun.objects.values_list("status", flat=True)) == ["succeeded"]
 
 
+def test_a_signal_during_the_fenced_commit_is_read_back_and_the_run_is_recorded_succeeded():
+    """Was: recorded failed ("interrupted") while the row said the tick was done and the write existed."""
+
+    def body(lease):
+        with after_the_next_commit(SystemExit(143)):
+            write(lease)
+
+    with pytest.raises(SystemExit):
+        run_locked(job="job", tick=TICK, ttl=TTL, fn=body, retry_delays=ONE_ATTEMPT)
+
+    run = JobRun.objects.get()
+    assert (run.status, run.error) == (
+        "succeeded",
+        "after its fenced write committed: interrupted: SystemExit: 143",
+    )
+    assert SlotWrite.objects.get().token == run.token
+    lock = SyncLock.objects.get()
+    assert (lock.tick_done, lock.last_status, lock.locked_until) == (True, "succeeded", None)
+
+
 @pytest.fixture
 def timeline():
     """``timeline(n)``: what the lease reads as the server's history (a PostgreSQL timeline) from
