@@ -622,10 +622,11 @@ def _read_back(job: str, *, seconds: float) -> dict | None:
             delay = min(delay * 2, 5.0)
 
 
-def release(*, lease: Lease, status: str, error: str = "") -> bool:
+def release(*, lease: Lease, status: str, error: str = "", used: bool = True) -> bool:
     """Give the lease back, recording the outcome; only the holder's token matches, in the history
     the lease was granted in (False: it did not; rule 16). A released row keeps no holder; the
-    run's holder stays on its JobRun.
+    run's holder stays on its JobRun. ``used=False``: the run never reached its body, and its
+    attempt is given back (rule 12).
 
     A scheduled run's tick becomes done when it succeeded; a failed or unknown one's next
     attempt may start after its retry delay (``retry_at``). A lease whose fenced write committed
@@ -638,7 +639,9 @@ def release(*, lease: Lease, status: str, error: str = "") -> bool:
     """
     using = router.db_for_write(SyncLock)
     values = {}
-    if status in RETRIED and lease.retry_delay is not None:
+    if not used and lease.tick is not None:
+        values["tick_attempts"] = F("tick_attempts") - 1
+    elif status in RETRIED and lease.retry_delay is not None:
         values["retry_at"] = now_plus(lease.retry_delay)
     if lease.tick is not None and status == Outcome.SUCCEEDED:
         values.update(tick=lease.tick, tick_done=True)

@@ -94,6 +94,7 @@ class RunResult:
     expected: bool = False  # failed the way its job expects (one of its expected_errors)
     refused: bool = False  # the scheduler's ask: its tick was refused as too far ahead (nothing stored)
     broke: bool = False  # the scheduler's ask: its run raised, or its process died
+    reached: bool = False  # its body started: it used one of its tick's attempts (rule 12)
     exception: BaseException | None = field(default=None, repr=False, compare=False)
 
     @property
@@ -361,6 +362,7 @@ def _run_body(fn, lease: Lease, result: RunResult, expected_errors) -> BaseExcep
     outcome, error, caught = Outcome.FAILED, "", None
     try:
         with _interrupts(hold=False):
+            result.reached = True
             result.stats = dict(fn(lease) or {})
             lease.check()
         outcome = Outcome.SUCCEEDED
@@ -380,6 +382,8 @@ def _run_body(fn, lease: Lease, result: RunResult, expected_errors) -> BaseExcep
         # During its fenced COMMIT: unknown until _settle reads it back (rule 10).
         result.outcome = Outcome.UNKNOWN if lease.interrupted_commit else Outcome.FAILED
         result.error = f"interrupted: {error_text(exc)}"
+        if not result.reached:  # before its body: it used no attempt (rule 12)
+            result.error = f"interrupted before its body started ({error_text(exc)}): its attempt is not used"
         return exc
     result.outcome, result.error, result.exception = outcome, error, caught
     return None
@@ -502,7 +506,7 @@ def _release(lease: Lease, result: RunResult) -> bool:
     changed hands meanwhile without a committed fenced write is ``lost_lock``; one whose fenced
     write the row does not show is ``failed`` (``NotCommitted``)."""
     try:
-        released = release(lease=lease, status=result.outcome, error=result.error)
+        released = release(lease=lease, status=result.outcome, error=result.error, used=result.reached)
     except NotCommitted as exc:
         result.outcome, result.error, result.retry_after = Outcome.FAILED, str(exc), lease.retry_delay
         return True
