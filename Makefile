@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 export DJANGO_DEBUG ?= 1
 
-.PHONY: setup run test test-sqlite test-postgres faults-table soak soak-table soak-failover-table lint demo clean bench requirements
+.PHONY: model setup run test test-sqlite test-postgres faults-table soak soak-table soak-failover-table lint demo clean bench requirements
 
 # Two stamps: running the product installs the runtime only (requirements.txt);
 # lint, tests and benchmarks install the development tools too (requirements-dev.txt).
@@ -58,6 +58,18 @@ test-sqlite: $(BIN)/.installed-dev
 
 test-postgres: $(BIN)/.installed-dev
 	scripts/with-postgres.sh sh -c '$(PYTEST) && $(PYTEST) $(HOST)'
+
+# The model of the lease (docs/architecture.md, "The invariants the model checks") for MINUTES
+# minutes on random seeds, each printed (MODEL_SEED=S replays one), on SQLite and on PostgreSQL at
+# the same time; make test runs it on a fixed budget.
+MINUTES ?= 30
+MODEL := $(PYTEST) $(HOST) tests/locks/test_model.py -p no:cacheprovider --timeout 0 -s
+model: $(BIN)/.installed-dev
+	$(MAKE) --no-print-directory -j2 --output-sync=target model-sqlite model-postgres
+model-sqlite:
+	env -u DATABASE_URL MODEL_MINUTES=$(MINUTES) $(MODEL)
+model-postgres:
+	MODEL_MINUTES=$(MINUTES) scripts/with-postgres.sh $(MODEL)
 
 # The fault-test table in docs/faults.md, from the last runs' records in var/faults/.
 faults-table:

@@ -22,6 +22,7 @@ import random
 import time
 from contextlib import contextmanager, suppress
 from datetime import timedelta
+from pathlib import Path
 from unittest import mock
 
 import pytest
@@ -29,7 +30,13 @@ from django.db import OperationalError, connection
 from django.db.models import BigIntegerField, Count, F, Value
 from hypothesis import HealthCheck, seed, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, get_state_machine_test, invariant, rule
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    get_state_machine_test,
+    invariant,
+    precondition,
+    rule,
+)
 
 from locks.lease import CommitUnknown, Lease, LockLost, NotCommitted, acquire, fenced, release, renew
 from locks.models import JobRun, Outcome, SyncLock
@@ -137,6 +144,11 @@ TABLES = (
 )
 
 
+def holding(model: LeaseModel) -> bool:
+    """A caller of the lease's own API holds one (its write, renewal and release are enabled)."""
+    return any(lease is not None for name, lease in model.leases.items() if name not in model.gone)
+
+
 class LeaseModel(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
@@ -153,6 +165,7 @@ class LeaseModel(RuleBasedStateMachine):
         self.kinds: dict[str, str] = {}  # run holder -> its body (fenced, check)
         self.runs = 0
         self.started: set[str] = set()
+        self.wrote: set[str] = set()
         self.snapshots: list[dict] = []
         self.patch = mock.patch("locks.lease.history", self._history)
         self.patch.start()
@@ -241,9 +254,10 @@ class LeaseModel(RuleBasedStateMachine):
         if not self._holder(name) or self.leases[name] is not None:
             return
         self.excused[tick] = self.excused.get(tick, 0) + 1  # the caller's own body, whatever it is
+        self.runs += 1
         with self._step(fault):
             try:
-                got = acquire(job=JOB, tick=tick, ttl=TTL, holder=f"{name}:{self.runs}", retry_delays=RETRY)
+                got = acquire(job=JOB, tick=tick, ttl=TTL, holder=f"{name}{self.runs}", retry_delays=RETRY)
             except (Died, SystemExit) as exc:
                 self._ended(name, exc)
                 return
@@ -253,11 +267,13 @@ class LeaseModel(RuleBasedStateMachine):
             self._won(got.holder)
             self.leases[name] = got
 
+    @precondition(holding)
     @rule(name=st.sampled_from(["A", "B"]), fault=faults)
     def write(self, name, fault):
         lease = self.leases[name]
-        if lease is None or not self._holder(name):
+        if lease is None or not self._holder(name) or lease.holder in self.wrote:
             return
+        self.wrote.add(lease.holder)  # a run's write phase is one fenced block
         with self._step(fault):
             try:
                 with fenced(lease):
@@ -269,6 +285,7 @@ class LeaseModel(RuleBasedStateMachine):
             except (CommitUnknown, OperationalError):
                 pass
 
+    @precondition(holding)
     @rule(name=st.sampled_from(["A", "B"]), fault=faults)
     def renew(self, name, fault):
         lease = self.leases[name]
@@ -288,6 +305,7 @@ class LeaseModel(RuleBasedStateMachine):
         if lease.holder in self.live:
             self.live[lease.holder] = self.clock + TTL
 
+    @precondition(holding)
     @rule(name=st.sampled_from(["A", "B"]), succeeded=st.booleans(), fault=faults)
     def release(self, name, succeeded, fault):
         lease = self.leases[name]
@@ -382,7 +400,7 @@ def budget() -> tuple[settings, float]:
     if minutes:
         return settings(max_examples=200, database=None, **common), minutes * 60
     return settings(
-        max_examples=int(os.environ.get("MODEL_EXAMPLES", 40)), derandomize=True, database=None, **common
+        max_examples=int(os.environ.get("MODEL_EXAMPLES", 300)), derandomize=True, database=None, **common
     ), 0
 
 
@@ -399,3 +417,9 @@ def test_the_lease_keeps_its_invariants_under_a_fault_at_every_step():
         test()
         if given_seed or time.monotonic() > deadline:
             return
+
+
+def test_docs_state_the_invariants_in_the_words_of_this_test():
+    text = (Path(__file__).resolve().parents[2] / "docs" / "architecture.md").read_text()
+    for words in (ONCE, TRUTHFUL_SUCCESS, NOT_LOST, PAUSED, BOUNDED, TRUTH, ONE_HOLDER):
+        assert f"\n- {words};" in text or f"\n- {words}." in text, words
