@@ -244,6 +244,13 @@ class LeaseModel(RuleBasedStateMachine):
     def _holder(self, name: str) -> bool:
         return name not in self.gone
 
+    def _pick(self, name: str, *, holding: bool) -> str | None:
+        """``name``, or else the other caller, that is alive and holds a lease (or holds none)."""
+        for each in (name, *(other for other in self.leases if other != name)):
+            if self._holder(each) and (self.leases[each] is not None) == holding:
+                return each
+        return None
+
     def _ended(self, name: str, exc: BaseException) -> None:
         if isinstance(exc, Died | SystemExit):
             self.gone.add(name)
@@ -251,7 +258,8 @@ class LeaseModel(RuleBasedStateMachine):
 
     @rule(name=st.sampled_from(["A", "B"]), tick=st.sampled_from(TICKS), fault=faults)
     def acquire(self, name, tick, fault):
-        if not self._holder(name) or self.leases[name] is not None:
+        name = self._pick(name, holding=False)
+        if name is None:
             return
         self.excused[tick] = self.excused.get(tick, 0) + 1  # the caller's own body, whatever it is
         self.runs += 1
@@ -270,7 +278,8 @@ class LeaseModel(RuleBasedStateMachine):
     @precondition(holding)
     @rule(name=st.sampled_from(["A", "B"]), fault=faults)
     def write(self, name, fault):
-        lease = self.leases[name]
+        name = self._pick(name, holding=True)
+        lease = name and self.leases[name]
         if lease is None or not self._holder(name) or lease.holder in self.wrote:
             return
         self.wrote.add(lease.holder)  # a run's write phase is one fenced block
@@ -288,7 +297,8 @@ class LeaseModel(RuleBasedStateMachine):
     @precondition(holding)
     @rule(name=st.sampled_from(["A", "B"]), fault=faults)
     def renew(self, name, fault):
-        lease = self.leases[name]
+        name = self._pick(name, holding=True)
+        lease = name and self.leases[name]
         if lease is None or not self._holder(name):
             return
         with self._step(fault):
@@ -308,7 +318,8 @@ class LeaseModel(RuleBasedStateMachine):
     @precondition(holding)
     @rule(name=st.sampled_from(["A", "B"]), succeeded=st.booleans(), fault=faults)
     def release(self, name, succeeded, fault):
-        lease = self.leases[name]
+        name = self._pick(name, holding=True)
+        lease = name and self.leases[name]
         if lease is None or not self._holder(name):
             return
         self.leases[name] = None
@@ -397,8 +408,10 @@ def budget() -> tuple[settings, float]:
     """The settings of one run of the model and how long to go on (seconds; 0: one run)."""
     minutes = float(os.environ.get("MODEL_MINUTES") or 0)
     common = {"deadline": None, "suppress_health_check": list(HealthCheck), "stateful_step_count": 10}
-    if minutes:
-        return settings(max_examples=200, database=None, **common), minutes * 60
+    if minutes:  # longer sequences: more chances for the steps of a rare edge to line up
+        return settings(
+            max_examples=200, database=None, **{**common, "stateful_step_count": 25}
+        ), minutes * 60
     return settings(
         max_examples=int(os.environ.get("MODEL_EXAMPLES", 300)), derandomize=True, database=None, **common
     ), 0
