@@ -6,7 +6,8 @@ import re
 import reprlib
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import TypeVar
 
 from django.db import Error, OperationalError, ProgrammingError, connections, transaction
@@ -59,6 +60,23 @@ def bound_transaction(*, using: str, seconds: float) -> None:
     _set_local(using, ("statement_timeout", "lock_timeout", "idle_in_transaction_session_timeout"), seconds)
 
 
+# How long a transaction of the lease's own may pause between two statements on PostgreSQL.
+LEASE_IDLE = 5.0
+
+
+@contextmanager
+def lease_transaction(*, using: str, savepoint: bool = True) -> Iterator[None]:
+    """``transaction.atomic()`` for the lease's own writes (acquire, renew, release, the first
+    insert, an operator's write): on PostgreSQL the server ends it once it pauses longer than
+    ``LEASE_IDLE`` between statements (its process frozen inside it), so it never keeps its lock row
+    locked for ever. Joined into a caller's transaction, it leaves the caller's settings alone."""
+    own = not connections[using].in_atomic_block
+    with transaction.atomic(using=using, savepoint=savepoint):
+        if own:
+            _set_local(using, ("idle_in_transaction_session_timeout",), LEASE_IDLE)
+        yield
+
+
 def bound_lock_wait(*, using: str, seconds: float) -> None:
     """On PostgreSQL, have a statement of the current transaction that waits for a lock (a row,
     a unique key another transaction is inserting) fail after ``seconds`` (``row_locked``)."""
@@ -78,6 +96,17 @@ def _set_local(using: str, names: tuple[str, ...], seconds: float) -> None:
         cursor.execute(f"SELECT {calls}", [value for name in names for value in (name, milliseconds)])
 
 
+def transaction_aborted(*, using: str) -> bool:
+    """Whether the server aborted the current transaction (PostgreSQL, after a statement in it
+    failed, even one whose error was caught): its COMMIT would be a silent ROLLBACK."""
+    connection = connections[using]
+    if connection.vendor != "postgresql" or connection.connection is None:
+        return False
+    from psycopg import pq  # imported only on PostgreSQL
+
+    return connection.connection.info.transaction_status == pq.TransactionStatus.INERROR
+
+
 class RowLocked(RuntimeError):
     """A lock row stayed locked by another transaction (a write in progress) for as long as
     the caller may wait."""
@@ -94,7 +123,7 @@ def without_waiting(operation: Callable[[], T], *, using: str, within: float, wh
     pause = 0.05
     while True:
         try:
-            with transaction.atomic(using=using):
+            with lease_transaction(using=using):
                 return operation()
         except OperationalError as exc:
             if not row_locked(exc):

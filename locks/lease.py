@@ -26,8 +26,10 @@ from locks.db import (
     bound_transaction,
     error_text,
     history,
+    lease_transaction,
     row_locked,
     sync_wait_cancelled,
+    transaction_aborted,
     unlocked,
     without_waiting,
 )
@@ -244,7 +246,7 @@ def acquire(
     state = None
     for pause in CONTENDER_PAUSES:
         # No savepoint: nothing here catches an error, so a caller's transaction (if any) is joined.
-        with transaction.atomic(using=db, savepoint=False):
+        with lease_transaction(using=db, savepoint=False):
             won = claim.update(**values) and _history_of_win(
                 rows.filter(holder=holder), job=job, tick=tick, using=db
             )
@@ -426,7 +428,8 @@ def _tick_claimant(*, job: str, tick: datetime) -> str:
 def create_lock_row(*, job: str) -> bool:
     """First use of a job: insert its row, free, for the compare-and-set to claim. A unique-key
     clash means another contender inserted it first, which serves as well. Plain values
-    only: MongoDB cannot insert expressions such as ``Now()``. False: another contender's
+    only: MongoDB cannot insert expressions such as ``Now()`` (so ``created_at`` is the database
+    clock read first, not this host's). False: another contender's
     INSERT of it has not committed within ``CREATE_WAIT``."""
     using = router.db_for_write(SyncLock)
     table = SyncLock._meta.db_table
@@ -435,11 +438,11 @@ def create_lock_row(*, job: str) -> bool:
         # index on job_name that makes this insert, and so the lock, safe.
         raise LockError(f"the lock table {table} is missing: run `python manage.py migrate`")
     try:
-        with transaction.atomic(using=using):
+        with lease_transaction(using=using):
             # A second contender's INSERT waits on the unique index behind the first one's (whose
             # COMMIT may wait for a synchronous standby): a bounded lock wait, as every lock-row write's.
             bound_lock_wait(using=using, seconds=CREATE_WAIT)
-            SyncLock.objects.create(job_name=job)
+            SyncLock.objects.create(job_name=job, created_at=database_now())  # check_jobs judges from it
     except IntegrityError:
         pass
     except Error as exc:
@@ -513,7 +516,8 @@ def fenced(lease: Lease) -> Iterator[None]:
     renews ``lease`` (``LockLost`` before any write if it is gone), records its token as
     ``committed_token`` and marks its tick done (the tick re-asserted), so all are true exactly
     when the writes commit; then ``lease.committed`` is true. A block Django rolls back without
-    raising (``set_rollback(True)``, an ``IntegrityError`` caught inside) is ``NotCommitted``.
+    raising (``set_rollback(True)``, an ``IntegrityError`` caught inside), or whose transaction the
+    server aborted (a failed raw statement caught inside, PostgreSQL), is ``NotCommitted``.
     An error on the COMMIT itself is resolved by ``read_back_commit`` (``CommitUnknown`` when it
     cannot tell). While inside, ``lease.writing`` is set: the heartbeat leaves the row alone.
     docs/architecture.md, "The rules" (6, 10 and 15; MongoDB, where ``atomic()`` does nothing, too).
@@ -523,7 +527,7 @@ def fenced(lease: Lease) -> Iterator[None]:
     if lease.tick is not None:
         values.update(tick=lease.tick, tick_done=True)
     lease.writing.set()
-    body_done = rolled_back = False
+    body_done = rolled_back = aborted = False
     using = router.db_for_write(SyncLock)
     try:
         with transaction.atomic(using=using, durable=True):
@@ -532,6 +536,9 @@ def fenced(lease: Lease) -> Iterator[None]:
             _renew(lease, rows=SyncLock.objects.using(using).for_job(lease.job), values=values)
             yield
             body_done, rolled_back = True, transaction.get_rollback(using=using)
+            aborted = not rolled_back and transaction_aborted(using=using)  # a failed statement, caught
+            if aborted:  # roll back, not a COMMIT the server would answer with a silent ROLLBACK
+                transaction.set_rollback(True, using=using)
         _unconfirmed(lease, using=using)
     except Error as exc:
         if not body_done:
@@ -554,8 +561,10 @@ def fenced(lease: Lease) -> Iterator[None]:
         raise
     finally:
         lease.writing.clear()
-    if rolled_back:
-        raise NotCommitted(f"the fenced block of {lease.job} (token {lease.token}) was rolled back")
+    if rolled_back or aborted:
+        why = ": a statement in it failed and the database aborted its transaction" if aborted else ""
+        why += " (the error was caught inside the block)" if aborted else ""
+        raise NotCommitted(f"the fenced block of {lease.job} (token {lease.token}) was rolled back{why}")
     lease.committed = True
 
 
@@ -612,7 +621,7 @@ def _read_back(job: str, *, seconds: float) -> dict | None:
     while True:
         connections[using].close()  # the old connection is broken, or in an unknown state
         try:
-            with transaction.atomic(using=using):
+            with lease_transaction(using=using):
                 rows = SyncLock.objects.using(using).select_for_update(nowait=True).for_job(job)
                 return rows.annotate(db_now=Now()).values().first() or {}
         except Error:  # unreachable, or the row still locked by that transaction

@@ -242,8 +242,8 @@ HINTS = {
     "locks.E030": "check_jobs opens an incident after this many failed slots in a row; 2 is the default.",
     "locks.E031": "check_jobs opens an incident after this long without a success (default: two periods + 600).",
     "locks.E032": "check_jobs closes an incident after this many succeeded slots in a row; 2 is the default.",
-    "locks.E033": "An IANA name such as 'Europe/Berlin' or 'America/New_York' (zoneinfo.available_timezones()); "
-    "'UTC' is the default. The tzdata package supplies them where the OS has none.",
+    "locks.E033": "An IANA name such as 'Europe/Berlin' or 'America/New_York' (the tzdata package's, "
+    "not this host's zone files); 'UTC' is the default.",
 }
 
 

@@ -6,12 +6,12 @@ compared in UTC, so the tick rules, attempts, catch-up and the ledger never see 
 clock. On a night the zone's clocks change, one rule, Vixie cron's, decides
 (docs/jobs.md, "Time zones and DST"; docs/architecture.md, "Which slot a run claims"):
 
-- a wall time missing that day (spring forward) is, for an expression that names the hour
-  (``30 2 * * *``), run once at the first instant after the gap; an expression whose hour
-  field is a wildcard (``*``, ``*/2``) has no slot in the missing hour;
-- a wall time that occurs twice (fall back) is, for an expression that names the hour, run
-  once at its first occurrence; under a wildcard hour it is run at both (an hourly job runs
-  25 times that day).
+- a wall time missing that day (spring forward) is, for a fixed-time expression (minute and
+  hour named: ``30 2 * * *``), run once at the first instant after the gap; a wildcard one (its
+  minute or hour field starts with ``*``: ``0 * * * *``, ``*/15 2 * * *``) has no slot there;
+- a wall time that occurs twice (fall back) is, for a fixed-time expression, run once at its
+  first occurrence; a wildcard one follows the real clock and runs at both (an hourly job runs
+  25 times that day, ``*/15 2 * * *`` 8 times).
 
 In UTC there is no gap and no repeat: croniter iterates in UTC, as it always did.
 """
@@ -20,6 +20,7 @@ import threading
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, tzinfo
 from functools import lru_cache
+from importlib import resources
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import CroniterBadDateError, croniter
@@ -48,7 +49,7 @@ def is_valid_expression(expression: str) -> bool:
 
 
 def is_valid_timezone(name) -> bool:
-    """Whether ``name`` is an IANA zone this host's zoneinfo (and the pinned tzdata) knows."""
+    """Whether ``name`` is an IANA zone the pinned tzdata package knows."""
     if not isinstance(name, str) or not name:
         return False
     try:
@@ -59,8 +60,23 @@ def is_valid_timezone(name) -> bool:
 
 
 def zone(tz: "str | tzinfo") -> tzinfo:
-    """``tz`` as a tzinfo: an IANA name through zoneinfo, a tzinfo as it is."""
-    return ZoneInfo(tz) if isinstance(tz, str) else tz
+    """``tz`` as a tzinfo: an IANA name from the pinned tzdata package, a tzinfo as it is."""
+    return _tzdata(tz) if isinstance(tz, str) else tz
+
+
+@lru_cache(maxsize=256)
+def _tzdata(name: str) -> ZoneInfo:
+    """The zone ``name`` of the pinned ``tzdata`` package, never this host's own zone files (which
+    ``ZoneInfo`` reads first): every host runs a local slot at the same instant (docs/jobs.md).
+    The rest of the process (``ZoneInfo``, Django's ``TIME_ZONE``) is left as it is."""
+    parts = name.split("/")
+    if any(part in {"", ".", ".."} for part in parts):
+        raise ValueError(f"{name!r} is not an IANA zone name")
+    try:
+        with resources.files("tzdata").joinpath("zoneinfo", *parts).open("rb") as data:
+            return ZoneInfo.from_file(data, key=name)
+    except FileNotFoundError:
+        raise ZoneInfoNotFoundError(f"No time zone found with key {name}") from None
 
 
 def _is_utc(tz: tzinfo) -> bool:
@@ -111,10 +127,11 @@ def _next(expression: str, moment: datetime, tz: "str | tzinfo" = DEFAULT_TIMEZO
 
 
 @lru_cache(maxsize=256)
-def names_the_hour(expression: str) -> bool:
-    """Whether the hour field is fixed (``2``, ``1-5``, ``8,9``), not a wildcard (``*``, ``*/2``)."""
+def fixed_time(expression: str) -> bool:
+    """Whether the minute and hour fields are both fixed (``30 2``, ``0,30 1-5``): Vixie cron's
+    fixed-time job. A field that starts with ``*`` (``*``, ``*/15``) makes it a wildcard job."""
     fields = ALIASES.get(expression.strip().lower(), expression).split()
-    return len(fields) > 1 and not fields[1].startswith("*")
+    return len(fields) > 1 and not fields[0].startswith("*") and not fields[1].startswith("*")
 
 
 def _wall(moment: datetime, tz: tzinfo) -> datetime:
@@ -158,7 +175,7 @@ def _cron_before(expression: str, wall: datetime) -> datetime:
 def _next_zoned(expression: str, tz: tzinfo, moment: datetime) -> datetime:
     moment = moment.astimezone(UTC)
     local = moment.astimezone(tz)
-    wall, named = local.replace(tzinfo=None, fold=0), names_the_hour(expression)
+    wall, named = local.replace(tzinfo=None, fold=0), fixed_time(expression)
     candidate = _cron_after(expression, wall)
     first, second = _instants(wall, tz)
     if first < second and local.fold == 0 and not named:
@@ -192,7 +209,7 @@ def _next_zoned(expression: str, tz: tzinfo, moment: datetime) -> datetime:
 def _prev_zoned(expression: str, tz: tzinfo, moment: datetime) -> datetime:
     moment = moment.astimezone(UTC)
     local = moment.astimezone(tz)
-    wall, named = local.replace(tzinfo=None, fold=0), names_the_hour(expression)
+    wall, named = local.replace(tzinfo=None, fold=0), fixed_time(expression)
     candidate = _cron_before(expression, wall)
     first, second = _instants(wall, tz)
     if first < second and local.fold == 1:

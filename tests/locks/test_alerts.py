@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import secrets
 import socket
+import subprocess
+import sys
 from datetime import timedelta
 from email import message_from_string
 
 import pytest
 from django.core.checks import run_checks
+from django.db import connection
 
 from locks.contrib.alerts.jobs import AlertNotSent
 from locks.contrib.alerts.models import Incident
@@ -18,8 +21,8 @@ from locks.models import JobRun, RunStatus, SyncLock, database_now, now_plus
 from locks.operator import pause_job, resume_job
 from locks.runner import FAILOVER_PAUSER, run_job
 from locks.schedule import previous_slots
-from tests.conftest import project_env
-from tests.locks.conftest import schedulers, wait_for
+from tests.conftest import ROOT, project_env
+from tests.locks.conftest import faketime_or_skip, schedulers, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 MINUTELY = "* * * * *"
@@ -267,3 +270,25 @@ def test_an_open_incident_is_in_the_healthz_details_only(client, settings):
     assert incident["opened_at"] == Incident.objects.get().opened_at.isoformat()
     assert trusted["jobs"]["record"]["incident"] is None
     assert "incident" not in client.get("/healthz").json()["jobs"]["refuse"]  # a detail
+
+
+def test_a_job_first_seen_by_a_host_three_minutes_slow_has_no_slot_before_it_judged(db_url):
+    """Issue 35, item 7: the lock row's ``created_at`` was the host's clock, so check_jobs on a host
+    3 minutes slow judged 3 minutely slots from before the job was first seen: missed, an incident.
+    It is the database's clock now (SQLite's is each process's own, faked with it: PostgreSQL only)."""
+    if connection.vendor != "postgresql":
+        pytest.skip("PostgreSQL only: SQLite's clock is the process's own, and faketime fakes it too")
+    env = project_env(
+        DATABASE_URL=db_url, HOSTPROJECT_JOBS="write_slot check_jobs", WRITE_SLOT_SCHEDULE=MINUTELY
+    )
+    slow = [faketime_or_skip(), "-f", "-3m", sys.executable, str(ROOT / "manage.py")]
+
+    ran = subprocess.run(
+        [*slow, "run_job", "check_jobs"], env=env, capture_output=True, text=True, timeout=120
+    )
+
+    assert ran.returncode == 0, ran.stderr
+    assert abs(database_now() - SyncLock.objects.get(job_name="write_slot").created_at) < timedelta(
+        seconds=60
+    )
+    assert not Incident.objects.exists(), list(Incident.objects.values("job_name", "reason", "summary"))

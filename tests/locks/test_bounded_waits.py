@@ -287,3 +287,35 @@ def test_an_operators_first_write_behind_another_uncommitted_insert_of_the_row_a
         "within 0.5 s; nothing changed, try again"
     )
     assert SyncLock.objects.get().paused_at is None and not JobPause.objects.exists()
+
+
+def test_every_lease_transaction_bounds_its_pauses_on_postgresql(postgres):
+    """Issue 35, item 6: only fenced() set idle_in_transaction_session_timeout, so a process frozen
+    inside acquire, renew, release, an operator's write or the first insert kept its row locked
+    until it was killed. Each of their writes runs with the server's bound now."""
+    seen, reading = [], []
+
+    def record(execute, sql, params, many, context):
+        result = execute(sql, params, many, context)
+        if sql.split(None, 1)[0].upper() in {"UPDATE", "INSERT"} and not reading:
+            reading.append(sql)
+            with context["connection"].cursor() as cursor:
+                cursor.execute("SELECT current_setting('idle_in_transaction_session_timeout')")
+                seen.append((sql.split(None, 1)[0].upper(), cursor.fetchone()[0]))
+            reading.clear()
+        return result
+
+    with connection.execute_wrapper(record):
+        lease = acquire(job="job", tick=TICK, ttl=TTL, holder="a:1:a")  # the first insert, the claim
+        renew(lease=lease)
+        release(lease=lease, status="failed")
+        pause_job(job="write_slot", by="cli:ops")  # the row's insert, then the operator's write
+
+    claim, renewal, releasing, pausing = (
+        ["UPDATE", "INSERT", "UPDATE"],
+        ["UPDATE"],
+        ["UPDATE"] * 2,
+        ["INSERT", "UPDATE", "INSERT"],
+    )
+    assert [verb for verb, _bound in seen] == [*claim, *renewal, *releasing, *pausing]
+    assert {bound for _verb, bound in seen} == {"5s"}, seen

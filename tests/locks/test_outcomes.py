@@ -9,7 +9,7 @@ import contextlib
 from datetime import timedelta
 
 import pytest
-from django.db import IntegrityError, transaction
+from django.db import DatabaseError, IntegrityError, connection, transaction
 
 from locks import CommitUnknown, NotCommitted, Outcome, acquire, fenced, release, run_locked
 from locks.models import JobRun, SyncLock
@@ -66,6 +66,33 @@ def test_a_fenced_block_that_caught_an_integrity_error_inside_is_a_failure():
 
     assert result.outcome == "failed" and "was rolled back" in result.error
     assert not SyncLock.objects.get().tick_done and not SlotWrite.objects.exists()
+
+
+def test_a_fenced_block_that_swallowed_a_failed_raw_statement_says_it_was_not_committed():
+    """Issue 35, item 10: on PostgreSQL a raw statement that fails aborts the transaction; a body
+    that swallowed its error made the COMMIT a silent rollback, fenced() returned, and release()
+    reported a failover ("not in this database's history"). SQLite goes on after a failed
+    statement, so there the block commits."""
+
+    def body(lease):
+        with fenced(lease):
+            write(lease)
+            with contextlib.suppress(DatabaseError), connection.cursor() as cursor:
+                cursor.execute("SELECT 1 / 0")
+
+    result = run(body)
+
+    if connection.vendor != "postgresql":
+        assert result.outcome == "succeeded" and SlotWrite.objects.count() == 1
+        return
+    assert (result.outcome, result.error) == (
+        "failed",
+        "the fenced block of job (token 1) was rolled back: a statement in it failed and the database "
+        "aborted its transaction (the error was caught inside the block)",
+    )
+    lock = SyncLock.objects.get()
+    assert (lock.tick_done, lock.committed_token, lock.failover_note) == (False, None, "")
+    assert not SlotWrite.objects.exists()
 
 
 def test_a_committed_block_is_still_a_success():

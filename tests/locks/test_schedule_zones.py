@@ -9,31 +9,36 @@ profile's (tests/locks/conftest.py: 2,000 a property under CI).
 
 from __future__ import annotations
 
+import zoneinfo
 from datetime import UTC, date, datetime, timedelta
 from functools import cache, lru_cache
+from importlib import resources
 from itertools import pairwise
-from zoneinfo import ZoneInfo, available_timezones
+from zoneinfo import ZoneInfo
 
 import pytest
 from croniter import croniter
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from locks import schedule
 from locks.schedule import (
     GAP,
     REPEAT,
     check_tick,
     dst_rule,
+    fixed_time,
     is_slot,
-    names_the_hour,
+    local_label,
     next_tick,
     previous_slots,
     slot_at_or_before,
     slot_before,
     upcoming_slots,
+    zone,
 )
 
-ZONES = sorted(available_timezones())
+ZONES = sorted(resources.files("tzdata").joinpath("zones").read_text().split())  # the app's (zone())
 SECOND = timedelta(seconds=1)
 TINY = timedelta(microseconds=1)
 NOT_TOO_SLOW = settings(suppress_health_check=[HealthCheck.too_slow])
@@ -43,7 +48,7 @@ NOT_TOO_SLOW = settings(suppress_health_check=[HealthCheck.too_slow])
 def changes(name: str, year: int) -> tuple[datetime, ...]:
     """The instants the zone's offset changes in ``year`` (looked for every other day, then
     to the second; two changes within two days count as none): where the test looks hardest."""
-    tz, found = ZoneInfo(name), []
+    tz, found = zone(name), []
     moment = datetime(year, 1, 1, tzinfo=UTC)
     offset = moment.astimezone(tz).utcoffset()
     while moment.year == year:
@@ -79,11 +84,11 @@ def _list(values) -> str:
     return ",".join(str(v) for v in sorted(set(values)))
 
 
+FIXED_MINUTES = st.one_of(
+    st.integers(0, 59).map(str), st.lists(st.integers(0, 59), min_size=2, max_size=3).map(_list)
+)
 MINUTES = st.one_of(
-    st.integers(0, 59).map(str),
-    st.just("*"),
-    st.sampled_from([5, 10, 15, 20, 30, 45]).map(lambda n: f"*/{n}"),
-    st.lists(st.integers(0, 59), min_size=2, max_size=3).map(_list),
+    FIXED_MINUTES, st.just("*"), st.sampled_from([5, 10, 15, 20, 30, 45]).map(lambda n: f"*/{n}")
 )
 FIXED_HOURS = st.one_of(
     st.integers(0, 23).map(str),
@@ -99,8 +104,8 @@ DAYS = st.one_of(
 
 
 @st.composite
-def expressions(draw, hours=HOURS) -> str:
-    return f"{draw(MINUTES)} {draw(hours)} {draw(DAYS)}"
+def expressions(draw, hours=HOURS, minutes=MINUTES) -> str:
+    return f"{draw(minutes)} {draw(hours)} {draw(DAYS)}"
 
 
 def wall(moment: datetime, tz: ZoneInfo) -> datetime:
@@ -156,7 +161,7 @@ def test_slots_strictly_increase_and_step_back_to_each_other(place, expression):
 @given(place=places(), expression=expressions())
 def test_each_slot_matches_its_wall_time_or_follows_a_gap_holding_one(place, expression):
     name, start = place
-    tz = ZoneInfo(name)
+    tz = zone(name)
     for slot in upcoming_slots(expression, after=start, count=6, tz=name):
         local = slot.astimezone(tz)
         if matches(expression, wall(slot, tz)):
@@ -164,20 +169,20 @@ def test_each_slot_matches_its_wall_time_or_follows_a_gap_holding_one(place, exp
                 tzinfo=tz, fold=0
             ).astimezone(UTC)
             # a second occurrence only under a wildcard hour
-            assert not (repeated and local.fold == 1 and names_the_hour(expression)), (expression, slot)
+            assert not (repeated and local.fold == 1 and fixed_time(expression)), (expression, slot)
             assert dst_rule(expression, slot, tz=name) == (REPEAT if repeated else None)
             continue
         gap = gap_before(slot, tz)
-        assert gap is not None and names_the_hour(expression), (expression, slot, local)
+        assert gap is not None and fixed_time(expression), (expression, slot, local)
         assert first_match(expression, *gap) is not None, (expression, slot, gap)
         assert dst_rule(expression, slot, tz=name) == GAP
 
 
 @NOT_TOO_SLOW
-@given(place=places(), expression=expressions(hours=FIXED_HOURS))
-def test_a_fixed_hour_expression_never_has_two_slots_at_one_wall_time(place, expression):
+@given(place=places(), expression=expressions(hours=FIXED_HOURS, minutes=FIXED_MINUTES))
+def test_a_fixed_time_expression_never_has_two_slots_at_one_wall_time(place, expression):
     name, start = place
-    tz = ZoneInfo(name)
+    tz = zone(name)
     slots = upcoming_slots(expression, after=start - timedelta(hours=6), count=12, tz=name)
     walls = [wall(slot, tz) for slot in slots]
     assert len(set(walls)) == len(walls), list(zip(slots, walls, strict=True))
@@ -187,7 +192,7 @@ def test_a_fixed_hour_expression_never_has_two_slots_at_one_wall_time(place, exp
 @given(place=places(), minute=st.integers(0, 59), hour=st.integers(0, 23))
 def test_a_daily_expression_has_one_slot_on_every_local_date(place, minute, hour):
     name, start = place
-    tz, expression = ZoneInfo(name), f"{minute} {hour} * * *"
+    tz, expression = zone(name), f"{minute} {hour} * * *"
     slots = upcoming_slots(expression, after=start - timedelta(days=2), count=5, tz=name)
     dates = [scheduled_wall(expression, slot, tz).date() for slot in slots]
     assert [b - a for a, b in pairwise(dates)] == [timedelta(days=1)] * 4, (slots, dates)
@@ -219,7 +224,7 @@ def brute_force(expression: str, tz: ZoneInfo, start: datetime, end: datetime) -
     iterator = croniter(expression, low)
     while (found := iterator.get_next(datetime)) < high:
         matching.add(found)
-    named, slots = names_the_hour(expression), []
+    named, slots = fixed_time(expression), []
     for moment, own in zip(minutes, walls, strict=True):
         first = own.replace(tzinfo=tz, fold=0).astimezone(UTC)
         repeated = own.replace(tzinfo=tz, fold=1).astimezone(UTC) != first
@@ -236,7 +241,7 @@ def brute_force(expression: str, tz: ZoneInfo, start: datetime, end: datetime) -
 @given(place=places(), expression=expressions())
 def test_the_slots_are_exactly_the_rule_read_minute_by_minute(place, expression):
     name, start = place
-    tz = ZoneInfo(name)
+    tz = zone(name)
     start = start.replace(second=0, microsecond=0)
     end = start + timedelta(hours=2)
     offsets = {start.astimezone(tz).utcoffset(), end.astimezone(tz).utcoffset()}
@@ -253,13 +258,13 @@ def test_the_slots_are_exactly_the_rule_read_minute_by_minute(place, expression)
 # --- named nights, to check by hand ----------------------------------------------------
 
 
-def slots_of(expression: str, zone: str, start: str, end: str) -> list[str]:
+def slots_of(expression: str, name: str, start: str, end: str) -> list[str]:
     """Each slot in [start, end) (UTC ISO) as "UTC -> local"."""
-    tz, first, last = ZoneInfo(zone), datetime.fromisoformat(start), datetime.fromisoformat(end)
-    shown, moment = [], next_tick(expression, now=first - TINY, tz=zone)
+    tz, first, last = zone(name), datetime.fromisoformat(start), datetime.fromisoformat(end)
+    shown, moment = [], next_tick(expression, now=first - TINY, tz=name)
     while moment < last:
         shown.append(f"{moment:%H:%M}Z {moment.astimezone(tz):%H:%M %Z}")
-        moment = next_tick(expression, now=moment, tz=zone)
+        moment = next_tick(expression, now=moment, tz=name)
     return shown
 
 
@@ -296,13 +301,26 @@ NIGHTS = [
     ),
     # America/New_York 2027-03-14 02:00 EST -> 03:00 EDT; 2027-11-07 02:00 EDT -> 01:00 EST.
     ("15 2 * * *", "America/New_York", "2027-03-14T05:00Z", "2027-03-14T09:00Z", ["07:00Z 03:00 EDT"]),
+    # A starred minute makes a wildcard job, as in Vixie cron (issue 35): both real hours, no gap slot.
     (
         "*/30 1 * * *",
         "America/New_York",
         "2027-11-07T04:00Z",
         "2027-11-07T08:00Z",
-        ["05:00Z 01:00 EDT", "05:30Z 01:30 EDT"],
+        ["05:00Z 01:00 EDT", "05:30Z 01:30 EDT", "06:00Z 01:00 EST", "06:30Z 01:30 EST"],
     ),
+    (
+        "*/15 2 * * *",
+        "Europe/Berlin",
+        "2027-10-30T12:00Z",
+        "2027-10-31T12:00Z",
+        [
+            f"{h}:{m}Z 02:{m} {abbr}"
+            for h, abbr in (("00", "CEST"), ("01", "CET"))
+            for m in ("00", "15", "30", "45")
+        ],
+    ),
+    ("*/15 2 * * *", "Europe/Berlin", "2027-03-27T12:00Z", "2027-03-28T12:00Z", []),
     (
         "*/30 * * * *",
         "America/New_York",
@@ -355,7 +373,7 @@ def test_named_nights(expression, zone, start, end, expected):
 
 
 def test_berlin_hourly_runs_23_and_25_times_on_its_dst_days():
-    berlin = ZoneInfo("Europe/Berlin")
+    berlin = zone("Europe/Berlin")
     for day, count in ((date(2027, 3, 28), 23), (date(2027, 10, 31), 25), (date(2027, 6, 1), 24)):
         midnight = datetime(day.year, day.month, day.day, tzinfo=berlin)
         slots = upcoming_slots("0 * * * *", after=midnight - TINY, count=26, tz="Europe/Berlin")
@@ -378,3 +396,25 @@ def test_a_tick_that_is_no_slot_names_the_zone_and_the_nearest_slots():
         r"and 2027-03-29T00:30:00\+00:00",
     ):
         check_tick("30 2 * * *", datetime(2027, 3, 28, 1, 30, tzinfo=UTC), tz="Europe/Berlin")
+
+
+def test_zones_come_from_the_pinned_tzdata_whatever_this_hosts_zone_files_say(tmp_path):
+    """Issue 35, item 4: ``ZoneInfo`` reads the operating system's files first (``zoneinfo.TZPATH``),
+    so two hosts with different zone data ran one local slot at different instants. Here this host's
+    "Europe/Berlin" is Tokyo's file; the app's slots stay Berlin's, and ``ZoneInfo`` is left alone."""
+    (tmp_path / "Europe").mkdir()
+    tokyo = resources.files("tzdata").joinpath("zoneinfo", "Asia", "Tokyo").read_bytes()
+    (tmp_path / "Europe" / "Berlin").write_bytes(tokyo)
+    zoneinfo.reset_tzpath([str(tmp_path)])
+    ZoneInfo.clear_cache()
+    schedule._tzdata.cache_clear()
+    try:
+        host = ZoneInfo("Europe/Berlin")
+        slot = slot_at_or_before("30 2 * * *", now=datetime(2027, 1, 2, tzinfo=UTC), tz="Europe/Berlin")
+        label = local_label(slot, tz="Europe/Berlin")
+    finally:
+        zoneinfo.reset_tzpath()
+        ZoneInfo.clear_cache()
+        schedule._tzdata.cache_clear()
+    assert host.utcoffset(datetime(2027, 1, 1)) == timedelta(hours=9)  # this host's files: Tokyo's
+    assert (slot, label) == (datetime(2027, 1, 1, 1, 30, tzinfo=UTC), "2027-01-01 02:30 CET")

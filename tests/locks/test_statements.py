@@ -21,6 +21,13 @@ JOB, TTL = "statements", timedelta(minutes=5)
 TICK = datetime(2030, 1, 1, tzinfo=UTC)
 
 
+def bound() -> list[str]:
+    """On PostgreSQL each transaction of the lease's own first sets its server bound (SELECT
+    set_config: idle_in_transaction_session_timeout, issue 35), so a frozen process never keeps its
+    row locked for ever: one statement more there."""
+    return ["SELECT"] if connection.vendor == "postgresql" else []
+
+
 def verbs(queries) -> list[str]:
     return [q["sql"].split(None, 1)[0].upper() for q in queries]
 
@@ -49,9 +56,9 @@ def test_acquire_and_release_take_three_statements_on_the_happy_path(tick):
     assert isinstance(lease, Lease) and lease.token == 2
     assert released
     # The compare-and-set, then the winner's read of its token.
-    assert statements(acquiring) == ["UPDATE", "SELECT"], [q["sql"] for q in acquiring]
-    assert statements(releasing) == ["UPDATE"], [q["sql"] for q in releasing]
-    assert len(statements(acquiring)) + len(statements(releasing)) <= 3
+    assert statements(acquiring) == [*bound(), "UPDATE", "SELECT"], [q["sql"] for q in acquiring]
+    assert statements(releasing) == [*bound(), "UPDATE"], [q["sql"] for q in releasing]
+    assert len(statements(acquiring)) + len(statements(releasing)) <= 3 + 2 * len(bound())
 
 
 @pytest.mark.usefixtures("free_row")
@@ -68,6 +75,7 @@ def test_the_winner_reads_its_token_in_the_transaction_of_its_update():
 
     assert isinstance(lease, Lease)
     assert [(verb, atomic) for verb, atomic in seen if verb != "BEGIN"] == [
+        *((verb, True) for verb in bound()),
         ("UPDATE", True),
         ("SELECT", True),
     ]
@@ -93,8 +101,8 @@ def test_renew_is_one_statement():
     with CaptureQueriesContext(connection) as renewing:
         renew(lease=lease)
 
-    assert statements(renewing) == ["UPDATE"]
-    assert len(verbs(renewing)) == (3 if connection.vendor == "postgresql" else 1)
+    assert statements(renewing) == [*bound(), "UPDATE"]
+    assert len(verbs(renewing)) == (4 if connection.vendor == "postgresql" else 1)
 
 
 @pytest.mark.usefixtures("free_row")
@@ -107,7 +115,7 @@ def test_a_loser_learns_why_in_two_statements():
 
     assert isinstance(skip, Skip) and skip.reason == "held"
     # The compare-and-set that matched nothing, then one read of who holds it.
-    assert statements(losing) == ["UPDATE", "SELECT"]
+    assert statements(losing) == [*bound(), "UPDATE", "SELECT"]
 
 
 @pytest.mark.usefixtures("free_row")
