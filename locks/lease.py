@@ -245,22 +245,22 @@ def acquire(
     claim = unlocked(claim, using=db, skip=True)  # a row locked by a write in progress: no match
     state = None
     for pause in CONTENDER_PAUSES:
-        # No savepoint: nothing here catches an error, so a caller's transaction (if any) is joined.
-        with lease_transaction(using=db, savepoint=False):
-            won = claim.update(**values) and _history_of_win(
-                rows.filter(holder=holder), job=job, tick=tick, using=db
-            )
+        won = None
+        try:  # no savepoint: a caller's transaction (if any) is joined
+            with lease_transaction(using=db, savepoint=False):
+                won = claim.update(**values) and _history_of_win(
+                    rows.filter(holder=holder), job=job, tick=tick, using=db
+                )
+        except Error:
+            # Its COMMIT got no answer: the claim may have committed, read it back (rule 10).
+            mine = {"job": job, "holder": holder, "tick": tick, "retry_delays": retry_delays}
+            if not won or (lease := read_back_claim(**mine, ttl=ttl)) is None:
+                raise
+            return lease
         if won:
             _warn_on_skew(job=job, db_now=won["acquired_at"])
-            return Lease(
-                job,
-                holder,
-                won["token"],
-                tick,
-                ttl,
-                won["acquired_at"],
-                **_lease_fields(won, tick, retry_delays),
-            )
+            fields = _lease_fields(won, tick, retry_delays)
+            return Lease(job, holder, won["token"], tick, ttl, won["acquired_at"], **fields)
         state = rows.annotate(db_now=Now()).values(*SEEN, *PAUSE_FIELDS).first()
         if state is None:
             if tick is not None and horizon is not None:

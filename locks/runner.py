@@ -32,7 +32,6 @@ from locks.lease import (
     acquire,
     iso,
     make_holder,
-    read_back_claim,
     read_back_commit,
     release,
     renew,
@@ -251,7 +250,7 @@ def run_locked(
     with _interrupts(hold=True):
         try:
             connections[router.db_for_write(SyncLock)].ensure_connection()
-            got = _acquire(
+            got = acquire(
                 job=job, tick=tick, ttl=ttl, holder=result.holder, horizon=horizon, retry_delays=retry_delays
             )
         except Error as exc:
@@ -276,16 +275,6 @@ def run_locked(
         if interrupted is not None:
             raise interrupted
         return result
-
-
-def _acquire(*, horizon, **claim) -> Lease | Skip:
-    """``acquire``; when its answer was lost, its claim read back: it may have committed (rule 10)."""
-    try:
-        return acquire(horizon=horizon, **claim)
-    except Error as exc:
-        if missing_table(exc) or (lease := read_back_claim(**claim)) is None:
-            raise
-        return lease
 
 
 def _skipped(result: RunResult, got: Skip, started: float) -> RunResult:
