@@ -50,7 +50,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 JOB = "write_slot"  # registered in the host project: the operator's writes need a registered job
 TTL = timedelta(minutes=5)
 TICKS = [TICK + timedelta(hours=hour) for hour in range(3)]
-RETRY = ()  # one attempt a slot: a job without retries, where a lost attempt is a lost slot
+RETRY = (timedelta(0),)  # two attempts a slot, the second at once: a lost attempt is visible in the count
 SIGNALS = {"sigterm": 143, "sigint": 130}
 # MODEL_FAULTS=lost,die picks some (to look for one defect at a time).
 KINDS = ("none", *(os.environ.get("MODEL_FAULTS") or "error,lost,die,sigterm,sigint").split(","))
