@@ -7,7 +7,7 @@ WHEEL_VENVS := var/wheel
 PYTHON312 ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.12.*/bin/python) python3.12)
 export DJANGO_DEBUG ?= 1
 
-.PHONY: setup run test test-sqlite test-postgres wheel test-wheel-django52 test-wheel-django61 faults-table soak soak-mongodb soak-table soak-mongodb-table soak-failover-table lint demo clean bench requirements
+.PHONY: model model-sqlite model-postgres setup run test test-sqlite test-postgres wheel test-wheel-django52 test-wheel-django61 faults-table soak soak-mongodb soak-table soak-mongodb-table soak-failover-table lint demo clean bench requirements
 
 # Two stamps: running the product installs the runtime only (requirements.txt);
 # lint, tests and benchmarks install the development tools too (requirements-dev.txt).
@@ -69,6 +69,7 @@ lint: $(BIN)/.installed-dev
 # its own SecantusDB server (tests/mongo_server.py, docs/mongodb.md), with it it uses that mongod.
 # The host suite on this checkout's locks/ instead: $(PYTEST) --ds tests.hostproject.settings.
 PYTEST := $(BIN)/python -m pytest
+HOST := --ds tests.hostproject.settings
 ONCE := --ignore=tests/locks --ignore=tests/test_mongodb.py --ignore=tests/test_readme.py
 
 test: lint
@@ -106,6 +107,18 @@ $(WHEEL_VENVS)/django61/bin/.installed: requirements-wheel-django61.txt
 # One of the two alone, on SQLite (make test runs each once, in test-sqlite and test-postgres).
 test-wheel-django52 test-wheel-django61: test-wheel-%: wheel $(WHEEL_VENVS)/%/bin/.installed
 	env -u DATABASE_URL scripts/test-wheel.sh $(WHEEL_VENVS)/$*
+
+# The model of the lease (docs/architecture.md, "The invariants the model checks") for MINUTES
+# minutes on random seeds, each printed (MODEL_SEED=S replays one), on SQLite and on PostgreSQL at
+# the same time; make test runs it on a fixed budget.
+MINUTES ?= 30
+MODEL := $(PYTEST) $(HOST) tests/locks/test_model.py -p no:cacheprovider --timeout 0 -s
+model: $(BIN)/.installed-dev
+	$(MAKE) --no-print-directory -j2 --output-sync=target model-sqlite model-postgres
+model-sqlite:
+	env -u DATABASE_URL MODEL_MINUTES=$(MINUTES) $(MODEL)
+model-postgres:
+	MODEL_MINUTES=$(MINUTES) scripts/with-postgres.sh $(MODEL)
 
 # The fault-test table in docs/faults.md, from the last runs' records in var/faults/.
 faults-table:

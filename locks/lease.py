@@ -138,7 +138,8 @@ class Lease:
     ``system_id``: the database history it was granted in (PostgreSQL; None elsewhere); ``failover``
     says what acquire found when the row came from an older one (rule 16); ``failover_slot``, that
     or the last failover's when its tick is at or before it (it may have run on the old primary). ``unconfirmed``: the
-    server said its fenced COMMIT did not wait for the synchronous standby.
+    server said its fenced COMMIT did not wait for the synchronous standby; ``interrupted_commit``, a
+    signal (SIGTERM) came during it: its outcome is unknown until read back.
     """
 
     job: str
@@ -157,6 +158,7 @@ class Lease:
     failover: str = ""
     failover_slot: str = ""
     unconfirmed: bool = False
+    interrupted_commit: bool = False
     writing: threading.Event = field(default_factory=threading.Event, repr=False)
     _lost: threading.Event = field(default_factory=threading.Event, repr=False)
 
@@ -246,17 +248,24 @@ def acquire(
     claim = unlocked(claim, using=db, skip=True)  # a row locked by a write in progress: no match
     state = None
     for pause in CONTENDER_PAUSES:
-        # No savepoint: nothing here catches an error, so a caller's transaction (if any) is joined.
-        with lease_transaction(using=db, savepoint=False):
-            won = claim.update(**values) and _history_of_win(
-                rows.filter(holder=holder), job=job, tick=tick, using=db
-            )
-            if won and tick is None and retries is not None:  # the row is this transaction's
-                tick, won["tick_attempts"] = _retry_claimed(rows.filter(token=won["token"]), retries, most)
+        won = None
+        try:  # no savepoint: a caller's transaction (if any) is joined
+            with lease_transaction(using=db, savepoint=False):
+                won = claim.update(**values) and _history_of_win(
+                    rows.filter(holder=holder), job=job, tick=tick, using=db
+                )
+                if won and tick is None and retries is not None:  # the row is this transaction's
+                    tick, won["tick_attempts"] = _retry_claimed(rows.filter(token=won["token"]), retries, most)
+        except Error:
+            # Its COMMIT got no answer: the claim may have committed, read it back (rule 10).
+            mine = {"job": job, "holder": holder, "tick": tick, "retry_delays": retry_delays}
+            if not won or (lease := read_back_claim(**mine, ttl=ttl)) is None:
+                raise
+            return lease
         if won:
             _warn_on_skew(job=job, db_now=won["acquired_at"])
-            granted = (won["token"], tick, ttl, won["acquired_at"])
-            return Lease(job, holder, *granted, **_lease_fields(won, tick, retry_delays))
+            fields = _lease_fields(won, tick, retry_delays)
+            return Lease(job, holder, won["token"], tick, ttl, won["acquired_at"], **fields)
         state = rows.annotate(db_now=Now()).values(*SEEN, *PAUSE_FIELDS).first()
         if state is None:
             if tick is not None and horizon is not None:
@@ -562,6 +571,9 @@ def fenced(lease: Lease) -> Iterator[None]:
         )
         if not committed:
             raise
+    except BaseException:
+        lease.interrupted_commit = body_done  # a signal during its COMMIT: read back (runner._settle)
+        raise
     finally:
         lease.writing.clear()
     if rolled_back or aborted:
@@ -588,41 +600,57 @@ def _unconfirmed(lease: Lease, *, using: str, cause: BaseException | None = None
 
 
 def read_back_commit(lease: Lease) -> bool | None:
-    """Whether a fenced write of ``lease`` committed, read from its lock row on a new
-    connection; None when that cannot be told. ``FOR UPDATE NOWAIT``: a transaction whose
-    COMMIT answer was lost may still hold the row on the server; retried with a backoff
-    for at most the lease's TTL (``READ_BACK_SECONDS`` at most).
-    """
+    """Whether a fenced write of ``lease`` committed, read from its lock row (``_read_back``); None
+    when that cannot be told: the row unreadable, a later lease committed since, or the row claimed
+    since in another database history, where token numbers may repeat (rule 16)."""
+    row = _read_back(lease.job, seconds=lease.ttl.total_seconds())
+    if row is None or (row.get("timeline"), row.get("system_id")) != (lease.timeline, lease.system_id):
+        return None
+    committed = row["committed_token"]
+    if committed == lease.token:
+        return True
+    if committed is None or committed < lease.token:
+        return False
+    return None  # a later lease committed since: the row no longer tells about this one
+
+
+def read_back_claim(
+    *, job: str, holder: str, tick: datetime | None, ttl: timedelta, retry_delays
+) -> Lease | None:
+    """The lease ``holder`` won if acquire's claim committed though its answer was lost, else None."""
+    row = _read_back(job, seconds=ttl.total_seconds())
+    held = row and row["holder"] == holder and row["locked_until"] is not None
+    if not held or row["locked_until"] < row["db_now"]:
+        return None
+    won = {**row, "now_timeline": row["timeline"], "now_system_id": row["system_id"]}
+    fields = _lease_fields({**won, "failover": "", "failover_slot": ""}, tick, retry_delays)
+    return Lease(job, holder, row["token"], tick, ttl, row["acquired_at"], **fields)
+
+
+def _read_back(job: str, *, seconds: float) -> dict | None:
+    """The lock row of ``job`` ({}: none) read on a new connection, ``FOR UPDATE NOWAIT`` (a transaction
+    whose COMMIT answer was lost may still hold it), retried for at most ``seconds``; else None."""
     using = router.db_for_write(SyncLock)
-    deadline = time.monotonic() + min(lease.ttl.total_seconds(), READ_BACK_SECONDS)
+    deadline = time.monotonic() + min(seconds, READ_BACK_SECONDS)
     delay = 0.1
     while True:
         connections[using].close()  # the old connection is broken, or in an unknown state
         try:
             with lease_transaction(using=using):
-                committed = (
-                    SyncLock.objects.using(using)
-                    .select_for_update(nowait=True)
-                    .for_job(lease.job)
-                    .values_list("committed_token", flat=True)
-                    .first()
-                )
+                rows = SyncLock.objects.using(using).select_for_update(nowait=True).for_job(job)
+                return rows.annotate(db_now=Now()).values().first() or {}
         except Error:  # unreachable, or the row still locked by that transaction
             if time.monotonic() + delay > deadline:
                 return None
             time.sleep(delay)
             delay = min(delay * 2, 5.0)
-            continue
-        if committed == lease.token:
-            return True
-        if committed is None or committed < lease.token:
-            return False
-        return None  # a later lease committed since: the row no longer tells about this one
 
 
-def release(*, lease: Lease, status: str, error: str = "") -> bool:
-    """Give the lease back, recording the outcome; only the holder's token matches (False: it
-    did not). A released row keeps no holder; the run's holder stays on its JobRun.
+def release(*, lease: Lease, status: str, error: str = "", used: bool = True) -> bool:
+    """Give the lease back, recording the outcome; only the holder's token matches, in the history
+    the lease was granted in (False: it did not; rule 16). A released row keeps no holder; the
+    run's holder stays on its JobRun. ``used=False``: the run never reached its body, and its
+    attempt is given back (rule 12).
 
     A scheduled run's tick becomes done when it succeeded; a failed or unknown one's next
     attempt may start after its retry delay (``retry_at``). A lease whose fenced write committed
@@ -635,7 +663,9 @@ def release(*, lease: Lease, status: str, error: str = "") -> bool:
     """
     using = router.db_for_write(SyncLock)
     values = {}
-    if status in RETRIED and lease.retry_delay is not None:
+    if not used and lease.tick is not None:
+        values["tick_attempts"] = F("tick_attempts") - 1
+    elif status in RETRIED and lease.retry_delay is not None:
         values["retry_at"] = now_plus(lease.retry_delay)
     if lease.tick is not None and status == Outcome.SUCCEEDED:
         values.update(tick=lease.tick, tick_done=True)
@@ -643,7 +673,7 @@ def release(*, lease: Lease, status: str, error: str = "") -> bool:
         values["committed_token"] = None
         if lease.tick is not None:
             values["tick_done"] = False
-    rows = SyncLock.objects.using(using).for_job(lease.job).filter(token=lease.token)
+    rows = _granted(lease, using=using)
     if status == Outcome.SUCCEEDED and lease.committed:
         rows = rows.filter(committed_token=lease.token)
     update = dict(
@@ -664,7 +694,16 @@ def release(*, lease: Lease, status: str, error: str = "") -> bool:
     failed = {**update, "last_status": Outcome.FAILED, "last_error": missing}
     if lease.retry_delay is not None:
         failed["retry_at"] = now_plus(lease.retry_delay)
-    rows = SyncLock.objects.using(using).for_job(lease.job).filter(token=lease.token)
+    rows = _granted(lease, using=using)
     if not without_waiting(lambda: write(rows, failed), using=using, within=RELEASE_WAIT, what=what):
         return False
     raise NotCommitted(missing)
+
+
+def _granted(lease: Lease, *, using: str):
+    """The lock row while it is ``lease``'s: its token, stamped with its history (where it has one:
+    after a failover a token number may be granted again in the new history)."""
+    rows = SyncLock.objects.using(using).for_job(lease.job).filter(token=lease.token)
+    if lease.timeline is not None:
+        rows = rows.filter(timeline=lease.timeline, system_id=lease.system_id)
+    return rows

@@ -94,6 +94,7 @@ class RunResult:
     refused: bool = False  # the scheduler's ask: its tick was refused as too far ahead (nothing stored)
     broke: bool = False  # the scheduler's ask: its run raised, or its process died
     forced: bool = False  # --force: its tick, if any, is a failed slot it retried (``retries``)
+    reached: bool = False  # its body started: it used one of its tick's attempts (rule 12)
     exception: BaseException | None = field(default=None, repr=False, compare=False)
 
     @property
@@ -353,6 +354,7 @@ def _run_body(fn, lease: Lease, result: RunResult, expected_errors) -> BaseExcep
     outcome, error, caught = Outcome.FAILED, "", None
     try:
         with _interrupts(hold=False):
+            result.reached = True
             result.stats = dict(fn(lease) or {})
             lease.check()
         outcome = Outcome.SUCCEEDED
@@ -369,7 +371,11 @@ def _run_body(fn, lease: Lease, result: RunResult, expected_errors) -> BaseExcep
     except Exception as exc:
         error, caught, result.traceback = error_text(exc), exc, traceback_text(exc)
     except BaseException as exc:  # KeyboardInterrupt, SystemExit (SIGTERM): record, then go on
-        result.outcome, result.error = Outcome.FAILED, f"interrupted: {error_text(exc)}"
+        # During its fenced COMMIT: unknown until _settle reads it back (rule 10).
+        result.outcome = Outcome.UNKNOWN if lease.interrupted_commit else Outcome.FAILED
+        result.error = f"interrupted: {error_text(exc)}"
+        if not result.reached:  # before its body: it used no attempt (rule 12)
+            result.error = f"interrupted before its body started ({error_text(exc)}): its attempt is not used"
         return exc
     result.outcome, result.error, result.exception = outcome, error, caught
     return None
@@ -492,7 +498,7 @@ def _release(lease: Lease, result: RunResult) -> bool:
     changed hands meanwhile without a committed fenced write is ``lost_lock``; one whose fenced
     write the row does not show is ``failed`` (``NotCommitted``)."""
     try:
-        released = release(lease=lease, status=result.outcome, error=result.error)
+        released = release(lease=lease, status=result.outcome, error=result.error, used=result.reached)
     except NotCommitted as exc:
         result.outcome, result.error, result.retry_after = Outcome.FAILED, str(exc), lease.retry_delay
         return True

@@ -203,7 +203,11 @@ ABOVE = {
 # ensure_lock_row uses acquire's bounded insert (-1), zones come from the pinned tzdata (+16), a
 # starred minute is a wildcard on DST nights (+1), every lease transaction bounds its pauses on
 # PostgreSQL (db.lease_transaction, +19), fenced() says a block PostgreSQL aborted was not committed
-# (db.transaction_aborted, +18). Issue 38: a forced run that retries a failed slot of now, so the
+# (db.transaction_aborted, +18); acquire reads back a claim whose COMMIT answer was lost
+# (lease.read_back_claim, one read-back for both; acquire's Lease on one line, +12); release and
+# the read-back of a COMMIT match the lease's history, not only its token (+11); a signal during the
+# fenced COMMIT is unknown until read back (+7); an interrupted run whose body never started gives
+# its attempt back (+7). Issue 38: a forced run that retries a failed slot of now, so the
 # ledger, status and scheduler agree (+10); the admin that fits 1,400 px with every time of a page in
 # one zone and format, a paused job marked in the summary (+27); the distribution: prometheus_client
 # became the extra [prometheus], imported where /metrics uses it, and locks.E034 refuses a metrics
@@ -211,7 +215,7 @@ ABOVE = {
 # django-mongodb-backend's own transaction on a replica set (db.write_transaction), the deploy check
 # locks.W007 for a standalone server, and the trigger's rate-limit row inserted open then claimed. A
 # ratchet, not the goal: lower it as code is cut; raise it only with a reason in the commit.
-MAX_PRODUCT_LINES = 6716
+MAX_PRODUCT_LINES = 6761
 # Its Python files with code (an empty package marker is not counted): 22 until issue 25 made alerts.py
 # an app of its own, locks.contrib.alerts: an app has its own apps.py, models.py and admin.py (and jobs.py).
 MAX_MODULES = 25

@@ -170,7 +170,8 @@ def test_sigterm_mid_run_records_the_run_and_releases_the_lease(env, stop):
 
     assert proc.returncode == 128 + stop, err
     assert "Traceback" not in err
-    assert "outcome=failed" in err and f"error=interrupted: SystemExit: {128 + stop}" in err
+    # Before its body began (the JobRun is written first), or in it: either way recorded and released.
+    assert "outcome=failed" in err and "error=interrupted" in err and f"SystemExit: {128 + stop}" in err
     lock = SyncLock.objects.get(job_name="linger")
     assert (lock.locked_until, lock.last_status) == (None, "failed")
     assert JobRun.objects.get().status == "failed"
@@ -180,16 +181,29 @@ def test_sigterm_mid_run_records_the_run_and_releases_the_lease(env, stop):
 def test_sigterm_between_the_lease_and_the_body_still_records_the_run_and_releases_the_lease(env, stop):
     """The stop arrives as the run records its start (a receiver of JobRun's post_save sends it):
     held back until the body begins, so the run is recorded and its lease released, not left
-    held until it expires with the run ``running`` and no log line."""
+    held until it expires with the run ``running`` and no log line. Its body never started, so it
+    used no attempt (issue 35: it used one, and the next run of the slot waited for its retry
+    delay; a job without retries lost the slot)."""
     proc = manage("run_job", "record", "--tick", TICK, env={**env, "JOBSAPP_SIGNAL_AT_RUN_START": stop.name})
 
     assert proc.returncode == 128 + stop, proc.stderr
     assert "Traceback" not in proc.stderr
-    assert "outcome=failed" in proc.stderr and f"error=interrupted: SystemExit: {128 + stop}" in proc.stderr
+    assert "outcome=failed" in proc.stderr
+    assert (
+        f"error=interrupted before its body started (SystemExit: {128 + stop}): its attempt is not used"
+        in proc.stderr
+    )
     assert " recorded=1 " not in proc.stderr + proc.stdout  # the body never ran
     lock = SyncLock.objects.get(job_name="record")
-    assert (lock.locked_until, lock.last_status) == (None, "failed")
+    assert (lock.locked_until, lock.last_status, lock.tick_attempts, lock.retry_at) == (
+        None,
+        "failed",
+        0,
+        None,
+    )
     assert JobRun.objects.get().status == "failed"
+    again = manage("run_job", "record", "--tick", TICK, env=env)
+    assert again.returncode == 0 and " outcome=succeeded " in again.stderr and " attempt=1/3 " in again.stderr
 
 
 def test_each_run_records_who_asked_for_it(env):

@@ -1,0 +1,121 @@
+"""The edges the model of the lease found (tests/locks/test_model.py, issue 35), each pinned down as
+an example: a claim whose COMMIT answer was lost, a signal during the fenced COMMIT, a lease of an
+older database history releasing or reading back the new holder's. On SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from datetime import timedelta
+from unittest import mock
+
+import pytest
+from django.db import DEFAULT_DB_ALIAS, OperationalError, connections
+from django.db.models import BigIntegerField, Value
+
+from locks import Lease, Skip, acquire, fenced, release, run_locked
+from locks.lease import read_back_commit
+from locks.models import JobRun, SyncLock
+from tests.jobsapp.models import SlotWrite
+from tests.locks.conftest import TICK
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+TTL = timedelta(minutes=5)
+ONE_ATTEMPT = ()  # a job without retries: its slot's one attempt
+
+
+@contextmanager
+def after_the_next_commit(exc: BaseException):
+    """The next COMMIT on this connection takes effect, then ``exc`` is raised: its answer lost
+    (a database error), or a signal that arrived during it (SystemExit, as run_job's SIGTERM)."""
+    wrapper = connections[DEFAULT_DB_ALIAS]
+    real = wrapper._commit
+
+    def commit():
+        del wrapper._commit
+        real()
+        raise exc
+
+    wrapper._commit = commit
+    try:
+        yield
+    finally:
+        wrapper.__dict__.pop("_commit", None)
+
+
+def write(lease: Lease) -> None:
+    with fenced(lease):
+        SlotWrite.objects.create(job=lease.job, tick=lease.tick, token=lease.token, holder=lease.holder)
+
+
+def test_a_claim_whose_commit_answer_was_lost_is_read_back_and_its_body_runs():
+    """Was: "database unreachable", no run, and the slot's one attempt used by a lease nobody ran
+    under (the ledger: missed)."""
+    SyncLock.objects.create(job_name="job")  # acquire's first COMMIT is the claim's
+
+    with after_the_next_commit(OperationalError("server closed the connection unexpectedly")):
+        result = run_locked(job="job", tick=TICK, ttl=TTL, fn=write, retry_delays=ONE_ATTEMPT)
+
+    assert (result.outcome, result.token, result.attempt) == ("succeeded", 1, 1)
+    assert SlotWrite.objects.get().token == 1
+    lock = SyncLock.objects.get()
+    assert (lock.tick, lock.tick_done, lock.tick_attempts, lock.locked_until) == (TICK, True, 1, None)
+    assert list(JobRun.objects.values_list("status", flat=True)) == ["succeeded"]
+
+
+def test_a_signal_during_the_fenced_commit_is_read_back_and_the_run_is_recorded_succeeded():
+    """Was: recorded failed ("interrupted") while the row said the tick was done and the write existed."""
+
+    def body(lease):
+        with after_the_next_commit(SystemExit(143)):
+            write(lease)
+
+    with pytest.raises(SystemExit):
+        run_locked(job="job", tick=TICK, ttl=TTL, fn=body, retry_delays=ONE_ATTEMPT)
+
+    run = JobRun.objects.get()
+    assert (run.status, run.error) == (
+        "succeeded",
+        "after its fenced write committed: interrupted: SystemExit: 143",
+    )
+    assert SlotWrite.objects.get().token == run.token
+    lock = SyncLock.objects.get()
+    assert (lock.tick_done, lock.last_status, lock.locked_until) == (True, "succeeded", None)
+
+
+@pytest.fixture
+def timeline():
+    """``timeline(n)``: what the lease reads as the server's history (a PostgreSQL timeline) from
+    now on, on every backend: a promotion is ``timeline(n + 1)``."""
+    now = [1]
+
+    def history(*, using):
+        return {
+            name: Value(value, output_field=BigIntegerField())
+            for name, value in (("timeline", now[0]), ("system_id", 7))
+        }
+
+    with mock.patch("locks.lease.history", history):
+        yield lambda number: now.__setitem__(0, number)
+
+
+def test_a_lease_of_the_old_history_neither_releases_nor_reads_back_the_new_holders_lease(timeline):
+    """An asynchronous failover lost the claim of token 1 on timeline 1, and token 1 was granted
+    again on timeline 2. Was: the old lease's release cleared the new holder's lease (a third
+    process took it while the holder ran) and its read-back took the new holder's commit for its own."""
+    SyncLock.objects.create(job_name="job")
+    before = SyncLock.objects.filter(job_name="job").values().get()
+    old = acquire(job="job", tick=TICK, ttl=TTL, holder="old")
+    SyncLock.objects.filter(job_name="job").update(**before)  # the claim never reached the standby
+    timeline(2)
+    new = acquire(job="job", tick=TICK, ttl=TTL, holder="new")
+    assert (old.token, old.timeline, new.token, new.timeline) == (1, 1, 1, 2)
+
+    assert release(lease=old, status="failed") is False
+    assert SyncLock.objects.get().holder == "new"
+    third = acquire(job="job", tick=TICK + timedelta(hours=1), ttl=TTL, holder="third")
+    assert isinstance(third, Skip) and third.reason == "held"
+
+    write(new)
+    assert read_back_commit(new) is True
+    assert read_back_commit(old) is None  # the row no longer tells about the old history's token 1
