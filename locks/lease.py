@@ -233,12 +233,9 @@ def acquire(
     retry_delays: tuple[timedelta, ...] | None = None,
     retries: datetime | None = None,
 ) -> Lease | Skip:
-    """Take the lease on ``job`` for ``tick`` (None: any tick, a forced run), or learn why not:
-    one compare-and-set on the database clock (``_claim``; ``retry_delays``: 1 + len attempts a
-    tick, None: no limit; ``horizon``: how far ahead a tick may lie, None: no bound). A row locked
-    by a write in progress is never waited for: a ``held`` skip. The winner reads its token back
-    in the same transaction (docs/architecture.md, "The rules": 1, 3, 11 and 12). ``retries``:
-    ``_retry_claimed``."""
+    """Take the lease on ``job`` for ``tick`` (None: any tick, a forced run; ``retries``: see
+    ``_retry_claimed``), or learn why not: one compare-and-set on the database clock, never waiting
+    for a row locked by a write in progress (docs/architecture.md, "The rules": 1, 3, 10, 11, 12)."""
     validate_ttl(ttl)
     holder = holder or make_holder()
     db = router.db_for_write(SyncLock)
@@ -255,9 +252,10 @@ def acquire(
                     rows.filter(holder=holder), job=job, tick=tick, using=db
                 )
                 if won and tick is None and retries is not None:  # the row is this transaction's
-                    tick, won["tick_attempts"] = _retry_claimed(rows.filter(token=won["token"]), retries, most)
-        except Error:
-            # Its COMMIT got no answer: the claim may have committed, read it back (rule 10).
+                    tick, won["tick_attempts"] = _retry_claimed(
+                        rows.filter(token=won["token"]), retries, most
+                    )
+        except Error:  # its COMMIT got no answer: the claim may have committed, read it back
             mine = {"job": job, "holder": holder, "tick": tick, "retry_delays": retry_delays}
             if not won or (lease := read_back_claim(**mine, ttl=ttl)) is None:
                 raise
