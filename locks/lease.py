@@ -626,8 +626,8 @@ def read_back_claim(
 
 
 def _read_back(job: str, *, seconds: float) -> dict | None:
-    """The lock row of ``job`` ({}: none) read on a new connection, ``FOR UPDATE NOWAIT`` (a transaction
-    whose COMMIT answer was lost may still hold it), retried for at most ``seconds``; else None."""
+    """The lock row of ``job`` ({}: none) read on a new connection, ``unlocked`` (a transaction whose
+    COMMIT answer was lost may still hold it), retried for at most ``seconds``; else None."""
     using = router.db_for_write(SyncLock)
     deadline = time.monotonic() + min(seconds, READ_BACK_SECONDS)
     delay = 0.1
@@ -635,7 +635,7 @@ def _read_back(job: str, *, seconds: float) -> dict | None:
         connections[using].close()  # the old connection is broken, or in an unknown state
         try:
             with lease_transaction(using=using):
-                rows = SyncLock.objects.using(using).select_for_update(nowait=True).for_job(job)
+                rows = unlocked(SyncLock.objects.using(using).for_job(job), using=using, skip=False)
                 return rows.annotate(db_now=Now()).values().first() or {}
         except Error:  # unreachable, or the row still locked by that transaction
             if time.monotonic() + delay > deadline:
