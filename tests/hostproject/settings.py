@@ -162,7 +162,13 @@ if importlib.util.find_spec("django_tasks_db"):
         *([] if importlib.util.find_spec("django.tasks") else ["django_tasks"]),
         "django_tasks_db",
     ]
-    TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend"}}
+    # TASK_DIE: a run_job process that dies around its enqueue (tests.jobsapp.backends).
+    backend = (
+        "tests.jobsapp.backends.DyingBackend"
+        if os.environ.get("TASK_DIE")
+        else "django_tasks_db.DatabaseBackend"
+    )
+    TASKS = {"default": {"BACKEND": backend}}
 SLOT_TASK = {
     "schedule": os.environ.get("SLOT_TASK_SCHEDULE", "*/5 * * * *"),
     "task": "tests.jobsapp.tasks.record_slot",
