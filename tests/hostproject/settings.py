@@ -26,6 +26,10 @@ ALLOWED_HOSTS = ["localhost", "127.0.0.1", "testserver"]
 USE_TZ = True
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
+# django-tasks-db's ORM backend, with Django 6's django.tasks or the django-tasks backport (5.2),
+# when installed (the extra [tasks]): the "slot_task" job below.
+BACKPORT = [] if importlib.util.find_spec("django.tasks") else ["django_tasks"]
+TASK_APPS = [*BACKPORT, "django_tasks_db"] if importlib.util.find_spec("django_tasks_db") else []
 INSTALLED_APPS = [
     "django.contrib.admin",
     "django.contrib.auth",
@@ -37,6 +41,7 @@ INSTALLED_APPS = [
     "locks",
     *([] if os.environ.get("HOSTPROJECT_ALERTS") == "0" else ["locks.contrib.alerts"]),  # check_jobs
     "tests.jobsapp",
+    *TASK_APPS,
 ]
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
@@ -157,11 +162,7 @@ if os.environ.get(
 # django.tasks (Django 6) or its backport django-tasks (5.2), with django-tasks-db's ORM backend,
 # when installed (the extra [tasks]); the processes of tests/locks/test_task_processes.py register
 # "slot_task", a job that enqueues tests.jobsapp.tasks.record_slot once a slot (docs/jobs.md).
-if importlib.util.find_spec("django_tasks_db"):
-    INSTALLED_APPS += [
-        *([] if importlib.util.find_spec("django.tasks") else ["django_tasks"]),
-        "django_tasks_db",
-    ]
+if TASK_APPS:
     # TASK_DIE: a run_job process that dies around its enqueue (tests.jobsapp.backends).
     backend = (
         "tests.jobsapp.backends.DyingBackend"
