@@ -79,7 +79,7 @@ def _enqueue(lease: Lease, task):
 
 def _earlier_task(lease: Lease, task):
     """The task an earlier attempt at this slot enqueued, unless it failed (or is gone)."""
-    if lease.tick is None:
+    if lease.tick is None or not task.get_backend().supports_get_result:  # ImmediateBackend: none to follow
         return None
     earlier = JobRun.objects.for_job(lease.job).filter(tick=lease.tick, token__lt=lease.token)
     stats = earlier.filter(stats__has_key="task").order_by("-token").values_list("stats", flat=True).first()

@@ -153,3 +153,24 @@ def test_a_process_killed_between_claim_and_enqueue_leaves_no_slot_without_its_t
     assert [row.tick for row in SlotWrite.objects.all()] == [SLOT]
     statuses = list(JobRun.objects.order_by("token").values_list("status", flat=True))
     assert statuses == [Outcome.ABANDONED, Outcome.SUCCEEDED]
+
+
+def test_on_the_immediate_backend_the_task_runs_in_the_fenced_transaction_and_a_failed_one_runs_again(
+    settings, db, tmp_path, monkeypatch
+):
+    settings.TASKS = {"default": {"BACKEND": f"{tasks_module()}.backends.immediate.ImmediateBackend"}}
+    register(settings, slot_task={**TASK, "retry": {"delays": [1]}})
+    fail = tmp_path / "fail"
+    monkeypatch.setenv("TASK_FAIL_FILE", str(fail))
+    fail.touch()
+    failed = run_job(name="slot_task")
+    assert failed.outcome == Outcome.FAILED
+    assert failed.error.endswith(f"failed: ValueError: refused slot {SLOT.isoformat()}")
+    time.sleep(1.1)
+    retried = run_job(name="slot_task")
+    assert (retried.outcome, retried.attempt) == (Outcome.SUCCEEDED, 2), retried.describe()
+    assert SlotWrite.objects.get().token == retried.token
+
+
+def tasks_module() -> str:
+    return "django.tasks" if importlib.util.find_spec("django.tasks") else "django_tasks"
