@@ -63,7 +63,9 @@ def test_replicas_and_a_worker_each_killed_once_enqueue_and_run_each_slots_task_
         first = next_tick(SCHEDULE, now=database_now()) + timedelta(seconds=4)  # all started by then
         slots = [first + timedelta(seconds=4 * index) for index in range(SLOTS)]
         # A replica killed while its run follows the third slot's task.
-        running = JobRun.objects.filter(job_name="slot_task", tick=slots[2], status="running")
+        running = JobRun.objects.filter(
+            job_name="slot_task", tick=slots[2], status="running", stats__has_key="task"
+        )  # its task enqueued
         wait_for(running.exists, timeout=40, what="a replica to follow the third slot's task")
         child = int(running.get().holder.split(":")[1])
         victim = next(proc for proc in schedulers if proc.pid == parent_of(child))
