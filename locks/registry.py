@@ -247,6 +247,8 @@ HINTS = {
     "locks.E031": "check_jobs opens an incident after this long without a success (default: two periods + 600).",
     "locks.E032": "check_jobs closes an incident after this many succeeded slots in a row; 2 is the default.",
     "locks.E035": "Keep 'task' (a django.tasks Task the winner enqueues) or 'callable' (run in place).",
+    "locks.E036": "A function decorated with @task (django.tasks on Django 6; on 5.2 the django-tasks "
+    "backport: pip install 'django-tick-locks[tasks]').",
     "locks.E033": "An IANA name such as 'Europe/Berlin' or 'America/New_York' (the tzdata package's, "
     "not this host's zone files); 'UTC' is the default.",
 }

@@ -209,10 +209,10 @@ ABOVE = {
 # one zone and format, a paused job marked in the summary (+27); the distribution: prometheus_client
 # became the extra [prometheus], imported where /metrics uses it, and locks.E034 refuses a metrics
 # token without it (+13). Issue 39: periodic django.tasks, locks.tasks (a Task enqueued in the slot's
-# fenced transaction, followed to its end; +95), the registry's "task" key and its checks (+12),
+# fenced transaction, followed to its end; +92), the registry's "task" key and its checks (+14),
 # fenced(settle=False) (+4). A ratchet, not the goal: lower it as
 # code is cut; raise it only with a reason in the commit.
-MAX_PRODUCT_LINES = 6772
+MAX_PRODUCT_LINES = 6774
 # Its Python files with code (an empty package marker is not counted): 22 until issue 25 made alerts.py
 # an app of its own, locks.contrib.alerts: an app has its own apps.py, models.py and admin.py (and jobs.py).
 # 26 with issue 39's locks.tasks (the bridge to django.tasks, imported by the runner and the checks).
