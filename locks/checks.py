@@ -23,6 +23,7 @@ from locks.registry import (
     job_settings,
     next_slot_error,
 )
+from locks.tasks import is_task
 
 CHECK_TAG = "locks"
 # The schedules' own check runs with `manage.py check` (and every command that runs them all),
@@ -80,6 +81,8 @@ NUMBERS = {
 CANNOT_IMPORT = "{where}: {what} {path!r} cannot be imported: {error}."
 NOT_CALLABLE = "{where}: {key} {path!r} is not callable."
 NOT_AN_EXCEPTION = "{where}: expected error {path!r} is not an exception class."
+NOT_A_TASK = "{where}: task {path!r} is not a django.tasks Task (decorate it with @task)."
+PATH_ACCEPTS = {"task": (is_task, "locks.E036", NOT_A_TASK)}  # else callable, locks.E022
 SHORT_TOKEN = "{name} is {length} characters long; use at least {least}."  # noqa: S105
 SHORT_TOKEN_HINT = 'Generate one with: python -c "import secrets; print(secrets.token_urlsafe(32))"'  # noqa: S105
 NOT_COLLECTORS = "LOCKS_METRICS_COLLECTORS must be a list of dotted paths of functions, got {value!r}."
@@ -173,7 +176,8 @@ def check_jobs_setting(app_configs=None, **kwargs) -> list[Error]:
         where = f"LOCKS_JOBS[{name!r}]"
         for key in PATH_KEYS:
             if entry.get(key) is not None:
-                errors.extend(_import_errors(where, key, entry[key], callable, "locks.E022", NOT_CALLABLE))
+                accept, code, refusal = PATH_ACCEPTS.get(key, (callable, "locks.E022", NOT_CALLABLE))
+                errors.extend(_import_errors(where, key, entry[key], accept, code, refusal))
         for path in entry.get("expected_errors", ()):
             errors.extend(
                 _import_errors(where, "expected error", path, _is_exception, "locks.E023", NOT_AN_EXCEPTION)

@@ -524,7 +524,7 @@ def _renew(lease: Lease, *, rows, values: dict) -> None:
 
 
 @contextmanager
-def fenced(lease: Lease) -> Iterator[None]:
+def fenced(lease: Lease, *, settle: bool = True) -> Iterator[None]:
     """The write phase of a run: one durable ``transaction.atomic()`` block whose first UPDATE
     renews ``lease`` (``LockLost`` before any write if it is gone), records its token as
     ``committed_token`` and marks its tick done (the tick re-asserted), so all are true exactly
@@ -534,10 +534,11 @@ def fenced(lease: Lease) -> Iterator[None]:
     An error on the COMMIT itself is resolved by ``read_back_commit`` (``CommitUnknown`` when it
     cannot tell). While inside, ``lease.writing`` is set: the heartbeat leaves the row alone.
     docs/architecture.md, "The rules" (6, 10 and 15; MongoDB, where ``atomic()`` does nothing, too).
+    ``settle=False`` renews only: the run settles its tick later (a task's, ``locks.tasks``).
     """
     lease.check()
-    values = {"committed_token": lease.token}
-    if lease.tick is not None:
+    values = {"committed_token": lease.token} if settle else {}
+    if lease.tick is not None and settle:
         values.update(tick=lease.tick, tick_done=True)
     lease.writing.set()
     body_done = rolled_back = aborted = False
@@ -556,6 +557,10 @@ def fenced(lease: Lease) -> Iterator[None]:
     except Error as exc:
         if not body_done:
             raise  # the block failed and was rolled back: nothing was written
+        if not settle:  # the row does not tell; the next attempt reads what it wrote (locks.tasks)
+            raise CommitUnknown(
+                f"the COMMIT of {lease.job} (token {lease.token}): {error_text(exc)}"
+            ) from exc
         _unconfirmed(lease, using=using, cause=exc)
         committed = read_back_commit(lease)
         if committed is None:
@@ -578,7 +583,7 @@ def fenced(lease: Lease) -> Iterator[None]:
         why = ": a statement in it failed and the database aborted its transaction" if aborted else ""
         why += " (the error was caught inside the block)" if aborted else ""
         raise NotCommitted(f"the fenced block of {lease.job} (token {lease.token}) was rolled back{why}")
-    lease.committed = True
+    lease.committed = settle
 
 
 def _unconfirmed(lease: Lease, *, using: str, cause: BaseException | None = None) -> None:

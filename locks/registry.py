@@ -86,6 +86,8 @@ class Job:
     # The IANA zone the schedule's fields are read in; its slots are UTC instants all the
     # same (locks.schedule: the DST rule).
     timezone: str = schedule.DEFAULT_TIMEZONE
+    # A django.tasks Task that the slot's winner enqueues and follows, instead of a callable.
+    task_path: str | None = None
 
     @property
     def max_attempts(self) -> int:
@@ -156,7 +158,7 @@ def _job(name: str, entry: dict) -> Job:
     return Job(
         name=name,
         schedule=entry["schedule"],
-        callable_path=entry["callable"],
+        callable_path=entry.get("callable", ""),
         ttl=timedelta(seconds=entry.get("ttl", settings.LOCKS_DEFAULT_TTL)),
         max_run_time=timedelta(seconds=max_run_time) if max_run_time is not None else None,
         retry_delays=tuple(timedelta(seconds=s) for s in entry.get("retry", {}).get("delays", ())),
@@ -169,6 +171,7 @@ def _job(name: str, entry: dict) -> Job:
         alert_after_recoveries=entry.get("alert_after_recoveries", 2),
         on_failover=entry.get("on_failover", RERUN),
         timezone=entry.get("timezone", schedule.DEFAULT_TIMEZONE),
+        task_path=entry.get("task"),
     )
 
 
@@ -199,14 +202,14 @@ JOB_NAME = re.compile(r"[a-z0-9_][a-z0-9_-]{0,99}\Z")
 JOB_KEYS = (
     *("schedule", "callable", "ttl", "max_run_time", "retry", "expected_errors", "dry_run"),
     *("catch_up", "catch_up_window", "alert_after_failures", "alert_after", "alert_after_recoveries"),
-    *("on_failover", "timezone"),
+    *("on_failover", "timezone", "task"),
 )
 LATEST, ALL = "latest", "all"  # the catch-up policies
 CATCH_UP_POLICIES = (LATEST, ALL)
 RERUN, PAUSE = "rerun", "pause"  # what a failover means to a job
 FAILOVER_POLICIES = (RERUN, PAUSE)
 DEFAULT_CATCH_UP_WINDOW = 86400  # seconds: a day of slots
-PATH_KEYS = ("callable", "dry_run")  # dotted paths of functions; callable is required
+PATH_KEYS = ("callable", "dry_run", "task")  # dotted paths; one of callable and task is required
 
 # One id per problem (docs/jobs.md, Checks).
 NOT_A_DICT = "LOCKS_JOBS must be a dict of job name to job settings, got {type}."
@@ -223,6 +226,7 @@ NOT_PATHS = "{where}: expected_errors must be a list of dotted paths of exceptio
 BAD_CATCH_UP = "{where}: catch_up must be 'latest' or 'all', got {value!r}."
 BAD_ON_FAILOVER = "{where}: on_failover must be 'rerun' or 'pause', got {value!r}."
 BAD_TIMEZONE = "{where}: timezone {value!r} is not an IANA time zone this host knows."
+CALLABLE_AND_TASK = "{where} names both a callable and a task: a job runs one of them."
 HINTS = {
     "locks.E010": 'e.g. {"sync": {"schedule": "0 * * * *", "callable": "myapp.tasks.sync"}}',
     "locks.E011": "Five fields, read in the job's timezone (UTC by default): minute hour day-of-month month day-of-week, e.g. '0 * * * *'.",
@@ -242,6 +246,9 @@ HINTS = {
     "locks.E030": "check_jobs opens an incident after this many failed slots in a row; 2 is the default.",
     "locks.E031": "check_jobs opens an incident after this long without a success (default: two periods + 600).",
     "locks.E032": "check_jobs closes an incident after this many succeeded slots in a row; 2 is the default.",
+    "locks.E035": "Keep 'task' (a django.tasks Task the winner enqueues) or 'callable' (run in place).",
+    "locks.E036": "A function decorated with @task (django.tasks on Django 6; on 5.2 the django-tasks "
+    "backport: pip install 'django-tick-locks[tasks]').",
     "locks.E033": "An IANA name such as 'Europe/Berlin' or 'America/New_York' (the tzdata package's, "
     "not this host's zone files); 'UTC' is the default.",
 }
@@ -285,10 +292,13 @@ def _entry_errors(where: str, entry) -> list[Error]:
         errors.append(error("locks.E019", UNKNOWN_KEYS, where=where, keys=", ".join(unknown)))
     if not schedule.is_valid_expression(entry.get("schedule")):
         errors.append(error("locks.E011", BAD_SCHEDULE, where=where, value=entry.get("schedule")))
+    required = "task" if "task" in entry else "callable"
     for key in PATH_KEYS:
         path = entry.get(key)
-        if not (isinstance(path, str) and path) and (key == "callable" or path is not None):
+        if not (isinstance(path, str) and path) and (key == required or path is not None):
             errors.append(error("locks.E012", NOT_A_PATH, where=where, key=key, value=path))
+    if "task" in entry and "callable" in entry:
+        errors.append(error("locks.E035", CALLABLE_AND_TASK, where=where))
     paths = entry.get("expected_errors", ())
     if not isinstance(paths, list | tuple) or not all(isinstance(path, str) and path for path in paths):
         errors.append(error("locks.E020", NOT_PATHS, where=where, value=paths))

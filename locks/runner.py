@@ -41,6 +41,7 @@ from locks.models import JobRun, Outcome, SyncLock, now_plus
 from locks.operator import pause_job
 from locks.registry import ALL, PAUSE, RERUN, Job, attempts_of, get_job, tick_window
 from locks.schedule import InvalidTick
+from locks.tasks import TaskFailed, task_runner
 
 # The name the lock's log lines have always carried (operators filter on it).
 logger = logging.getLogger("locks.api")
@@ -474,7 +475,7 @@ def _record_finish(lease: Lease, run_id, result: RunResult) -> None:
                 JobRun.objects.filter(pk=run_id).update(
                     finished_at=Now(),
                     status=result.outcome,
-                    stats=result.stats,
+                    **({"stats": result.stats} if result.stats else {}),  # a task's id stays (locks.tasks)
                     error=result.error,
                     traceback=result.traceback,
                 )
@@ -565,8 +566,8 @@ def run_job(
         tick=None if force else claim,
         retries=claim if force else None,
         ttl=job.ttl,
-        fn=job.function(),
-        expected_errors=job.error_classes(),
+        fn=task_runner(task_path=job.task_path, wait=job.max_run_time) if job.task_path else job.function(),
+        expected_errors=job.error_classes() + ((TaskFailed,) if job.task_path else ()),
         horizon=horizon,
         max_run_time=job.max_run_time,
         retry_delays=job.retry_delays,

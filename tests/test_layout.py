@@ -166,6 +166,7 @@ LAYERS = {
     "locks.registry": 1,
     "locks.lease": 2,
     "locks.checks": 2,
+    "locks.tasks": 2,
     "locks.crontab": 2,
     "locks.runner": 3,
     "locks.status": 3,
@@ -213,12 +214,15 @@ ABOVE = {
 # became the extra [prometheus], imported where /metrics uses it, and locks.E034 refuses a metrics
 # token without it (+13). Issue 37 (MongoDB on a real server) 55: the fenced write in
 # django-mongodb-backend's own transaction on a replica set (db.write_transaction), the deploy check
-# locks.W007 for a standalone server, and the trigger's rate-limit row inserted open then claimed. A
-# ratchet, not the goal: lower it as code is cut; raise it only with a reason in the commit.
-MAX_PRODUCT_LINES = 6761
+# locks.W007 for a standalone server, and the trigger's rate-limit row inserted open then claimed. Issue 39:
+# periodic django.tasks, locks.tasks (a Task enqueued in the slot's fenced transaction, followed to
+# its end; +92), the registry's "task" key, its checks and the runner's use of them (+16),
+# fenced(settle=False) (+4). A ratchet, not the goal: lower it as code is cut; raise it only with a reason in the commit.
+MAX_PRODUCT_LINES = 6871
 # Its Python files with code (an empty package marker is not counted): 22 until issue 25 made alerts.py
 # an app of its own, locks.contrib.alerts: an app has its own apps.py, models.py and admin.py (and jobs.py).
-MAX_MODULES = 25
+# 26 with issue 39's locks.tasks (the bridge to django.tasks, imported by the runner and the checks).
+MAX_MODULES = 26
 MAX_FUNCTION_LINES = 60
 # The apps of the project other than locks: they import the public names from the package root.
 CALLERS = ("contests", "config", "bench", "scripts")
@@ -335,7 +339,7 @@ def test_an_old_module_path_still_imports_with_a_deprecation_warning():
         assert importlib.import_module("locks.alerts").check_jobs.__module__ == "locks.contrib.alerts.jobs"
 
 
-def test_locks_stays_within_its_line_ratchet_in_at_most_25_modules():
+def test_locks_stays_within_its_line_and_module_ratchets():
     with_code = [path for path in product_files() if path.read_text().strip()]
     lines = sum(len(path.read_text().splitlines()) for path in with_code)
     assert len(with_code) <= MAX_MODULES, sorted(str(path.relative_to(ROOT)) for path in with_code)

@@ -6,6 +6,7 @@ runs under it (``pytest --ds tests.hostproject.settings``, part of ``make test``
 Every ``LOCKS_*`` setting it leaves out keeps its default (locks/conf.py).
 """
 
+import importlib.util
 import os
 import sys
 from pathlib import Path
@@ -25,6 +26,10 @@ ALLOWED_HOSTS = ["localhost", "127.0.0.1", "testserver"]
 USE_TZ = True
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
+# django-tasks-db's ORM backend, with Django 6's django.tasks or the django-tasks backport (5.2),
+# when installed (the extra [tasks]): the "slot_task" job below.
+BACKPORT = [] if importlib.util.find_spec("django.tasks") else ["django_tasks"]
+TASK_APPS = [*BACKPORT, "django_tasks_db"] if importlib.util.find_spec("django_tasks_db") else []
 INSTALLED_APPS = [
     "django.contrib.admin",
     "django.contrib.auth",
@@ -36,6 +41,7 @@ INSTALLED_APPS = [
     "locks",
     *([] if os.environ.get("HOSTPROJECT_ALERTS") == "0" else ["locks.contrib.alerts"]),  # check_jobs
     "tests.jobsapp",
+    *TASK_APPS,
 ]
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
@@ -153,6 +159,26 @@ if os.environ.get(
         "callable": "tests.jobsapp.jobs.write_slot",
         "ttl": 60,
     }
+# django.tasks (Django 6) or its backport django-tasks (5.2), with django-tasks-db's ORM backend,
+# when installed (the extra [tasks]); the processes of tests/locks/test_task_processes.py register
+# "slot_task", a job that enqueues tests.jobsapp.tasks.record_slot once a slot (docs/jobs.md).
+if TASK_APPS:
+    # TASK_DIE: a run_job process that dies around its enqueue (tests.jobsapp.backends).
+    backend = (
+        "tests.jobsapp.backends.DyingBackend"
+        if os.environ.get("TASK_DIE")
+        else "django_tasks_db.DatabaseBackend"
+    )
+    TASKS = {"default": {"BACKEND": backend}}
+SLOT_TASK = {
+    "schedule": os.environ.get("SLOT_TASK_SCHEDULE", "*/5 * * * *"),
+    "task": "tests.jobsapp.tasks.record_slot",
+    "ttl": int(os.environ.get("SLOT_TASK_TTL", "60")),
+    "max_run_time": int(os.environ.get("SLOT_TASK_WAIT", "120")),  # then the slot is unknown
+    "retry": {"delays": [int(s) for s in os.environ.get("SLOT_TASK_RETRY", "1,1").split(",")]},
+}
+if os.environ.get("SLOT_TASK_SCHEDULE"):
+    _JOBS["slot_task"] = SLOT_TASK
 # HOSTPROJECT_JOBS="a b": only those (a test's processes that must not watch the others).
 _ONLY = os.environ.get("HOSTPROJECT_JOBS", "").split()
 LOCKS_JOBS = {name: entry for name, entry in _JOBS.items() if not _ONLY or name in _ONLY}

@@ -1,0 +1,102 @@
+"""A task job (locks.tasks) under real processes: ``run_scheduler`` replicas (3 on PostgreSQL, 2 on
+SQLite) and a real ``db_worker`` (django-tasks-db). Every 4 seconds a slot; one replica is killed
+(with the run that follows its slot's task) and so is the worker, then a new one starts: each slot's
+task is enqueued once and run once, and each slot succeeds once. Skipped without the tasks packages."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import signal
+import subprocess
+import time
+from collections import Counter
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+
+from locks.models import JobRun, database_now
+from locks.schedule import next_tick
+from tests.conftest import ROOT, project_env, spawn
+from tests.jobsapp.models import SlotWrite
+from tests.locks.conftest import wait_for
+from tests.locks.test_scheduler_processes import parent_of
+
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("django_tasks_db") is None,
+    reason="needs django-tasks-db (and on Django 5.2 the django-tasks backport): the extra [tasks]",
+)
+
+SCHEDULE = "* * * * * */4"  # croniter's sixth field: seconds
+SLOTS = 10
+
+
+def worker(env: dict[str, str]) -> subprocess.Popen:
+    return spawn([str(ROOT / "manage.py"), "db_worker", "--interval", "0.1", "--no-reload"], env=env)
+
+
+def succeeded(slot) -> bool:
+    return JobRun.objects.filter(job_name="slot_task", tick=slot, status="succeeded").exists()
+
+
+@pytest.mark.slow
+def test_replicas_and_a_worker_each_killed_once_enqueue_and_run_each_slots_task_once(db_url):
+    from django_tasks_db.models import DBTaskResult
+
+    replicas = 3 if connection.vendor == "postgresql" else 2
+    env = project_env(
+        DATABASE_URL=db_url,
+        HOSTPROJECT_JOBS="slot_task",
+        SLOT_TASK_SCHEDULE=SCHEDULE,
+        SLOT_TASK_TTL="2",
+        SLOT_TASK_WAIT="20",
+        SLOT_TASK_RETRY="1,1",
+        TASK_SECONDS="1",  # so that the replica killed is following its slot's task
+        LOCKS_SCHEDULER_GRACE="3",
+    )
+    schedulers = [
+        spawn([str(ROOT / "manage.py"), "run_scheduler", "slot_task"], env=env) for _ in range(replicas)
+    ]
+    workers = [worker(env)]
+    try:
+        first = next_tick(SCHEDULE, now=database_now()) + timedelta(seconds=4)  # all started by then
+        slots = [first + timedelta(seconds=4 * index) for index in range(SLOTS)]
+        # A replica killed while its run follows the third slot's task.
+        running = JobRun.objects.filter(
+            job_name="slot_task", tick=slots[2], status="running", stats__has_key="task"
+        )  # its task enqueued
+        wait_for(running.exists, timeout=40, what="a replica to follow the third slot's task")
+        child = int(running.get().holder.split(":")[1])
+        victim = next(proc for proc in schedulers if proc.pid == parent_of(child))
+        victim.send_signal(signal.SIGKILL)
+        os.kill(child, signal.SIGKILL)
+        # The worker killed once the sixth slot's task is done, and a new one started a slot later.
+        wait_for(lambda: succeeded(slots[5]), timeout=30, what="the sixth slot to succeed")
+        workers[0].send_signal(signal.SIGKILL)
+        time.sleep(4)
+        workers.append(worker(env))
+        wait_for(lambda: succeeded(slots[-1]), timeout=40, what="the last slot to succeed")
+    finally:
+        for proc in schedulers + workers:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in schedulers + workers:
+            try:
+                proc.communicate(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.communicate()
+
+    enqueued = Counter(row.args_kwargs["kwargs"]["slot"] for row in DBTaskResult.objects.all())
+    ran = Counter(row.tick for row in SlotWrite.objects.filter(job="slot_task"))
+    won = Counter(
+        JobRun.objects.filter(job_name="slot_task", status="succeeded").values_list("tick", flat=True)
+    )
+    assert [enqueued[slot.isoformat()] for slot in slots] == [1] * SLOTS, enqueued
+    assert [ran[slot] for slot in slots] == [1] * SLOTS, ran
+    assert [won[slot] for slot in slots] == [1] * SLOTS, won
+    assert max(enqueued.values()) == max(ran.values()) == max(won.values()) == 1  # none twice, ever
+    assert set(DBTaskResult.objects.values_list("status", flat=True)) == {"SUCCESSFUL"}
+    killed = JobRun.objects.get(job_name="slot_task", tick=slots[2], status="abandoned")
+    assert killed.stats["task"]  # its task was enqueued; the next attempt followed it
