@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 # The host suite's venvs on the wheel (below, "the distribution"); Django 6.1 needs Python 3.12.
 WHEEL_VENVS := var/wheel
-PYTHON312 ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.12.*/bin/python) python3.12)
+PYTHON312 ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.12.*/bin/python $(PYENV_ROOT)/versions/3.12.*/bin/python /root/.pyenv/versions/3.12.*/bin/python) python3.12)
 export DJANGO_DEBUG ?= 1
 
 .PHONY: model model-sqlite model-postgres setup run test test-sqlite test-postgres wheel test-wheel-django52 test-wheel-django61 faults-table soak soak-mongodb soak-table soak-mongodb-table soak-failover-table lint demo clean bench requirements
