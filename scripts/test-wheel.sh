@@ -28,7 +28,7 @@ fi
 checkout=$venv/checkout
 rm -rf "$checkout"
 mkdir -p "$checkout"
-cp -R tests manage.py pyproject.toml "$checkout/"
+cp -R tests docs manage.py pyproject.toml "$checkout/"  # docs: tests/locks/test_model.py reads the invariants there
 find "$checkout" -name __pycache__ -prune -exec rm -rf {} +
 cd "$checkout"
 export LOCKS_WHEEL_SOURCE="$OLDPWD/locks"

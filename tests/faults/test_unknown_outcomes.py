@@ -106,8 +106,9 @@ def test_a_commit_that_never_reached_the_server_fails_and_the_tick_is_retried(pr
     )
 
 
-# The read-back's own statement (locks.lease.read_back_commit): no other statement selects it so.
-READ_BACK = b'SELECT "locks_synclock"."committed_token" AS "committed_token" FROM "locks_synclock"'
+# The read-back's own statement (locks.lease._read_back, for read_back_commit and read_back_claim):
+# the one SELECT that takes the row FOR UPDATE NOWAIT (an UPDATE through db.unlocked has no ORDER BY).
+READ_BACK = b"FOR UPDATE NOWAIT)) ORDER BY"
 
 
 @pytest.mark.scenario("commit-unknown")
