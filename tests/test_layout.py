@@ -213,9 +213,11 @@ ABOVE = {
 # became the extra [prometheus], imported where /metrics uses it, and locks.E034 refuses a metrics
 # token without it (+13). Issue 37 (MongoDB on a real server) 55: the fenced write in
 # django-mongodb-backend's own transaction on a replica set (db.write_transaction), the deploy check
-# locks.W007 for a standalone server, and the trigger's rate-limit row inserted open then claimed. A
+# locks.W007 for a standalone server, and the trigger's rate-limit row inserted open then claimed.
+# Issue 35, item 2: on_failover "pause" is written in the claim's own transaction, with its JobPause
+# row (lease._history_of_win, failover_pause_note; +19), so a run that never commits cannot lose it. A
 # ratchet, not the goal: lower it as code is cut; raise it only with a reason in the commit.
-MAX_PRODUCT_LINES = 6761
+MAX_PRODUCT_LINES = 6780
 # Its Python files with code (an empty package marker is not counted): 22 until issue 25 made alerts.py
 # an app of its own, locks.contrib.alerts: an app has its own apps.py, models.py and admin.py (and jobs.py).
 MAX_MODULES = 25
