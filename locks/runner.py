@@ -543,15 +543,12 @@ def run_job(
     if force and tick is not None:
         raise InvalidTick("force and tick exclude each other: a forced run claims no tick")
     now = timezone.now()
-    # The period around now, not around the tick: on an uneven schedule the upcoming slot
-    # can lie further ahead than the gap that follows it.
-    horizon, bound = schedule.period(job.schedule, now=now, tz=job.timezone), "one schedule period"
     if tick is not None:
         tick = schedule.check_tick(job.schedule, tick, tz=job.timezone)
-        if tick != job.current_tick(now=now):  # a later slot than now's only within the tick window
-            horizon = schedule.early_window(job.schedule, now=now, window=tick_window(), tz=job.timezone)
-            bound = "the tick window"
     claim, behind = tick or due or job.current_tick(now=now), False
+    # The future bound (rule 3): none for the scheduler's slot, else the tick window before the slot.
+    window = schedule.early_window_before(job.schedule, claim, window=tick_window(), tz=job.timezone)
+    horizon = timedelta(0) if due is not None and tick is None else window
     if job.catch_up == ALL:
         try:
             pending = _pending_tick(job, due=claim)
@@ -579,7 +576,7 @@ def run_job(
     )
     result.behind, skip = behind, result.skip
     if tick is not None and skip is not None and skip.reason == "tick_ahead":
-        args = {"db_now": skip.db_now, "horizon": skip.horizon, "window": tick_window(), "bound": bound}
+        args = {"db_now": skip.db_now, "horizon": skip.horizon, "window": tick_window()}
         raise InvalidTick(schedule.tick_ahead_message(job.schedule, tick, tz=job.timezone, **args))
     return result
 

@@ -355,6 +355,8 @@ class Scheduler:
             return skip.wait + timedelta(seconds=1)
         if skip.reason == "retry_later":
             return skip.wait  # another copy's attempt failed: the next one, when it may start
+        if skip.reason == "tick_ahead":  # this host's clock is fast: ask once the database's reaches the slot
+            return skip.tick - skip.db_now + timedelta(seconds=1)
         if skip.reason == "paused":
             return PAUSED_POLL  # its lock row is read until a resume, then it is asked at once
         return None  # done elsewhere, a later tick claimed, or no attempt left

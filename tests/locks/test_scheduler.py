@@ -260,6 +260,16 @@ def test_a_tick_refused_as_too_far_ahead_is_not_asked_again_until_the_next_slot(
     assert not [record for record in caplog.records if record.levelno >= logging.ERROR]
 
 
+def test_a_slot_ahead_of_the_database_clock_is_asked_again_when_the_database_reaches_it():
+    """Issue 35, item 13: the lease refuses the scheduler's slot before its time on the database
+    clock (this host's is 3 s fast); the loop asks again once the database's clock is there."""
+    ahead = Skip("hourly", at(10), "tick_ahead", "", None, None, db_now=at(9, 59, 57), horizon=timedelta(0))
+
+    runs = loop(at(10), [ahead, "succeeded"], until=at(10, 30))
+
+    assert runs.asked == [(at(10), at(10)), (at(10, 0, 4), at(10))]
+
+
 def test_it_never_sleeps_more_than_a_minute_without_looking_at_the_clock():
     clock = FakeClock(at(10))
     waits = []
