@@ -218,8 +218,10 @@ ABOVE = {
 # row (lease._history_of_win, failover_pause_note; +19), so a run that never commits cannot lose it;
 # item 18: database defaults for the NOT NULL columns the previous release does not write (+6);
 # item 13: the future bound is the tick window before the slot, none for the scheduler's, which
-# asks again when the database's clock reaches it (schedule.early_window_before, +6). A ratchet, not the goal: lower it as code is cut; raise it only with a reason in the commit.
-MAX_PRODUCT_LINES = 6792
+# asks again when the database's clock reaches it (schedule.early_window_before, +6), then keeps
+# that offset so that a lone fast copy names each slot on the database's time (Scheduler.skew, +8).
+# A ratchet, not the goal: lower it as code is cut; raise it only with a reason in the commit.
+MAX_PRODUCT_LINES = 6800
 # Its Python files with code (an empty package marker is not counted): 22 until issue 25 made alerts.py
 # an app of its own, locks.contrib.alerts: an app has its own apps.py, models.py and admin.py (and jobs.py).
 MAX_MODULES = 25
