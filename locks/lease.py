@@ -28,13 +28,14 @@ from locks.db import (
     history,
     lease_transaction,
     row_locked,
+    safe_text,
     sync_wait_cancelled,
     transaction_aborted,
     unlocked,
     without_waiting,
     write_transaction,
 )
-from locks.models import PAUSE_FIELDS, JobRun, Outcome, SyncLock, database_now, now_plus
+from locks.models import PAUSE_FIELDS, JobPause, JobRun, Outcome, SyncLock, database_now, now_plus
 from locks.registry import attempts_of
 
 
@@ -232,6 +233,7 @@ def acquire(
     horizon: timedelta | None = None,
     retry_delays: tuple[timedelta, ...] | None = None,
     retries: datetime | None = None,
+    pause_on_failover: bool = False,
 ) -> Lease | Skip:
     """Take the lease on ``job`` for ``tick`` (None: any tick, a forced run; ``retries``: see
     ``_retry_claimed``), or learn why not: one compare-and-set on the database clock, never waiting
@@ -249,7 +251,7 @@ def acquire(
         try:  # no savepoint: a caller's transaction (if any) is joined
             with lease_transaction(using=db, savepoint=False):
                 won = claim.update(**values) and _history_of_win(
-                    rows.filter(holder=holder), job=job, tick=tick, using=db
+                    rows.filter(holder=holder), job=job, tick=tick, using=db, pause=pause_on_failover
                 )
                 if won and tick is None and retries is not None:  # the row is this transaction's
                     tick, won["tick_attempts"] = _retry_claimed(
@@ -266,8 +268,7 @@ def acquire(
             return Lease(job, holder, won["token"], tick, ttl, won["acquired_at"], **fields)
         state = rows.annotate(db_now=Now()).values(*SEEN, *PAUSE_FIELDS).first()
         if state is None:
-            if tick is not None and horizon is not None:
-                # Refuse before the job's first row is even inserted: nothing stored.
+            if tick is not None and horizon is not None:  # refused before its row exists: nothing stored
                 db_now = database_now()
                 if tick > db_now + horizon:
                     return _ahead(job, tick, horizon, db_now)
@@ -302,10 +303,11 @@ def _lease_fields(won: dict, tick: datetime | None, retry_delays) -> dict:
     }
 
 
-def _history_of_win(mine, *, job: str, tick: datetime | None, using: str) -> dict | None:
+def _history_of_win(mine, *, job: str, tick: datetime | None, using: str, pause: bool) -> dict | None:
     """The won row (``mine``) read back in the winner's transaction, with the server's history
     now; the row is stamped with it. A row stamped in an older history (another timeline, another
-    cluster) is a failover since its last lease: one WARNING, and ``failover`` says so (rule 16)."""
+    cluster) is a failover since its last lease: one WARNING, and ``failover`` says so (rule 16);
+    with ``pause`` the job is paused in that stamp's transaction, so no later run misses it."""
     now = history(using=using)
     won = (
         mine.annotate(**{f"now_{key}": value for key, value in now.items()})
@@ -342,8 +344,25 @@ def _history_of_win(mine, *, job: str, tick: datetime | None, using: str) -> dic
         )
         logger.warning("job=%s token=%s/%s %s", job, won["now_timeline"], won["token"], won["failover"])
         stamp.update(failover_note=won["failover"], failover_through=Now())
+        if pause:  # on_failover "pause": in this transaction, so no later run can miss the failover
+            note = failover_pause_note(won["failover"])
+            stamp.update(paused_at=Now(), paused_by=FAILOVER_PAUSER, paused_note=note)
     mine.update(**stamp)
+    if pause and won["failover"]:  # the pause's history, as pause_job writes it
+        paused_at = mine.values_list("paused_at", flat=True).get()
+        JobPause.objects.using(using).create(
+            job_name=job, paused_at=paused_at, paused_by=FAILOVER_PAUSER, note=note
+        )
     return won
+
+
+# Who pauses a job on a failover (``on_failover`` "pause"), as a pause names who acted.
+FAILOVER_PAUSER = "locks:failover"
+NOTE_LIMIT = 500  # characters of a pause note kept: it is repeated on every skip line
+
+
+def failover_pause_note(failover: str) -> str:
+    return safe_text(" ".join(f"paused on a database failover: {failover}".split()), limit=NOTE_LIMIT)
 
 
 SEEN = ("holder", "locked_until", "tick", "tick_done", "tick_attempts", "retry_at", "db_now")

@@ -171,7 +171,12 @@ class SyncLock(models.Model):
         help_text="An operator asked for a run now (database clock); empty once that run has started and ended.",
     )
     run_requested_by = models.CharField(
-        "run requested by", max_length=200, blank=True, default="", help_text="Who asked: admin:<user>."
+        "run requested by",
+        max_length=200,
+        blank=True,
+        default="",
+        db_default="",
+        help_text="Who asked: admin:<user>.",
     )
 
     # The database history the last lease was granted in (rule 16): PostgreSQL's WAL timeline,
@@ -184,7 +189,7 @@ class SyncLock(models.Model):
     )
     # The last failover a lease found (rule 16): every slot at or before ``failover_through`` (the
     # new primary's clock then) may have run on the old primary too, and its run says so.
-    failover_note = models.TextField("last failover", blank=True, default="")
+    failover_note = models.TextField("last failover", blank=True, default="", db_default="")
     failover_through = models.DateTimeField(
         null=True, blank=True, help_text="Slots at or before this may have run on the old primary too."
     )
@@ -250,6 +255,7 @@ class JobRun(models.Model):
     failover = models.TextField(
         blank=True,
         default="",
+        db_default="",
         help_text="A failover this run met: it was lost with the old primary, or it is the first run "
         "after one (its slot may have run on the old primary too).",
     )

@@ -23,7 +23,7 @@ from django.db.models import F, Q
 from django.db.models.functions import Now
 
 from locks.db import RowLocked, error_text, safe_text, unlocked, without_waiting
-from locks.lease import CREATE_WAIT, LockError, create_lock_row, iso, pause_text
+from locks.lease import CREATE_WAIT, NOTE_LIMIT, LockError, create_lock_row, iso, pause_text
 from locks.models import (
     EXPIRED,
     FREE,
@@ -47,7 +47,6 @@ FROZEN_HINT = (
     "nothing changed. A holder frozen inside its fenced write keeps the row locked until its transaction "
     "ends (on PostgreSQL the server ends it within the job's lease TTL): try again then"
 )
-NOTE_LIMIT = 500  # characters of a pause note kept: it is repeated on every skip line
 # A run-now request whose run never took the lease (its process died at start) stops blocking
 # another request after this long.
 REQUEST_STALE = timedelta(seconds=60)

@@ -23,6 +23,7 @@ from django.utils import timezone
 from locks import schedule
 from locks.db import STANDBY, RowLocked, error_text, missing_table, safe_text, standby, traceback_text
 from locks.lease import (
+    FAILOVER_PAUSER,
     CommitUnknown,
     Lease,
     LockError,
@@ -30,6 +31,7 @@ from locks.lease import (
     NotCommitted,
     Skip,
     acquire,
+    failover_pause_note,
     iso,
     make_holder,
     read_back_commit,
@@ -38,7 +40,6 @@ from locks.lease import (
     validate_ttl,
 )
 from locks.models import JobRun, Outcome, SyncLock, now_plus
-from locks.operator import pause_job
 from locks.registry import ALL, PAUSE, RERUN, Job, attempts_of, get_job, tick_window
 from locks.schedule import InvalidTick
 from locks.tasks import TaskFailed, task_runner
@@ -255,6 +256,7 @@ def run_locked(
         try:
             connections[router.db_for_write(SyncLock)].ensure_connection()
             claim = {"horizon": horizon, "retry_delays": retry_delays, "retries": retries}
+            claim["pause_on_failover"] = on_failover == PAUSE
             got = acquire(job=job, tick=tick, ttl=ttl, holder=result.holder, **claim)
         except Error as exc:
             return _unreachable(result, exc, started)
@@ -331,18 +333,20 @@ class PausedOnFailover(NotCommitted):
     failed run that wrote nothing)."""
 
 
-# Who pauses a job on a failover, as a pause names who acted.
-FAILOVER_PAUSER = "locks:failover"
-
-
 def _on_failover(lease: Lease, policy: str, fn) -> tuple:
     """What runs for ``lease``: ``fn``, or after a failover under "pause" the pause."""
     return (_pause_on_failover,) if lease.failover and policy == PAUSE else (fn,)
 
 
 def _pause_on_failover(lease: Lease) -> None:
-    note = f"paused on a database failover: {lease.failover}"
-    pause_job(job=lease.job, by=FAILOVER_PAUSER, note=note)
+    # acquire paused the job in its claim's transaction: no later run can miss the failover.
+    note = failover_pause_note(lease.failover)
+    logger.warning(
+        "job=%s paused by %s: no copy runs it until it is resumed (note: %s)",
+        lease.job,
+        FAILOVER_PAUSER,
+        note,
+    )
     raise PausedOnFailover(
         f"not run: {note}. Check what its last runs did on the old primary, then resume it "
         f"(`locks resume {lease.job}`)"
@@ -540,15 +544,12 @@ def run_job(
     if force and tick is not None:
         raise InvalidTick("force and tick exclude each other: a forced run claims no tick")
     now = timezone.now()
-    # The period around now, not around the tick: on an uneven schedule the upcoming slot
-    # can lie further ahead than the gap that follows it.
-    horizon, bound = schedule.period(job.schedule, now=now, tz=job.timezone), "one schedule period"
     if tick is not None:
         tick = schedule.check_tick(job.schedule, tick, tz=job.timezone)
-        if tick != job.current_tick(now=now):  # a later slot than now's only within the tick window
-            horizon = schedule.early_window(job.schedule, now=now, window=tick_window(), tz=job.timezone)
-            bound = "the tick window"
     claim, behind = tick or due or job.current_tick(now=now), False
+    # The future bound (rule 3): none for the scheduler's slot, else the tick window before the slot.
+    window = schedule.early_window_before(job.schedule, claim, window=tick_window(), tz=job.timezone)
+    horizon = timedelta(0) if due is not None and tick is None else window
     if job.catch_up == ALL:
         try:
             pending = _pending_tick(job, due=claim)
@@ -576,7 +577,7 @@ def run_job(
     )
     result.behind, skip = behind, result.skip
     if tick is not None and skip is not None and skip.reason == "tick_ahead":
-        args = {"db_now": skip.db_now, "horizon": skip.horizon, "window": tick_window(), "bound": bound}
+        args = {"db_now": skip.db_now, "horizon": skip.horizon, "window": tick_window()}
         raise InvalidTick(schedule.tick_ahead_message(job.schedule, tick, tz=job.timezone, **args))
     return result
 

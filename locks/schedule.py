@@ -360,6 +360,14 @@ def early_window(
     return min(window, period(expression, now=now, tz=tz) / 4)
 
 
+def early_window_before(
+    expression: str, tick: datetime, *, window: timedelta, tz: "str | tzinfo" = DEFAULT_TIMEZONE
+) -> timedelta:
+    """How far ahead of the database clock a run may claim ``tick``: ``window``, capped at a quarter
+    of the gap before it, whatever the gap after it (the last slot of a burst is a day from the next)."""
+    return min(window, (_utc(tick) - slot_before(expression, moment=tick, tz=tz)) / 4)
+
+
 def current_tick(
     expression: str, *, now: datetime, window: timedelta, tz: "str | tzinfo" = DEFAULT_TIMEZONE
 ) -> datetime:
@@ -430,15 +438,14 @@ def tick_ahead_message(
     db_now: datetime,
     horizon: timedelta,
     window: timedelta,
-    bound: str = "one schedule period",
     tz: "str | tzinfo" = DEFAULT_TIMEZONE,
 ) -> str:
-    """Why ``tick`` was refused as more than ``horizon`` (``bound``) ahead of the database
+    """Why ``tick`` was refused as more than ``horizon`` (the tick window) ahead of the database
     clock (``db_now``), with the slots a run may name instead."""
     latest = slot_at_or_before(expression, now=db_now + horizon, tz=tz)
     claimed = current_tick(expression, now=db_now, window=window, tz=tz)
     return (
-        f"tick {_utc(tick).isoformat()} is more than {bound} ({horizon}) ahead of the "
+        f"tick {_utc(tick).isoformat()} is more than the tick window ({horizon}) ahead of the "
         f"database clock ({db_now.isoformat(timespec='seconds')}); the latest slot it may name "
         f"is {latest.isoformat()}, the one a run claims now is {claimed.isoformat()}"
     )

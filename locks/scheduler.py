@@ -218,13 +218,19 @@ class Scheduler:
     ) -> None:
         self.plans = [_Plan(job) for job in jobs]
         self.paused = paused
-        self.now = now
+        self.host_now = now
+        # The database clock minus this host's, learned from a slot refused as ahead of it (a fast
+        # host): the loop names and asks for slots on the database's time (issue 35, item 13).
+        self.skew = timedelta(0)
         self.executor = Forked(run) if forked else Inline(run)
         self.stop = stop or threading.Event()
         self.grace = grace
         self.wake_reader, self.wake_writer = os.pipe()  # a signal's handler wakes the loop through it
         os.set_blocking(self.wake_reader, False)
         os.set_blocking(self.wake_writer, False)
+
+    def now(self) -> datetime:
+        return self.host_now() + self.skew
 
     def running(self) -> list[str]:
         return [plan.job.name for plan in self.executor.running()]
@@ -300,6 +306,8 @@ class Scheduler:
     def _settle(self, plan: _Plan, outcome: RunResult) -> None:
         plan.running = False
         plan.paused = outcome.skip is not None and outcome.skip.reason == "paused"
+        if outcome.skip is not None and outcome.skip.reason == "tick_ahead":  # before the time to ask again
+            self.skew = min(timedelta(0), self.skew + outcome.skip.db_now - self.now())
         plan.again_at = self._again_at(plan, outcome)
         if plan.again_at is not None:
             logger.info(
@@ -355,6 +363,8 @@ class Scheduler:
             return skip.wait + timedelta(seconds=1)
         if skip.reason == "retry_later":
             return skip.wait  # another copy's attempt failed: the next one, when it may start
+        if skip.reason == "tick_ahead":  # this host's clock is fast: ask once the database's reaches the slot
+            return skip.tick - skip.db_now + timedelta(seconds=1)
         if skip.reason == "paused":
             return PAUSED_POLL  # its lock row is read until a resume, then it is asked at once
         return None  # done elsewhere, a later tick claimed, or no attempt left

@@ -17,9 +17,10 @@ from django.db import connection
 
 from locks.contrib.alerts.jobs import AlertNotSent
 from locks.contrib.alerts.models import Incident
+from locks.lease import FAILOVER_PAUSER
 from locks.models import JobRun, RunStatus, SyncLock, database_now, now_plus
 from locks.operator import pause_job, resume_job
-from locks.runner import FAILOVER_PAUSER, run_job
+from locks.runner import run_job
 from locks.schedule import previous_slots
 from tests.conftest import ROOT, project_env
 from tests.locks.conftest import faketime_or_skip, schedulers, wait_for

@@ -14,7 +14,7 @@ from django.db.models import BigIntegerField, Value
 
 from locks import Lease, Skip, acquire, fenced, release, run_locked
 from locks.lease import read_back_commit
-from locks.models import JobRun, SyncLock
+from locks.models import JobPause, JobRun, SyncLock
 from tests.jobsapp.models import SlotWrite
 from tests.locks.conftest import TICK
 
@@ -119,3 +119,34 @@ def test_a_lease_of_the_old_history_neither_releases_nor_reads_back_the_new_hold
     write(new)
     assert read_back_commit(new) is True
     assert read_back_commit(old) is None  # the row no longer tells about the old history's token 1
+
+
+def test_a_failover_pause_whose_run_was_interrupted_still_binds_the_next_run(timeline):
+    """Issue 35, item 2: on_failover "pause" after a failover whose first run never committed its
+    pause (a SIGTERM before its body, a database error, a crash). Was: only that run saw the failover
+    (acquire had re-stamped the row), so the next run ran the body: the re-send the pause prevents."""
+    ran = []
+
+    def body(lease):
+        ran.append(lease.tick)
+        write(lease)
+
+    run = {"job": "job", "ttl": TTL, "fn": body, "on_failover": "pause"}
+    assert run_locked(tick=TICK, **run).outcome == "succeeded"  # the row is stamped timeline 1
+    timeline(2)
+    with (
+        mock.patch("locks.runner._pause_on_failover", side_effect=SystemExit(143)),
+        pytest.raises(SystemExit),
+    ):
+        run_locked(tick=TICK + timedelta(hours=1), **run)
+
+    result = run_locked(tick=TICK + timedelta(hours=2), **run)
+
+    assert ran == [TICK]
+    assert result.skip is not None and result.skip.reason == "paused"
+    lock = SyncLock.objects.get()
+    assert lock.paused_by == "locks:failover"
+    assert lock.paused_note.startswith(
+        "paused on a database failover: the database failed over since token 1"
+    )
+    assert JobPause.objects.get().paused_by == "locks:failover"

@@ -18,7 +18,8 @@ from locks.runner import run_job
 from locks.schedule import InvalidTick, next_tick
 from tests.conftest import ROOT, project_env
 from tests.hostproject import settings as host  # the module: what the tests' overrides leave alone
-from tests.locks.conftest import TICK, register
+from tests.jobsapp.models import SlotWrite
+from tests.locks.conftest import TICK, register, reschedule
 
 HOST_JOBS = ["write_slot", "record", "refuse", "linger", "slow_write"]
 WITH_BUILTIN = [*HOST_JOBS, "check_jobs"]  # the locks app registers check_jobs itself (locks/registry.py)
@@ -155,6 +156,40 @@ def test_a_current_tick_too_far_ahead_is_a_skip_not_an_error(registered, monkeyp
 
     assert (result.outcome, result.skip.reason) == ("skipped", "tick_ahead")
     assert not SyncLock.objects.exists()
+
+
+def test_a_copy_five_minutes_fast_takes_no_slot_of_a_burst_from_the_others(registered, settings, monkeypatch):
+    """Issue 35, item 13: six minutely slots an hour (as `54-59 0 * * *` a day), the first at the
+    database's minute. Was: the fast copy claimed the burst's last slot five minutes early (its future
+    bound was the gap after that slot, 55 minutes), and the others' asks for the first five skipped
+    ("a later tick ... was already claimed"): five missed, one run early."""
+    first = database_now().replace(second=0, microsecond=0)
+    burst = ",".join(str((first.minute + minute) % 60) for minute in range(6))
+    reschedule(settings, "write_slot", f"{burst} * * * *")
+    on_time = timezone.now()
+    monkeypatch.setattr(timezone, "now", lambda: on_time + timedelta(minutes=5))
+
+    fast = run_job(name="write_slot")
+    monkeypatch.undo()
+    honest = run_job(name="write_slot")
+
+    last = first + timedelta(minutes=5)
+    assert (fast.outcome, fast.skip.reason, fast.tick) == ("skipped", "tick_ahead", last)
+    assert "is more than 0:00:15 ahead of the database clock" in fast.reason
+    assert honest.outcome == "succeeded" and honest.tick in {first, first + timedelta(minutes=1)}
+    assert list(SlotWrite.objects.values_list("tick", flat=True)) == [honest.tick]
+
+
+def test_the_schedulers_slot_is_never_claimed_before_its_time_on_the_database_clock(registered, settings):
+    """The scheduler names the latest slot at or before its own clock (``due``): a slot ahead of the
+    database clock is this host's fast clock, refused however near it is (the loop asks again then)."""
+    reschedule(settings, "write_slot", "* * * * *")
+    upcoming = next_tick("* * * * *", now=database_now())
+
+    result = run_job(name="write_slot", due=upcoming)
+
+    assert (result.outcome, result.skip.reason, result.tick) == ("skipped", "tick_ahead", upcoming)
+    assert not SlotWrite.objects.exists()
 
 
 def test_the_dry_run_callable_is_the_preview(registered):

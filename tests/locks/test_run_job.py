@@ -1,14 +1,18 @@
 """`manage.py run_job NAME` as real processes: the host project's jobs, the exit codes."""
 
 import signal
+import subprocess
+import sys
 import time
 from datetime import timedelta
 
 import pytest
+from django.db import connection
 
 from locks.models import JobRun, SyncLock, database_now
-from tests.conftest import manage, project_env, spawn
+from tests.conftest import ROOT, manage, project_env, spawn
 from tests.jobsapp.models import SlotWrite
+from tests.locks.conftest import faketime_or_skip
 
 TICK = "2026-11-30T14:00:00+00:00"
 REGISTERED = "write_slot, record, refuse, linger, slow_write, check_jobs"
@@ -213,3 +217,33 @@ def test_each_run_records_who_asked_for_it(env):
         "cli",
         "admin:alice",
     ]
+
+
+def test_a_copy_five_minutes_fast_leaves_a_burst_to_the_others(db_url):
+    """Issue 35, item 13, as real processes: six minutely slots an hour from the database's minute
+    (as `54-59 0 * * *` a day). Was: `faketime -f +5m run_job` claimed the burst's last slot five
+    minutes early and the on-time copy's ask skipped ("a later tick ... was already claimed").
+    PostgreSQL only: SQLite's clock is the process's own, and faketime fakes it too."""
+    if connection.vendor != "postgresql":
+        pytest.skip("PostgreSQL only: SQLite's clock is the process's own, and faketime fakes it too")
+    first = database_now().replace(second=0, microsecond=0)
+    burst = ",".join(str((first.minute + minute) % 60) for minute in range(6))
+    env = project_env(DATABASE_URL=db_url, WRITE_SLOT_SCHEDULE=f"{burst} * * * *")
+    fast = subprocess.run(
+        [faketime_or_skip(), "-f", "+5m", sys.executable, str(ROOT / "manage.py"), "run_job", "write_slot"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    on_time = manage("run_job", "write_slot", env=env)
+
+    assert fast.returncode == 0, fast.stderr
+    assert (
+        f"outcome=skipped reason=tick {(first + timedelta(minutes=5)).isoformat()} is more than"
+        in fast.stderr
+    )
+    assert on_time.returncode == 0 and "outcome=succeeded" in on_time.stdout, on_time.stderr
+    run = JobRun.objects.get()
+    assert run.tick in {first, first + timedelta(minutes=1)}
+    assert list(SlotWrite.objects.values_list("tick", flat=True)) == [run.tick]

@@ -204,10 +204,10 @@ def test_a_tick_is_checked_without_the_database_clock():
 
 def test_a_tick_refused_as_too_far_ahead_names_the_slots_a_run_may_claim():
     message = tick_ahead_message(
-        HOURLY, at(16, 0), db_now=at(14, 57), horizon=timedelta(hours=1), window=WINDOW
+        HOURLY, at(16, 0), db_now=at(14, 57), horizon=timedelta(minutes=5), window=WINDOW
     )
     assert message == (
-        "tick 2026-11-30T16:00:00+00:00 is more than one schedule period (1:00:00) ahead of the database "
+        "tick 2026-11-30T16:00:00+00:00 is more than the tick window (0:05:00) ahead of the database "
         "clock (2026-11-30T14:57:00+00:00); the latest slot it may name is 2026-11-30T15:00:00+00:00, "
         "the one a run claims now is 2026-11-30T15:00:00+00:00"
     )

@@ -260,6 +260,48 @@ def test_a_tick_refused_as_too_far_ahead_is_not_asked_again_until_the_next_slot(
     assert not [record for record in caplog.records if record.levelno >= logging.ERROR]
 
 
+def test_a_slot_ahead_of_the_database_clock_is_asked_again_when_the_database_reaches_it():
+    """Issue 35, item 13: the lease refuses the scheduler's slot before its time on the database
+    clock (this host's is 3 s fast); the loop asks again once the database's clock is there."""
+    ahead = Skip("hourly", at(10), "tick_ahead", "", None, None, db_now=at(9, 59, 57), horizon=timedelta(0))
+
+    runs = loop(at(10), [ahead, "succeeded"], until=at(10, 30))
+
+    assert runs.asked == [(at(10), at(10)), (at(10, 0, 4), at(10))]
+
+
+def test_a_scheduler_five_minutes_fast_runs_each_slot_of_a_burst_at_its_time_on_the_database_clock():
+    """Issue 35, item 13: a lone copy 5 minutes fast, `54-59 0 * * *`. Its first ask is refused as
+    ahead of the database clock; from then on it names and asks for slots on the database's time:
+    each of the six runs once, none before its time."""
+    clock = FakeClock(at(0, 50), at(1, 10))
+    behind = timedelta(minutes=5)  # the database clock, behind this host's
+    ran = []
+
+    def run(*, name: str, due: datetime) -> RunResult:
+        db_now = clock.now() - behind
+        if due > db_now:
+            skip = Skip(name, due, "tick_ahead", "", None, None, db_now=db_now, horizon=timedelta(0))
+            return RunResult(job=name, tick=due, holder="h", outcome="skipped", skip=skip)
+        if ran and due <= ran[-1][1]:  # as the lease answers: done, or a later tick claimed
+            return RunResult(
+                job=name,
+                tick=due,
+                holder="h",
+                outcome="skipped",
+                skip=Skip(name, due, "tick_claimed", "h", None, None),
+            )
+        ran.append((db_now, due))
+        return RunResult(job=name, tick=due, holder="h", outcome="succeeded")
+
+    burst = replace(HOURLY, name="burst", schedule="54-59 0 * * *")
+    Scheduler(jobs=[burst], now=clock.now, run=run, stop=clock.stop).run_forever(wait=clock.wait)
+
+    slots = [at(0, minute) for minute in range(54, 60)]
+    assert [due for _db_now, due in ran] == [at(0, 59) - timedelta(days=1), *slots]
+    assert all(due <= db_now < due + timedelta(seconds=2) for db_now, due in ran[1:]), ran
+
+
 def test_it_never_sleeps_more_than_a_minute_without_looking_at_the_clock():
     clock = FakeClock(at(10))
     waits = []

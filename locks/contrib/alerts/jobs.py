@@ -31,11 +31,10 @@ from django.utils.module_loading import import_string
 
 from locks.contrib.alerts.models import Incident
 from locks.db import error_text
-from locks.lease import Lease, fenced, iso
+from locks.lease import FAILOVER_PAUSER, Lease, fenced, iso
 from locks.models import PAUSE_FIELDS, JobPause, SyncLock, now_plus
 from locks.operator import ensure_lock_row
 from locks.registry import SLOT_ERRORS, Job, jobs
-from locks.runner import FAILOVER_PAUSER
 from locks.status import FAILED, MISSED, PAUSED, SUCCEEDED, Ledger, Slot, job_ledgers, jobs_health
 
 logger = logging.getLogger(__name__)

@@ -43,11 +43,11 @@ class Incident(models.Model):
     # Each email is claimed, then sent or uncertain (jobs.py): a claim that expires unsettled
     # (its sender died) is claimed again; an uncertain one is never sent again by itself.
     opened_mail_state = models.CharField(
-        "opening email", max_length=20, blank=True, default="", choices=MAIL_STATES
+        "opening email", max_length=20, blank=True, default="", db_default="", choices=MAIL_STATES
     )
     opened_mail_claimed_until = models.DateTimeField("opening email claimed until", null=True, blank=True)
     closed_mail_state = models.CharField(
-        "recovery email", max_length=20, blank=True, default="", choices=MAIL_STATES
+        "recovery email", max_length=20, blank=True, default="", db_default="", choices=MAIL_STATES
     )
     closed_mail_claimed_until = models.DateTimeField("recovery email claimed until", null=True, blank=True)
 
