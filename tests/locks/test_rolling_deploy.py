@@ -27,7 +27,12 @@ def previous_release(tmp_path):
         or subprocess.run(["git", "cat-file", "-e", PREVIOUS], cwd=ROOT).returncode
     ):
         pytest.skip(f"the previous release's commit {PREVIOUS} is not in this checkout")
-    archive = subprocess.run(["git", "archive", PREVIOUS], cwd=ROOT, capture_output=True, check=True)
+    # From the repository's top: the host suite on the wheel runs from a copy of tests/ inside var/,
+    # where `git archive` would take only that subdirectory's files.
+    top = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=ROOT, capture_output=True, text=True)
+    archive = subprocess.run(
+        ["git", "archive", PREVIOUS], cwd=top.stdout.strip(), capture_output=True, check=True
+    )
     root = tmp_path / "previous"
     root.mkdir()
     subprocess.run(["tar", "-x", "-C", str(root)], input=archive.stdout, check=True)
