@@ -541,7 +541,7 @@ def remind_service() -> dict:
         started, cpu = time.perf_counter(), cpu_seconds()
         result = run_job(name="send_reminders", force=True)
         seconds, cpu = time.perf_counter() - started, cpu_seconds() - cpu
-    if result.outcome != "succeeded":
+    if result.outcome.recorded != "succeeded":
         raise SystemExit(f"send_reminders did not succeed: {result.describe()}")
     return {
         "seconds": seconds,

@@ -1,4 +1,6 @@
+import logging
 from datetime import datetime, timedelta
+from typing import NamedTuple
 
 from django.db import models
 from django.db.models import DateTimeField, ExpressionWrapper, F, Max, Q, Value
@@ -6,10 +8,20 @@ from django.db.models.functions import Now
 from django.utils import timezone
 
 
+class Answer(NamedTuple):
+    """What an outcome means to every interface (``ANSWERS``)."""
+
+    exit_code: int  # run_job and its aliases, cron
+    http_status: int  # the trigger
+    level: int  # the run's log line
+    recorded: str = ""  # what JobRun.status and the log line say, when not the outcome itself
+    reported: str = ""  # what the trigger says, when not what is recorded
+
+
 class Outcome(models.TextChoices):
-    """What a run came to: the one outcome type. ``JobRun.status`` and ``SyncLock.last_status``
-    store it (never ``skipped``: a skip took no lease); ``RunResult.outcome`` is one; exit codes,
-    HTTP statuses and log levels are looked up from it in ``locks.runner.ANSWERS``."""
+    """What a run came to: the one outcome vocabulary. ``JobRun.status`` and
+    ``SyncLock.last_status`` hold the ``RECORDED`` ones; each a run can come to has its row of
+    ``ANSWERS``: exit code, HTTP status, log level, the word it is recorded and logged as."""
 
     RUNNING = "running", "running"
     SUCCEEDED = "succeeded", "succeeded"
@@ -19,10 +31,47 @@ class Outcome(models.TextChoices):
     RELEASED = "released", "force-released"
     ABANDONED = "abandoned", "abandoned"
     SKIPPED = "skipped", "skipped"
+    # Never stored: each is recorded and logged as the one its row names.
+    SUCCEEDED_THEN_FAILED = "succeeded_then_failed", "succeeded (its fenced write committed), then failed"
+    TICK_AHEAD = "tick_ahead", "skipped: tick too far ahead"  # nothing stored: most likely this host's clock
+    UNREACHABLE = "unreachable", "skipped: database unreachable"  # costs no attempt; asked again
+    REFUSED = "refused", "skipped: the scheduler's tick refused as too far ahead"
+    FAILED_EXPECTED = "failed_expected", "failed as its job expects"  # an outside system
+    FAILED_DATABASE = "failed_database", "failed: database error"
+    BROKE = "broke", "the scheduler's ask raised, or its process died"
+
+    @property
+    def answer(self) -> Answer:
+        return ANSWERS[self]
+
+    @property
+    def recorded(self) -> "Outcome":
+        """The outcome a run that came to this one records and logs."""
+        return Outcome(ANSWERS[self].recorded or self) if self in ANSWERS else self
+
+    @property
+    def reported(self) -> "Outcome":
+        """The outcome the trigger answers for this one (lost_lock is a failure to a caller)."""
+        return Outcome(ANSWERS[self].reported or self.recorded)
 
 
-RunStatus = Outcome  # the name of the last release
-
+# What each outcome a run can come to means to every interface, in one place.
+ANSWERS = {
+    Outcome.SUCCEEDED: Answer(0, 200, logging.INFO),
+    Outcome.SUCCEEDED_THEN_FAILED: Answer(0, 200, logging.ERROR, Outcome.SUCCEEDED),
+    Outcome.SKIPPED: Answer(0, 409, logging.INFO),
+    Outcome.TICK_AHEAD: Answer(0, 409, logging.WARNING, Outcome.SKIPPED),
+    Outcome.UNREACHABLE: Answer(0, 503, logging.WARNING, Outcome.SKIPPED),
+    Outcome.REFUSED: Answer(0, 409, logging.INFO, Outcome.SKIPPED),
+    Outcome.FAILED: Answer(1, 500, logging.ERROR),  # a bug (its traceback is kept) or a block rolled back
+    Outcome.FAILED_EXPECTED: Answer(1, 502, logging.ERROR, Outcome.FAILED),
+    Outcome.FAILED_DATABASE: Answer(1, 503, logging.ERROR, Outcome.FAILED),
+    Outcome.LOST_LOCK: Answer(1, 500, logging.ERROR, reported=Outcome.FAILED),  # the run keeps the detail
+    Outcome.UNKNOWN: Answer(1, 503, logging.ERROR),  # the COMMIT got no answer: the next run resolves it
+    Outcome.BROKE: Answer(1, 500, logging.ERROR),
+}
+# What JobRun.status and SyncLock.last_status may hold: the first eight ("skipped" too, never stored).
+RECORDED = [(o.value, o.label) for o in Outcome][:8]
 
 # The states of a lease, judged by the database clock. Each is one filter, so
 # acquire, the admin, the selectors and the command agree on them.
@@ -145,7 +194,7 @@ class SyncLock(models.Model):
     )
     last_started_at = models.DateTimeField(null=True, blank=True)
     last_finished_at = models.DateTimeField(null=True, blank=True)
-    last_status = models.CharField(max_length=20, choices=Outcome.choices, blank=True)
+    last_status = models.CharField(max_length=20, choices=RECORDED, blank=True)
     last_error = models.TextField(blank=True)
     # An operator's pause (locks.operator): while paused_at is set, acquire's compare-and-set
     # refuses every contender, forced or not (docs/architecture.md, "Operating the jobs").
@@ -235,7 +284,7 @@ class JobRun(models.Model):
     token = models.PositiveBigIntegerField("fencing token")
     started_at = models.DateTimeField()
     finished_at = models.DateTimeField(null=True, blank=True)
-    status = models.CharField(max_length=20, choices=Outcome.choices, default=Outcome.RUNNING)
+    status = models.CharField(max_length=20, choices=RECORDED, default=Outcome.RUNNING)
     stats = models.JSONField(default=dict, blank=True)
     error = models.TextField(blank=True)
     requested_by = models.CharField(

@@ -1,7 +1,6 @@
 """A run of a job under its lease: ``run_job`` (a registered job, the one way every caller runs
 one), ``run_locked`` (any function), the heartbeat, the ``JobRun`` record, and ``RunResult``: what
-a run came to, its one log line, and (``ANSWERS``) its exit code, HTTP status and log level
-(docs/architecture.md, "The lock").
+a run came to (an ``Outcome``) and its one log line (docs/architecture.md, "The lock").
 """
 
 from __future__ import annotations
@@ -24,6 +23,7 @@ from locks import schedule
 from locks.db import STANDBY, RowLocked, error_text, missing_table, safe_text, standby, traceback_text
 from locks.lease import (
     FAILOVER_PAUSER,
+    RETRIED,
     CommitUnknown,
     Lease,
     LockError,
@@ -52,21 +52,6 @@ ERROR_LIMIT = 2000
 # The most runs one run_due makes to catch up slots behind (a day of minutes, and then some).
 MAX_CATCH_UP = 2000
 
-# What each kind of result means to every interface, in one place: exit code (run_job and its
-# aliases, cron), HTTP status (the trigger) and log level. ``RunResult.kind`` names the row.
-ANSWERS = {
-    "succeeded": (0, 200, logging.INFO),
-    "succeeded_then_failed": (0, 200, logging.ERROR),  # its fenced write committed, then an error
-    "skipped": (0, 409, logging.INFO),
-    "tick_ahead": (0, 409, logging.WARNING),  # nothing stored: most likely this host's clock
-    "unreachable": (0, 503, logging.WARNING),  # costs no attempt; asked again
-    "failed": (1, 500, logging.ERROR),  # a bug (its traceback is kept) or a block rolled back
-    "failed_expected": (1, 502, logging.ERROR),  # an outside system, as the job's expected_errors say
-    "failed_database": (1, 503, logging.ERROR),
-    "lost_lock": (1, 500, logging.ERROR),
-    "unknown": (1, 503, logging.ERROR),  # the COMMIT got no answer: the next run resolves it
-}
-
 
 @dataclass
 class RunResult:
@@ -90,41 +75,17 @@ class RunResult:
     attempts: int | None = None
     # After a failed attempt: how long until the next may start; None: it was the last one.
     retry_after: timedelta | None = None
-    unreachable: bool = False  # skipped: the database could not be reached (costs no attempt)
     behind: bool = False  # catch_up "all": it was for a slot older than the current one
-    expected: bool = False  # failed the way its job expects (one of its expected_errors)
-    refused: bool = False  # the scheduler's ask: its tick was refused as too far ahead (nothing stored)
-    broke: bool = False  # the scheduler's ask: its run raised, or its process died
     forced: bool = False  # --force: its tick, if any, is a failed slot it retried (``retries``)
     reached: bool = False  # its body started: it used one of its tick's attempts (rule 12)
     exception: BaseException | None = field(default=None, repr=False, compare=False)
 
+    def __post_init__(self) -> None:
+        self.outcome = Outcome(self.outcome)
+
     @property
     def ok(self) -> bool:
-        return self.outcome in {Outcome.SUCCEEDED, Outcome.SKIPPED}
-
-    @property
-    def kind(self) -> str:
-        """The row of ``ANSWERS`` this result is."""
-        if self.outcome == Outcome.SUCCEEDED:
-            return "succeeded_then_failed" if self.error else "succeeded"
-        if self.outcome == Outcome.SKIPPED:
-            if self.unreachable:
-                return "unreachable"
-            return "tick_ahead" if self.skip is not None and self.skip.reason == "tick_ahead" else "skipped"
-        if self.outcome == Outcome.FAILED and self.expected:
-            return "failed_expected"
-        if self.outcome == Outcome.FAILED and isinstance(self.exception, Error):
-            return "failed_database"
-        return self.outcome if self.outcome in {Outcome.LOST_LOCK, Outcome.UNKNOWN} else "failed"
-
-    @property
-    def exit_code(self) -> int:
-        return ANSWERS[self.kind][0]
-
-    @property
-    def http_status(self) -> int:
-        return ANSWERS[self.kind][1]
+        return self.outcome.recorded in {Outcome.SUCCEEDED, Outcome.SKIPPED}
 
     @property
     def next_due_now(self) -> bool:
@@ -133,14 +94,16 @@ class RunResult:
         the next slot is due at once."""
         if not self.behind:
             return False
-        if self.outcome in {Outcome.FAILED, Outcome.LOST_LOCK, Outcome.UNKNOWN}:
+        if self.outcome.recorded in RETRIED:
             return self.retry_after is None
         settled_elsewhere = self.skip is not None and self.skip.reason in {"attempts_used", "tick_claimed"}
-        return self.outcome == Outcome.SUCCEEDED or settled_elsewhere
+        return self.outcome.recorded == Outcome.SUCCEEDED or settled_elsewhere
 
     def describe(self) -> str:
         parts = [f"job={self.job}", f"tick={iso(self.tick) or 'forced'}", f"holder={self.holder}"]
-        parts.append(f"outcome={self.outcome}" + (" forced=yes" if self.forced and self.tick else ""))
+        parts.append(
+            f"outcome={self.outcome.recorded}" + (" forced=yes" if self.forced and self.tick else "")
+        )
         if self.token is not None:
             parts.append(f"token={self.token}")
         if self.attempt is not None:
@@ -158,7 +121,7 @@ class RunResult:
     def log(self) -> None:
         unexpected = bool(self.traceback)  # the exception itself: outside its except block
         logger.log(
-            ANSWERS[self.kind][2], "%s", self.describe(), exc_info=self.exception if unexpected else None
+            self.outcome.answer.level, "%s", self.describe(), exc_info=self.exception if unexpected else None
         )
 
 
@@ -286,6 +249,7 @@ def run_locked(
 def _skipped(result: RunResult, got: Skip, started: float) -> RunResult:
     result.skip, result.reason = got, str(got)
     if got.reason == "tick_ahead":  # nothing was stored; most likely this host's clock (or a --tick)
+        result.outcome = Outcome.TICK_AHEAD
         result.reason += f"; this host's clock is {(timezone.now() - got.db_now).total_seconds():+.0f} s off the database clock"
     result.duration = time.monotonic() - started
     result.log()
@@ -370,9 +334,9 @@ def _run_body(fn, lease: Lease, result: RunResult, expected_errors) -> BaseExcep
     except NotCommitted as exc:
         error, caught = str(exc), exc
     except Error as exc:
-        error, caught = f"database error: {error_text(exc)}", exc
+        outcome, error, caught = Outcome.FAILED_DATABASE, f"database error: {error_text(exc)}", exc
     except expected_errors as exc:  # its message may quote an outside system: bounded, one line
-        error, caught, result.expected = safe_text(str(exc), limit=ERROR_LIMIT), exc, True
+        outcome, error, caught = Outcome.FAILED_EXPECTED, safe_text(str(exc), limit=ERROR_LIMIT), exc
     except Exception as exc:
         error, caught, result.traceback = error_text(exc), exc, traceback_text(exc)
     except BaseException as exc:  # KeyboardInterrupt, SystemExit (SIGTERM): record, then go on
@@ -393,8 +357,9 @@ def _settle(lease: Lease, result: RunResult) -> None:
     if result.outcome == Outcome.UNKNOWN and not lease.unconfirmed and read_back_commit(lease):
         lease.committed = True
     if lease.committed and result.outcome != Outcome.SUCCEEDED:
-        result.outcome, result.error = Outcome.SUCCEEDED, f"after its fenced write committed: {result.error}"
-    if result.outcome in {Outcome.FAILED, Outcome.LOST_LOCK, Outcome.UNKNOWN}:
+        result.outcome = Outcome.SUCCEEDED_THEN_FAILED
+        result.error = f"after its fenced write committed: {result.error}"
+    if result.outcome.recorded in RETRIED:
         result.retry_after = lease.retry_delay
 
 
@@ -406,7 +371,7 @@ def _unreachable(result: RunResult, exc: Exception, started: float) -> RunResult
         ) from exc
     cause = STANDBY if standby(exc) else "database unreachable"  # a standby: the URL or a failover
     result.reason = f"{cause}: {error_text(exc)}"
-    result.exception, result.unreachable = exc, True
+    result.exception, result.outcome = exc, Outcome.UNREACHABLE
     result.duration = time.monotonic() - started
     result.log()
     return result
@@ -478,7 +443,7 @@ def _record_finish(lease: Lease, run_id, result: RunResult) -> None:
             if run_id is not None:
                 JobRun.objects.filter(pk=run_id).update(
                     finished_at=Now(),
-                    status=result.outcome,
+                    status=result.outcome.recorded,
                     **({"stats": result.stats} if result.stats else {}),  # a task's id stays (locks.tasks)
                     error=result.error,
                     traceback=result.traceback,
@@ -494,7 +459,7 @@ def _record_finish(lease: Lease, run_id, result: RunResult) -> None:
                 continue
             logger.warning(
                 "job=%s token=%s could not record outcome %s: %s; the lease expires by itself",
-                *(lease.job, lease.token, result.outcome, error_text(exc)),
+                *(lease.job, lease.token, result.outcome.recorded, error_text(exc)),
             )
 
 
@@ -503,11 +468,13 @@ def _release(lease: Lease, result: RunResult) -> bool:
     changed hands meanwhile without a committed fenced write is ``lost_lock``; one whose fenced
     write the row does not show is ``failed`` (``NotCommitted``)."""
     try:
-        released = release(lease=lease, status=result.outcome, error=result.error, used=result.reached)
+        released = release(
+            lease=lease, status=result.outcome.recorded, error=result.error, used=result.reached
+        )
     except NotCommitted as exc:
         result.outcome, result.error, result.retry_after = Outcome.FAILED, str(exc), lease.retry_delay
         return True
-    if not released and result.outcome == Outcome.SUCCEEDED and not lease.committed:
+    if not released and result.outcome.recorded == Outcome.SUCCEEDED and not lease.committed:
         result.outcome = Outcome.LOST_LOCK
         result.error = f"lease on {lease.job} (token {lease.token}) was taken over before the run finished"
     return released
@@ -554,8 +521,7 @@ def run_job(
         try:
             pending = _pending_tick(job, due=claim)
         except Error as exc:
-            skipped = RunResult(job=name, tick=claim, holder=make_holder(), outcome=Outcome.SKIPPED)
-            return _unreachable(skipped, exc, time.monotonic())
+            return _unreachable(RunResult(job=name, tick=claim, holder=make_holder()), exc, time.monotonic())
         if tick is not None and tick > pending:
             raise InvalidTick(
                 f"tick {iso(tick)} would skip slots: under catch_up 'all' the slots of {name} run oldest "

@@ -55,7 +55,7 @@ INTERRUPTED_WAIT = 10.0
 def _broke(name: str, due: datetime | None, why: str) -> RunResult:
     """An ask that came to no run of its own: its run raised, or its process died (logged where it
     happened). Asked again with the backoff of an unreachable database."""
-    return RunResult(job=name, tick=due, holder="", outcome=Outcome.FAILED, error=why, broke=True)
+    return RunResult(job=name, tick=due, holder="", outcome=Outcome.BROKE, error=why)
 
 
 @dataclass
@@ -108,7 +108,7 @@ def ask(run: Callable[..., RunResult], *, name: str, due: datetime) -> RunResult
     except InvalidTick as exc:
         # The tick is more than a period ahead of the database clock: this host's clock is
         # fast. run_locked logged the WARNING with its offset; nothing was stored.
-        return RunResult(job=name, tick=due, holder="", reason=f"refused: {exc}", refused=True)
+        return RunResult(job=name, tick=due, holder="", outcome=Outcome.REFUSED, reason=f"refused: {exc}")
     except Exception as exc:  # a bug in a job's wrapper or the lock: logged, and the loop goes on
         logger.exception("scheduler: job=%s tick=%s raised; the loop goes on", name, due.isoformat())
         return _broke(name, due, error_text(exc))
@@ -314,7 +314,7 @@ class Scheduler:
                 "scheduler: job=%s tick=%s outcome=%s; asking again at %s",
                 plan.job.name,
                 plan.tick.isoformat(),
-                "broke" if outcome.broke else outcome.outcome,
+                outcome.outcome.recorded,
                 plan.again_at.isoformat(timespec="seconds"),
             )
 
@@ -322,9 +322,9 @@ class Scheduler:
         """When to ask for the job again before its next slot, or None; never past the
         chance of the slot asked for (the next slot; under catch_up "all", its window)."""
         now = self.now()
-        if outcome.refused:
+        if outcome.outcome == Outcome.REFUSED:
             return None
-        if outcome.broke or outcome.unreachable:
+        if outcome.outcome in {Outcome.BROKE, Outcome.UNREACHABLE}:
             plan.backoff = min(max(plan.backoff * 2, BACKOFF_FIRST), BACKOFF_MOST)
             delay = plan.backoff
         else:
@@ -353,7 +353,7 @@ class Scheduler:
         plan.backoff = timedelta(0)
         if result.next_due_now:
             return timedelta(0)  # catch_up "all": that slot is settled, the next one is due
-        if result.outcome in {"failed", "lost_lock", "unknown"}:
+        if result.outcome.recorded in {"failed", "lost_lock", "unknown"}:
             return result.retry_after  # None: the tick had its last attempt
         if skip is None:
             return None  # succeeded

@@ -30,7 +30,7 @@ from django.views.decorators.http import require_POST, require_safe
 
 from locks.db import STANDBY, error_text, standby
 from locks.lease import LockError, iso
-from locks.models import HELD, OVERDUE, JobRun, Outcome, Throttle, database_now, now_plus
+from locks.models import HELD, OVERDUE, RECORDED, JobRun, Outcome, Throttle, database_now, now_plus
 from locks.registry import SLOT_ERRORS, UnknownJob, get_job
 from locks.registry import jobs as registered_jobs
 from locks.runner import RunResult, run_due, run_job
@@ -235,14 +235,13 @@ def _trigger(request: HttpRequest, job: str) -> JsonResponse:
     last = results[-1]
     payload = {**_run_payload(last), "runs": [_run_payload(result) for result in results]}
     payload["behind"] = last.next_due_now  # more slots behind than one request runs: trigger again
-    return JsonResponse(payload, status=last.http_status)
+    return JsonResponse(payload, status=last.outcome.answer.http_status)
 
 
 def _run_payload(result: RunResult) -> dict:
     payload = {
         "job": result.job,
-        # lost_lock is a failure to the caller; the JobRun row keeps the detail.
-        "outcome": Outcome.FAILED if result.outcome == Outcome.LOST_LOCK else result.outcome,
+        "outcome": result.outcome.reported,
         "tick": iso(result.tick),
         "forced": result.forced,
         "holder": result.holder,
@@ -455,7 +454,7 @@ def job_metrics() -> list[Metric]:
             ticks.add_metric([name, outcome], ledgers[name].counts.get(outcome, 0))
     seen = {(name, status): count for name, status, count in runs}
     for name in registered:
-        for status in Outcome.values:
+        for status, _label in RECORDED:
             run_counts.add_metric([name, status], seen.get((name, status), 0))
     skew = _gauge("locks_clock_skew_seconds", "This host's clock minus the database's.", [])
     skew.add_metric([], (timezone.now() - db_now).total_seconds())

@@ -28,7 +28,7 @@ from django.test import override_settings
 from django.utils import timezone
 
 from locks.lease import LockLost, acquire, release, renew
-from locks.models import JobPause, JobRun, RunStatus, SyncLock, now_plus
+from locks.models import JobPause, JobRun, Outcome, SyncLock, now_plus
 
 CHROMIUM = Path(os.environ.get("CHROMIUM", "/usr/bin/chromium"))
 CHROMEDRIVER = Path(os.environ.get("CHROMEDRIVER", "/usr/bin/chromedriver"))
@@ -127,7 +127,7 @@ class ForceReleaseInTheBrowser(StaticLiveServerTestCase):
         for n in range(1, HISTORY + 1):
             started = hour - timedelta(hours=n, seconds=-2)
             created, updated = (1, 0) if n == 5 else (0, n % 3)
-            status, error = RunStatus.SUCCEEDED, ""
+            status, error = Outcome.SUCCEEDED, ""
             stats = {
                 "fetched": 1758,
                 "created": created,
@@ -138,12 +138,12 @@ class ForceReleaseInTheBrowser(StaticLiveServerTestCase):
                 "pruned": n % 2,
             }
             if n == 3:
-                status, stats = RunStatus.FAILED, {}
+                status, stats = Outcome.FAILED, {}
                 error = (
                     "CodeforcesError: contest.list answered FAILED: Call limit exceeded (after 3 attempts)"
                 )
             if n == 6:
-                status, stats = RunStatus.LOST_LOCK, {}
+                status, stats = Outcome.LOST_LOCK, {}
                 error = "lease on sync_contests (token 3) was taken over or released"
             runs.append(
                 JobRun(
@@ -196,7 +196,7 @@ class ForceReleaseInTheBrowser(StaticLiveServerTestCase):
             note="mail relay down",
         )
         done = acquire(job="weekly_report", tick=None, ttl=timedelta(minutes=5), holder="cron-1:311:0c5a7b")
-        release(lease=done, status=RunStatus.SUCCEEDED)
+        release(lease=done, status=Outcome.SUCCEEDED)
         SyncLock.objects.filter(job_name="weekly_report").update(
             last_started_at=now_plus(-timedelta(hours=3, seconds=47)),
             last_finished_at=now_plus(-timedelta(hours=3)),

@@ -224,9 +224,10 @@ ABOVE = {
 # for the scheduler's, which asks again when the database's clock reaches it
 # (schedule.early_window_before, +6), then keeps that offset so that a lone fast copy names each slot
 # on the database's time (Scheduler.skew, +8). Issue 36, item 8: the import hook for the old module
-# paths goes (-57). A ratchet, not the goal: lower it as code is cut;
-# raise it only with a reason in the commit.
-MAX_PRODUCT_LINES = 6855
+# paths goes (-57); one outcome vocabulary, each outcome with its answers in locks.models.ANSWERS,
+# the booleans of RunResult and the trigger's remap gone (+14). A ratchet, not the goal: lower it as
+# code is cut; raise it only with a reason in the commit.
+MAX_PRODUCT_LINES = 6869
 # Its Python files with code (an empty package marker is not counted): 22 until issue 25 made alerts.py
 # an app of its own, locks.contrib.alerts: an app has its own apps.py, models.py and admin.py (and jobs.py).
 # 26 with issue 39's locks.tasks (the bridge to django.tasks, imported by the runner and the checks).

@@ -573,7 +573,7 @@ def step_hold(*, job: str, ttl: float, work: float) -> dict:
         return {}
 
     result = run_locked(job=job, tick=None, ttl=timedelta(seconds=ttl), fn=work_while_holding)
-    return {"outcome": result.outcome, "error": result.error}
+    return {"outcome": result.outcome.recorded, "error": result.error}
 
 
 def step_renew_release(*, job: str, holder: str, token: int, ttl: float) -> dict:
@@ -761,7 +761,7 @@ def step_operator(*, job: str) -> dict:
     by = "admin:mongo-operator"
     answers = {"pause": locks("pause", job, "--note", "maintenance")}
     paused = run_job(name=job, force=True)
-    answers["paused_run"] = {"outcome": paused.outcome, "reason": paused.reason}
+    answers["paused_run"] = {"outcome": paused.outcome.recorded, "reason": paused.reason}
     answers["run_now_paused"] = run_now(job=job, by=by).detail
     answers["resume"] = locks("resume", job)
     started = run_now(job=job, by=by)
@@ -772,7 +772,7 @@ def step_operator(*, job: str) -> dict:
         time.sleep(0.2)
     answers["requested_runs"] = list(runs.values_list("status", flat=True))
     scheduled = run_job(name=job)  # the slot of now, as cron or the scheduler runs it
-    answers["scheduled"] = {"outcome": scheduled.outcome, "tick": _iso(scheduled.tick)}
+    answers["scheduled"] = {"outcome": scheduled.outcome.recorded, "tick": _iso(scheduled.tick)}
     answers["status"] = json.loads(locks("status", "--json"))
     answers["ticks"] = json.loads(locks("ticks", job, "--json", "--last", "3"))
     return answers

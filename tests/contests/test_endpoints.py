@@ -7,7 +7,7 @@ import secrets
 import pytest
 
 from contests.models import Contest
-from locks.models import JobRun, RunStatus
+from locks.models import JobRun, Outcome
 from locks.registry import get_job
 from locks.runner import run_job
 
@@ -52,7 +52,7 @@ def test_502_when_codeforces_fails_and_nothing_is_written(client, trigger):
     assert "answered HTTP 503" in body["error"]
     assert trigger.calls == 1
     assert not Contest.objects.exists()
-    assert JobRun.objects.get().status == RunStatus.FAILED
+    assert JobRun.objects.get().status == Outcome.FAILED
 
 
 def test_healthz_describes_the_sync_at_the_top_level(client, trigger):

@@ -59,7 +59,7 @@ def main() -> None:
 
     def run(**kwargs):
         result = RUN_SCHEDULED(**kwargs)
-        seen.append({"job": result.job, "tick": result.tick.isoformat(), "outcome": result.outcome})
+        seen.append({"job": result.job, "tick": result.tick.isoformat(), "outcome": result.outcome.recorded})
         return result
 
     registered = jobs()

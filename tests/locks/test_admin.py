@@ -18,7 +18,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from locks.lease import Lease, LockLost, Skip, acquire, release, renew
-from locks.models import JobRun, RunStatus, SyncLock, now_plus
+from locks.models import JobRun, Outcome, SyncLock, now_plus
 from locks.operator import force_release
 from locks.runner import prune_runs, run_locked
 from tests.locks.conftest import TICK, reschedule
@@ -57,7 +57,7 @@ def overdue(job: str = "write_slot") -> Lease:
 
 def free(job: str = "write_slot") -> Lease:
     lease = held(job)
-    assert release(lease=lease, status=RunStatus.SUCCEEDED)
+    assert release(lease=lease, status=Outcome.SUCCEEDED)
     return lease
 
 
@@ -203,7 +203,7 @@ def test_no_button_for_an_expired_lock_and_releasing_it_changes_nothing(admin_cl
 
     assert "is not held any more (its lease expired at " in text(response)
     lock = SyncLock.objects.get()
-    assert (lock.token, lock.last_status, lock.holder) == (lease.token, RunStatus.RUNNING, HOLDER)
+    assert (lock.token, lock.last_status, lock.holder) == (lease.token, Outcome.RUNNING, HOLDER)
     assert not LogEntry.objects.exists()
 
 
@@ -246,7 +246,7 @@ def test_relative_times_follow_the_database_clock_not_the_hosts(admin_client, mo
 def test_list_shows_token_tick_last_run_and_duration(admin_client):
     tick = timezone.now().replace(minute=0, second=0, microsecond=0)
     lease = acquire(job="write_slot", tick=tick, ttl=timedelta(minutes=5), holder=HOLDER)
-    release(lease=lease, status=RunStatus.FAILED, error="boom")
+    release(lease=lease, status=Outcome.FAILED, error="boom")
     SyncLock.objects.update(
         last_started_at=now_plus(-timedelta(minutes=10, seconds=30)),
         last_finished_at=now_plus(-timedelta(minutes=10)),
@@ -280,7 +280,7 @@ def test_summary_names_last_success_next_tick_and_stuck_locks(admin_client, sett
         job_name="write_slot",
         holder=HOLDER,
         token=1,
-        status=RunStatus.SUCCEEDED,
+        status=Outcome.SUCCEEDED,
         started_at=now_plus(-timedelta(minutes=13)),
         finished_at=now_plus(-timedelta(minutes=12, seconds=30)),
     )
@@ -288,7 +288,7 @@ def test_summary_names_last_success_next_tick_and_stuck_locks(admin_client, sett
         job_name="write_slot",
         holder=HOLDER,
         token=2,
-        status=RunStatus.FAILED,
+        status=Outcome.FAILED,
         started_at=now_plus(-timedelta(minutes=2)),
         finished_at=now_plus(-timedelta(minutes=1)),
     )
@@ -398,7 +398,7 @@ def test_action_asks_for_confirmation_then_releases_and_logs(admin_client, admin
     lock = SyncLock.objects.get(job_name="write_slot")
     assert lock.locked_until is None
     assert lock.token == lease.token + 1
-    assert lock.last_status == RunStatus.RELEASED
+    assert lock.last_status == Outcome.RELEASED
     assert SyncLock.objects.get(job_name="other").locked_until is not None  # not selected
     assert (
         f"Released write_slot: holder was {HOLDER} (token {lease.token}); new token {lease.token + 1}."
@@ -428,8 +428,8 @@ def test_button_releases_and_fences_out_the_old_holder(admin_client):
     assert "admin:admin" in lock.last_error
     with pytest.raises(LockLost):
         renew(lease=lease)
-    assert release(lease=lease, status=RunStatus.SUCCEEDED) is False
-    assert SyncLock.objects.get().last_status == RunStatus.RELEASED
+    assert release(lease=lease, status=Outcome.SUCCEEDED) is False
+    assert SyncLock.objects.get().last_status == Outcome.RELEASED
     assert LogEntry.objects.get().object_repr == "write_slot"
 
 
@@ -463,12 +463,12 @@ def test_the_confirmation_carries_the_token_it_showed(admin_client):
 def test_a_holder_that_finished_before_the_confirmation_keeps_its_outcome(admin_client):
     lease = held()
     tokens = shown(admin_client.get(release_url()))
-    assert release(lease=lease, status=RunStatus.SUCCEEDED)  # it finished meanwhile
+    assert release(lease=lease, status=Outcome.SUCCEEDED)  # it finished meanwhile
 
     response = admin_client.post(release_url(), tokens, follow=True)
 
     lock = SyncLock.objects.get()
-    assert (lock.token, lock.last_status, lock.last_error) == (lease.token, RunStatus.SUCCEEDED, "")
+    assert (lock.token, lock.last_status, lock.last_error) == (lease.token, Outcome.SUCCEEDED, "")
     assert (
         f"Nothing released: lease on write_slot (token {lease.token}) is not held any more "
         "(finished as succeeded); nothing released." in text(response)
@@ -486,7 +486,7 @@ def test_a_holder_that_took_over_after_the_confirmation_is_not_released(admin_cl
     response = admin_client.post(LIST_URL, {**data, **tokens, "post": "yes"}, follow=True)
 
     lock = SyncLock.objects.get()
-    assert (lock.token, lock.holder, lock.last_status) == (newer.token, "web-2:7:healthy", RunStatus.RUNNING)
+    assert (lock.token, lock.holder, lock.last_status) == (newer.token, "web-2:7:healthy", Outcome.RUNNING)
     assert lock.token == lease.token + 2
     assert (
         f"Nothing released: lease on write_slot is now token {newer.token} held by web-2:7:healthy; "
@@ -650,7 +650,7 @@ def test_runs_are_read_only(admin_client):
     assert admin_client.get(reverse("admin:locks_jobrun_add")).status_code == 403
     assert admin_client.post(reverse("admin:locks_jobrun_delete", args=[run.pk])).status_code == 403
     run.refresh_from_db()
-    assert (run.status, run.holder) == (RunStatus.RUNNING, HOLDER)
+    assert (run.status, run.holder) == (Outcome.RUNNING, HOLDER)
 
 
 # --- detail page and run history --------------------------------------------------------
@@ -665,7 +665,7 @@ def test_detail_page_shows_the_last_20_runs_of_that_job(admin_client):
                 job_name="write_slot",
                 holder=HOLDER,
                 token=n,
-                status=RunStatus.SUCCEEDED,
+                status=Outcome.SUCCEEDED,
                 started_at=now - timedelta(hours=25 - n),
                 finished_at=now - timedelta(hours=25 - n) + timedelta(seconds=3),
                 stats={"fetched": 1758, "created": n},
@@ -690,7 +690,7 @@ def test_run_history_columns(admin_client):
         tick=timezone.now().replace(minute=0, second=0, microsecond=0),
         holder=HOLDER,
         token=7,
-        status=RunStatus.FAILED,
+        status=Outcome.FAILED,
         started_at=timezone.now() - timedelta(seconds=2, milliseconds=500),
         finished_at=timezone.now(),
         stats={"fetched": 1758, "created": 3, "updated": 0},
@@ -714,14 +714,14 @@ def test_run_history_filters_and_date_hierarchy(admin_client):
     now = timezone.now()
     JobRun.objects.bulk_create(
         [
-            JobRun(job_name="a", holder="h", token=1, status=RunStatus.SUCCEEDED, started_at=now),
-            JobRun(job_name="a", holder="h", token=2, status=RunStatus.FAILED, started_at=now),
-            JobRun(job_name="b", holder="h", token=1, status=RunStatus.FAILED, started_at=now),
+            JobRun(job_name="a", holder="h", token=1, status=Outcome.SUCCEEDED, started_at=now),
+            JobRun(job_name="a", holder="h", token=2, status=Outcome.FAILED, started_at=now),
+            JobRun(job_name="b", holder="h", token=1, status=Outcome.FAILED, started_at=now),
             JobRun(
                 job_name="b",
                 holder="h",
                 token=2,
-                status=RunStatus.LOST_LOCK,
+                status=Outcome.LOST_LOCK,
                 started_at=now - timedelta(days=400),
             ),
         ]
@@ -762,7 +762,7 @@ def test_locks_list_runs_a_bounded_number_of_queries(admin_client, django_assert
                 tick=now,
                 last_started_at=now - timedelta(seconds=30),
                 last_finished_at=now,
-                last_status=RunStatus.SUCCEEDED,
+                last_status=Outcome.SUCCEEDED,
             )
             for n in range(1000)
         ]
@@ -771,7 +771,7 @@ def test_locks_list_runs_a_bounded_number_of_queries(admin_client, django_assert
         job_name="write_slot",
         holder=HOLDER,
         token=1,
-        status=RunStatus.SUCCEEDED,
+        status=Outcome.SUCCEEDED,
         started_at=now,
         finished_at=now,
     )
@@ -792,7 +792,7 @@ def test_runs_list_runs_a_bounded_number_of_queries(admin_client, django_assert_
                 token=n,
                 started_at=now - timedelta(minutes=n),
                 finished_at=now - timedelta(minutes=n) + timedelta(seconds=4),
-                status=RunStatus.SUCCEEDED if n % 3 else RunStatus.FAILED,
+                status=Outcome.SUCCEEDED if n % 3 else Outcome.FAILED,
                 stats={"fetched": 1758, "created": n % 4},
                 error="" if n % 3 else "boom " * 40,
             )
@@ -811,7 +811,7 @@ def test_runs_list_runs_a_bounded_number_of_queries(admin_client, django_assert_
 
 def _runs_started(job: str, *ages: timedelta) -> None:
     JobRun.objects.bulk_create(
-        JobRun(job_name=job, holder=HOLDER, token=n, status=RunStatus.SUCCEEDED, started_at=now_plus(-age))
+        JobRun(job_name=job, holder=HOLDER, token=n, status=Outcome.SUCCEEDED, started_at=now_plus(-age))
         for n, age in enumerate(ages, start=1)
     )
 

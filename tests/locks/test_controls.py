@@ -18,7 +18,7 @@ from django.urls import reverse
 
 from locks.db import TRACEBACK_LIMIT, traceback_text
 from locks.lease import acquire
-from locks.models import JobRun, RunStatus, SyncLock, database_now
+from locks.models import JobRun, Outcome, SyncLock, database_now
 from locks.operator import pause_job
 from locks.runner import run_job, run_locked
 from locks.schedule import previous_slots
@@ -173,12 +173,12 @@ def test_run_now_answers_at_once_and_the_run_finishes_in_the_background(
     ), message
     assert not gate.exists()  # so the job cannot have finished: it is still waiting, or not yet started
     runs = JobRun.objects.filter(job_name="wait_for_release")
-    wait_for(runs.filter(status=RunStatus.RUNNING).exists, timeout=60, what="the background run to start")
+    wait_for(runs.filter(status=Outcome.RUNNING).exists, timeout=60, what="the background run to start")
     gate.touch()
-    wait_for(runs.exclude(status=RunStatus.RUNNING).exists, timeout=60, what="the background run to finish")
+    wait_for(runs.exclude(status=Outcome.RUNNING).exists, timeout=60, what="the background run to finish")
     run = runs.get()
     assert (run.status, run.tick, run.requested_by, run.stats) == (
-        RunStatus.SUCCEEDED,
+        Outcome.SUCCEEDED,
         None,
         "admin:alice",
         {"released": 1},
@@ -214,7 +214,7 @@ def test_two_run_now_clicks_50_ms_apart_start_one_run(
     runs = JobRun.objects.filter(job_name="wait_for_release")
     wait_for(runs.exists, timeout=60, what="the background run to start")
     gate.touch()
-    wait_for(lambda: not runs.filter(status=RunStatus.RUNNING).exists(), timeout=60, what="the run to finish")
+    wait_for(lambda: not runs.filter(status=Outcome.RUNNING).exists(), timeout=60, what="the run to finish")
     wait_for(
         lambda: SyncLock.objects.get(job_name="wait_for_release").run_requested_at is None,
         timeout=30,
@@ -223,7 +223,7 @@ def test_two_run_now_clicks_50_ms_apart_start_one_run(
     assert list(runs.values_list("status", "requested_by")) == [("succeeded", "admin:alice")]
     third = messages_of(client.post(url("run_now", "wait_for_release"), follow=True))
     assert third[0].startswith("Started a run")  # the request ended with its run: another may start
-    wait_for(lambda: runs.filter(status=RunStatus.SUCCEEDED).count() == 2, timeout=60, what="the third run")
+    wait_for(lambda: runs.filter(status=Outcome.SUCCEEDED).count() == 2, timeout=60, what="the third run")
 
 
 def test_a_run_now_whose_process_cannot_start_leaves_a_failed_run_with_its_error(alice, monkeypatch):
@@ -250,9 +250,7 @@ def test_the_list_shows_a_strip_of_one_cell_per_slot_and_the_page_the_whole_ledg
     reschedule(settings, "record", "0 * * * *")
     settings.LOCKS_LEDGER_SLOTS = 6
     ticks = previous_slots("0 * * * *", now=database_now(), count=6)
-    for token, (tick, status) in enumerate(
-        [(ticks[1], RunStatus.SUCCEEDED), (ticks[2], RunStatus.FAILED)], 1
-    ):
+    for token, (tick, status) in enumerate([(ticks[1], Outcome.SUCCEEDED), (ticks[2], Outcome.FAILED)], 1):
         JobRun.objects.create(
             job_name="record",
             tick=tick,
@@ -299,7 +297,7 @@ def test_a_slot_a_failover_touched_is_marked_in_the_strip_and_the_ledger(alice, 
             holder="h:1:a",
             token=token,
             timeline=1 + (token == 2),
-            status=RunStatus.SUCCEEDED,
+            status=Outcome.SUCCEEDED,
             started_at=tick,
             failover=note,
         )
@@ -361,7 +359,7 @@ def test_an_unexpected_failure_keeps_its_traceback_on_its_run_and_its_page(alice
 
 
 def test_an_expected_failure_keeps_its_one_line_and_no_traceback():
-    assert run_job(name="refuse", force=True).outcome == "failed"
+    assert run_job(name="refuse", force=True).outcome == "failed_expected"
     run = JobRun.objects.get()
     assert (run.error, run.traceback, run.requested_by) == ("nothing to record today", "", "")
 

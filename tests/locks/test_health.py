@@ -14,7 +14,7 @@ import requests
 from django.core.checks import run_checks
 
 from locks.lease import acquire
-from locks.models import JobRun, RunStatus, database_now, now_plus
+from locks.models import JobRun, Outcome, database_now, now_plus
 from locks.operator import pause_job
 from locks.runner import run_job
 from locks.schedule import slot_at_or_before
@@ -50,12 +50,12 @@ def synced(settings, transactional_db):
 
 def finished_at(moment: datetime, *, job: str = JOB_NAME) -> int:
     """Set every successful run's end to ``moment``."""
-    return JobRun.objects.filter(job_name=job, status=RunStatus.SUCCEEDED).update(finished_at=moment)
+    return JobRun.objects.filter(job_name=job, status=Outcome.SUCCEEDED).update(finished_at=moment)
 
 
 def finished_ago(seconds: float, *, job: str = JOB_NAME) -> int:
     """Move every successful run's end ``seconds`` into the past, on the database clock."""
-    return JobRun.objects.filter(job_name=job, status=RunStatus.SUCCEEDED).update(
+    return JobRun.objects.filter(job_name=job, status=Outcome.SUCCEEDED).update(
         finished_at=now_plus(-timedelta(seconds=seconds))
     )
 
@@ -162,12 +162,12 @@ def test_a_failed_run_after_a_success_does_not_hide_the_success(client, synced, 
     # The same job, failing this time the way its expected errors do.
     failing = {"callable": "tests.jobsapp.jobs.refuse", "expected_errors": ["tests.jobsapp.jobs.Refused"]}
     register(settings, **{JOB_NAME: {**settings.LOCKS_JOBS[JOB_NAME], **failing}})
-    assert run_job(name=JOB_NAME, force=True).outcome == "failed"
+    assert run_job(name=JOB_NAME, force=True).outcome == "failed_expected"
     response = client.get(URL)
     assert response.status_code == 200
     body = response.json()
     assert body["lock"]["last_status"] == "failed"
-    assert body["last_success_at"] == JobRun.objects.get(status=RunStatus.SUCCEEDED).finished_at.isoformat()
+    assert body["last_success_at"] == JobRun.objects.get(status=Outcome.SUCCEEDED).finished_at.isoformat()
     assert (
         "nothing to record today"
         in client.get(URL, HTTP_AUTHORIZATION=f"Bearer {TOKEN}").json()["lock"]["last_error"]

@@ -16,7 +16,7 @@ from django.core.management.base import CommandError
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from locks.models import JobPause, JobRun, RunStatus, SyncLock, database_now
+from locks.models import JobPause, JobRun, Outcome, SyncLock, database_now
 from locks.registry import get_job
 from locks.runner import run_job
 from locks.schedule import previous_slots
@@ -45,9 +45,9 @@ def test_every_outcome_from_runs_written_into_the_past():
     record = job()  # retry delays 30 and 60 s: three attempts per slot
     ticks = previous_slots(record.schedule, now=NOW, count=7)  # 10:30, 10:25, … 10:00
     runs = {
-        ticks[1]: [run(ticks[1], RunStatus.FAILED), run(ticks[1], RunStatus.SUCCEEDED, token=2)],
-        ticks[2]: [run(ticks[2], RunStatus.FAILED, token=3), run(ticks[2], RunStatus.ABANDONED, token=4)],
-        ticks[5]: [run(ticks[5], RunStatus.RUNNING, token=7)],
+        ticks[1]: [run(ticks[1], Outcome.FAILED), run(ticks[1], Outcome.SUCCEEDED, token=2)],
+        ticks[2]: [run(ticks[2], Outcome.FAILED, token=3), run(ticks[2], Outcome.ABANDONED, token=4)],
+        ticks[5]: [run(ticks[5], Outcome.RUNNING, token=7)],
     }
     lock = {"token": 7, "locked_until": NOW + timedelta(minutes=1), "tick": ticks[5], "paused_at": None}
     # 10:09 to 10:14:59: 10:10 was paused when its time came (lost to the pause, though resumed within
@@ -75,8 +75,8 @@ def test_every_outcome_from_runs_written_into_the_past():
 def test_a_slot_that_used_every_attempt_is_failed_before_the_next_slot_comes():
     hourly = job("0 * * * *", retry_delays=(timedelta(minutes=1),))  # two attempts
     [tick] = previous_slots(hourly.schedule, now=NOW, count=1)
-    once = {tick: [run(tick, RunStatus.FAILED)]}
-    twice = {tick: [run(tick, RunStatus.FAILED), run(tick, RunStatus.LOST_LOCK, token=2)]}
+    once = {tick: [run(tick, Outcome.FAILED)]}
+    twice = {tick: [run(tick, Outcome.FAILED), run(tick, Outcome.LOST_LOCK, token=2)]}
     assert outcomes(build_ledger(hourly, ticks=[tick], runs=once, lock={}, pauses=[], db_now=NOW)) == [
         "pending"
     ]
@@ -130,7 +130,7 @@ def test_an_uneven_schedule_gives_each_slot_its_own_chance():
     ]
     assert chance_end(twice, ticks[1]) == ticks[0]
     assert chance_end(twice, ticks[0]) == NOW.replace(hour=8, minute=0) + timedelta(days=1)
-    runs = {ticks[1]: [run(ticks[1], RunStatus.FAILED)], ticks[2]: [run(ticks[2], RunStatus.SUCCEEDED)]}
+    runs = {ticks[1]: [run(ticks[1], Outcome.FAILED)], ticks[2]: [run(ticks[2], Outcome.SUCCEEDED)]}
     ledger = build_ledger(twice, ticks=ticks, runs=runs, lock={}, pauses=[], db_now=NOW)
     assert outcomes(ledger) == ["pending", "failed", "succeeded", "missed"]
     assert all(slot.tick.tzinfo == UTC for slot in ledger.slots)
@@ -141,7 +141,7 @@ def test_a_seconds_level_schedule():
     now = NOW + timedelta(seconds=25)
     ticks = previous_slots(every_ten.schedule, now=now, count=4)  # :20, :10, :00, :50
     assert [tick.second for tick in ticks] == [20, 10, 0, 50]
-    runs = {ticks[1]: [run(ticks[1], RunStatus.SUCCEEDED)], ticks[2]: [run(ticks[2], RunStatus.FAILED)]}
+    runs = {ticks[1]: [run(ticks[1], Outcome.SUCCEEDED)], ticks[2]: [run(ticks[2], Outcome.FAILED)]}
     ledger = build_ledger(every_ten, ticks=ticks, runs=runs, lock={}, pauses=[], db_now=now)
     assert outcomes(ledger) == ["pending", "succeeded", "failed", "missed"]
 
@@ -161,7 +161,7 @@ def _history(job_name: str, *, runs: int) -> list:
             token=n + 1,
             started_at=ticks[1 + n % 9],
             finished_at=ticks[1 + n % 9] + timedelta(seconds=2),
-            status=RunStatus.FAILED if n % 9 == 3 else RunStatus.SUCCEEDED,
+            status=Outcome.FAILED if n % 9 == 3 else Outcome.SUCCEEDED,
             requested_by="cron",
         )
         for n in range(runs)
@@ -241,7 +241,11 @@ def test_a_forced_run_after_a_failed_attempt_settles_the_slot_for_the_ledger_sta
         settings, refuse={**settings.LOCKS_JOBS["refuse"], "schedule": "0 * * * *", "catch_up": catch_up}
     )
     failed = run_job(name="refuse")
-    assert (failed.outcome, failed.attempt, failed.retry_after) == ("failed", 1, timedelta(seconds=30))
+    assert (failed.outcome, failed.attempt, failed.retry_after) == (
+        "failed_expected",
+        1,
+        timedelta(seconds=30),
+    )
     register(settings, refuse={**settings.LOCKS_JOBS["refuse"], "callable": "tests.jobsapp.jobs.write_slot"})
 
     forced = run_job(name="refuse", force=True, requested_by="admin:alice")

@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from locks.contrib.alerts.models import Incident
 from locks.lease import acquire
-from locks.models import JobRun, RunStatus, SyncLock, database_now, now_plus
+from locks.models import JobRun, Outcome, SyncLock, database_now, now_plus
 from locks.operator import pause_job
 from locks.runner import run_job
 from locks.schedule import next_tick, previous_slots
@@ -128,7 +128,7 @@ def test_one_scrape_costs_the_same_queries_whatever_the_number_of_runs(client, e
             token=n,
             started_at=now - timedelta(minutes=n % 240),
             finished_at=now - timedelta(minutes=n % 240) + timedelta(seconds=3),
-            status=(RunStatus.SUCCEEDED, RunStatus.FAILED)[n % 2],
+            status=(Outcome.SUCCEEDED, Outcome.FAILED)[n % 2],
         )
         for n in range(runs)
     )

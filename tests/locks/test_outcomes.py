@@ -12,10 +12,9 @@ import pytest
 from django.db import DatabaseError, IntegrityError, connection, transaction
 
 from locks import CommitUnknown, NotCommitted, Outcome, acquire, fenced, release, run_locked
-from locks.models import JobRun, SyncLock
+from locks.models import ANSWERS, RECORDED, JobRun, SyncLock
 from locks.operator import force_release
 from locks.registry import get_job
-from locks.runner import ANSWERS, run_job
 from locks.status import UNKNOWN, job_ledgers
 from tests.jobsapp.models import SlotWrite
 from tests.locks.conftest import TICK
@@ -45,7 +44,7 @@ def test_a_fenced_block_rolled_back_by_set_rollback_is_a_failure_and_its_tick_st
     result = run(body)
 
     assert (result.outcome, result.error) == ("failed", "the fenced block of job (token 1) was rolled back")
-    assert result.exit_code == 1 and result.retry_after == RETRY[0]
+    assert result.outcome.answer.exit_code == 1 and result.retry_after == RETRY[0]
     lock = SyncLock.objects.get()
     assert (lock.tick, lock.tick_done, lock.committed_token, lock.tick_attempts) == (TICK, False, None, 1)
     assert lock.retry_at is not None  # its attempts apply: the next one after the retry delay
@@ -102,12 +101,8 @@ def test_a_committed_block_is_still_a_success():
 
     result = run(body)
 
-    assert (result.outcome, result.kind, result.exit_code, result.http_status) == (
-        "succeeded",
-        "succeeded",
-        0,
-        200,
-    )
+    answer = result.outcome.answer
+    assert (result.outcome, answer.exit_code, answer.http_status) == ("succeeded", 0, 200)
     assert SyncLock.objects.get().tick_done and SlotWrite.objects.count() == 1
 
 
@@ -119,8 +114,8 @@ def unanswered(lease) -> None:
 def test_an_unanswered_commit_is_unknown_never_failed():
     result = run(unanswered)
 
-    assert result.outcome == Outcome.UNKNOWN and result.kind == "unknown"
-    assert (result.exit_code, result.http_status) == ANSWERS["unknown"][:2] == (1, 503)
+    assert result.outcome == Outcome.UNKNOWN
+    assert (result.outcome.answer.exit_code, result.outcome.answer.http_status) == (1, 503)
     assert list(JobRun.objects.values_list("status", flat=True)) == ["unknown"]
     assert SyncLock.objects.get().last_status == "unknown"
 
@@ -223,9 +218,11 @@ def test_force_release_of_a_holder_that_wrote_nothing_records_lost_lock():
     assert JobRun.objects.get().status == "lost_lock"
 
 
-def test_every_kind_of_result_has_one_row_in_the_table():
-    assert set(ANSWERS) == {
-        *("succeeded", "succeeded_then_failed", "skipped", "tick_ahead", "unreachable"),
-        *("failed", "failed_expected", "failed_database", "lost_lock", "unknown"),
-    }
-    assert run_job  # the trigger and the commands read exit codes and statuses from this table
+def test_every_outcome_a_run_comes_to_has_one_row_and_what_is_stored_is_unchanged():
+    assert set(ANSWERS) == set(Outcome) - {Outcome.RUNNING, Outcome.RELEASED, Outcome.ABANDONED}
+    assert [value for value, _label in RECORDED] == [
+        *("running", "succeeded", "failed", "unknown", "lost_lock", "released", "abandoned", "skipped")
+    ]
+    assert {outcome.recorded for outcome in ANSWERS} <= {*(value for value, _label in RECORDED), "broke"}
+    assert (Outcome.LOST_LOCK.recorded, Outcome.LOST_LOCK.reported) == ("lost_lock", "failed")
+    assert (Outcome.FAILED_EXPECTED.recorded, Outcome.FAILED_EXPECTED.answer[:2]) == ("failed", (1, 502))

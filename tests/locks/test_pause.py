@@ -15,7 +15,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from locks.lease import Lease, Skip, acquire, release
-from locks.models import JobPause, JobRun, RunStatus, SyncLock
+from locks.models import JobPause, JobRun, Outcome, SyncLock
 from locks.operator import pause_job, resume_job
 from locks.registry import UnknownJob
 from locks.runner import run_job
@@ -74,7 +74,7 @@ def test_a_run_that_holds_the_lease_finishes_and_the_next_one_skips():
     lease = acquire(job="record", tick=TICK, ttl=TTL)
     assert isinstance(lease, Lease)
     pause_job(job="record", by="cli:alice")
-    assert release(lease=lease, status=RunStatus.SUCCEEDED)  # its owner-only release still matches
+    assert release(lease=lease, status=Outcome.SUCCEEDED)  # its owner-only release still matches
     assert SyncLock.objects.get(job_name="record").tick_done
     assert acquire(job="record", tick=TICK + timedelta(minutes=5), ttl=TTL).reason == "paused"
 
@@ -183,7 +183,7 @@ def test_a_paused_job_under_three_schedulers_runs_nothing_until_it_is_resumed(db
 
         resume_job(job="slow_write", by="cli:alice")
         wait_for(
-            JobRun.objects.filter(job_name="slow_write", status=RunStatus.SUCCEEDED).exists,
+            JobRun.objects.filter(job_name="slow_write", status=Outcome.SUCCEEDED).exists,
             timeout=60,
             what="a run once resumed",
         )
@@ -191,7 +191,7 @@ def test_a_paused_job_under_three_schedulers_runs_nothing_until_it_is_resumed(db
     assert [proc.returncode for proc in procs] == [0, 0, 0]
     runs = JobRun.objects.filter(job_name="slow_write")
     assert runs.exists() and all(run.requested_by == "scheduler" for run in runs)
-    assert runs.filter(status=RunStatus.SUCCEEDED).count() == len(set(runs.values_list("tick", flat=True)))
+    assert runs.filter(status=Outcome.SUCCEEDED).count() == len(set(runs.values_list("tick", flat=True)))
     assert all(
         run.started_at > JobPause.objects.get().resumed_at - timedelta(seconds=1) for run in runs
     )  # nothing ran while it was paused

@@ -104,7 +104,7 @@ def test_force_claims_no_tick(registered):
 def test_an_expected_error_is_a_failure_without_a_traceback(registered, caplog):
     caplog.set_level(logging.INFO, logger="locks")
     result = run_job(name="refuse", force=True)
-    assert (result.outcome, result.error) == ("failed", "nothing to record today")
+    assert (result.outcome, result.error) == ("failed_expected", "nothing to record today")
     [record] = [r for r in caplog.records if r.name == "locks.api"]
     assert record.levelno == logging.ERROR and record.exc_info is None
     assert JobRun.objects.get().error == "nothing to record today"
@@ -154,7 +154,7 @@ def test_a_current_tick_too_far_ahead_is_a_skip_not_an_error(registered, monkeyp
     monkeypatch.setattr(timezone, "now", lambda: on_time + timedelta(days=1))
     result = run_job(name="record")
 
-    assert (result.outcome, result.skip.reason) == ("skipped", "tick_ahead")
+    assert (result.outcome, result.skip.reason) == ("tick_ahead", "tick_ahead")
     assert not SyncLock.objects.exists()
 
 
@@ -174,7 +174,7 @@ def test_a_copy_five_minutes_fast_takes_no_slot_of_a_burst_from_the_others(regis
     honest = run_job(name="write_slot")
 
     last = first + timedelta(minutes=5)
-    assert (fast.outcome, fast.skip.reason, fast.tick) == ("skipped", "tick_ahead", last)
+    assert (fast.outcome, fast.skip.reason, fast.tick) == ("tick_ahead", "tick_ahead", last)
     assert "is more than 0:00:15 ahead of the database clock" in fast.reason
     assert honest.outcome == "succeeded" and honest.tick in {first, first + timedelta(minutes=1)}
     assert list(SlotWrite.objects.values_list("tick", flat=True)) == [honest.tick]
@@ -188,7 +188,7 @@ def test_the_schedulers_slot_is_never_claimed_before_its_time_on_the_database_cl
 
     result = run_job(name="write_slot", due=upcoming)
 
-    assert (result.outcome, result.skip.reason, result.tick) == ("skipped", "tick_ahead", upcoming)
+    assert (result.outcome, result.skip.reason, result.tick) == ("tick_ahead", "tick_ahead", upcoming)
     assert not SlotWrite.objects.exists()
 
 

@@ -48,7 +48,7 @@ def test_a_failing_job_is_recorded_with_its_error_and_the_lease_freed(caplog):
 
     result = run_locked(job="job", tick=TICK, ttl=TTL, fn=boom, expected_errors=(ValueError,))
 
-    assert (result.outcome, result.error, result.ok) == ("failed", "payload was odd", False)
+    assert (result.outcome, result.error, result.ok) == ("failed_expected", "payload was odd", False)
     assert JobRun.objects.get().status == "failed"
     assert JobRun.objects.get().error == "payload was odd"
     lock = SyncLock.objects.get()
@@ -146,7 +146,7 @@ def test_a_failed_tick_is_retried_by_a_later_run_and_each_attempt_is_a_run():
     retried = run_locked(job="job", tick=TICK, ttl=TTL, fn=lambda lease: {"created": 1})
     again = run_locked(job="job", tick=TICK, ttl=TTL, fn=lambda lease: {"created": 1})
 
-    assert (failed.outcome, retried.outcome, again.outcome) == ("failed", "succeeded", "skipped")
+    assert (failed.outcome, retried.outcome, again.outcome) == ("failed_expected", "succeeded", "skipped")
     assert again.reason == f"tick {TICK.isoformat()} already done by {retried.holder}"
     runs = list(JobRun.objects.order_by("started_at", "token").values_list("tick", "token", "status"))
     assert runs == [(TICK, 1, "failed"), (TICK, 2, "succeeded")]
@@ -188,7 +188,7 @@ def test_a_job_that_fails_after_its_fenced_write_committed_succeeds_with_the_err
 
     result = run_locked(job="job", tick=TICK, ttl=TTL, fn=job)
 
-    assert (result.outcome, result.ok) == ("succeeded", True)
+    assert (result.outcome, result.ok) == ("succeeded_then_failed", True)
     assert result.error.startswith("after its fenced write committed: "), result.error
     run = JobRun.objects.get()
     assert (run.status, run.error) == ("succeeded", result.error)
@@ -207,7 +207,7 @@ def test_a_job_that_fails_before_committing_leaves_its_tick_to_a_retry():
 
     result = run_locked(job="job", tick=TICK, ttl=TTL, fn=job, expected_errors=(ValueError,))
 
-    assert (result.outcome, result.error) == ("failed", "half-way")
+    assert (result.outcome, result.error) == ("failed_expected", "half-way")
     lock = SyncLock.objects.get()
     assert (lock.tick, lock.tick_done, lock.committed_token) == (TICK, False, None)
     assert isinstance(acquire(job="job", tick=TICK, ttl=TTL), Lease)
@@ -259,7 +259,7 @@ def test_a_tick_too_far_ahead_is_a_warning_naming_the_host_clock_offset(caplog, 
         fn=called.append,
     )
 
-    assert (result.outcome, result.ok, called) == ("skipped", True, [])
+    assert (result.outcome, result.ok, called) == ("tick_ahead", True, [])
     assert result.skip.reason == "tick_ahead"
     assert not SyncLock.objects.exists() and not JobRun.objects.exists()
     [record] = [r for r in caplog.records if r.name == "locks.api"]

@@ -79,7 +79,7 @@ def failed(retry_after: timedelta | None, outcome: str = "failed") -> RunResult:
     return RunResult(job="hourly", tick=None, holder="h", outcome=outcome, retry_after=retry_after)
 
 
-UNREACHABLE = RunResult(job="hourly", tick=None, holder="h", outcome="skipped", unreachable=True)
+UNREACHABLE = RunResult(job="hourly", tick=None, holder="h", outcome="unreachable")
 
 
 def at(hour: int, minute: int = 0, second: int = 0) -> datetime:

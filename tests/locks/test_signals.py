@@ -18,7 +18,7 @@ from django.core.management.base import CommandError
 from locks.checks import CHECK_TAG
 from locks.contrib.alerts.jobs import CLOSE, decide
 from locks.contrib.alerts.models import Incident
-from locks.models import JobRun, RunStatus, SyncLock, database_now, now_plus
+from locks.models import JobRun, Outcome, SyncLock, database_now, now_plus
 from locks.operator import pause_job
 from locks.registry import Job, get_job
 from locks.runner import RunResult, run_job
@@ -135,7 +135,7 @@ def test_check_jobs_without_admins_is_a_deploy_warning_only(settings):
 def test_an_incident_with_nobody_to_tell_says_no_recipient_never_sent(settings, minutely, client, mailoutbox):
     settings.ADMINS, settings.LOCKS_HEALTHZ_TOKEN = [], TOKEN
     known_since("refuse", minutes=2)
-    past_runs("refuse", [RunStatus.FAILED, RunStatus.FAILED])
+    past_runs("refuse", [Outcome.FAILED, Outcome.FAILED])
     assert check_jobs().outcome == "succeeded"
     incident = Incident.objects.get()
     assert (incident.opened_mail_state, mailoutbox) == ("no recipient", [])
@@ -145,7 +145,7 @@ def test_an_incident_with_nobody_to_tell_says_no_recipient_never_sent(settings, 
 
 def test_a_crash_between_claim_and_send_is_sent_once_its_claim_expires(minutely, mailoutbox):
     known_since("refuse", minutes=2)
-    past_runs("refuse", [RunStatus.FAILED, RunStatus.FAILED])
+    past_runs("refuse", [Outcome.FAILED, Outcome.FAILED])
     Incident.objects.create(  # a run claimed its opening email, then died before sending it
         job_name="refuse",
         reason="failed",
@@ -166,7 +166,7 @@ def test_a_crash_between_claim_and_send_is_sent_once_its_claim_expires(minutely,
 
 def test_pausing_a_failing_job_sends_no_recovered(minutely, mailoutbox):
     known_since("refuse", minutes=2)
-    past_runs("refuse", [RunStatus.FAILED, RunStatus.FAILED])
+    past_runs("refuse", [Outcome.FAILED, Outcome.FAILED])
     assert check_jobs().stats["opened"] == 1
     pause_job(job="refuse", by="cli:alice")
     # The slots whose chance passes while it is paused are `paused`: they close nothing.
@@ -182,11 +182,11 @@ def test_a_job_flapping_every_minute_for_an_hour_sends_one_opening_and_one_recov
     job = Job("flappy", MINUTELY, "tests.jobsapp.jobs.record", timedelta(seconds=60), None, ())
     start = datetime(2026, 12, 2, 10, tzinfo=UTC)
     outcome = {
-        start + timedelta(minutes=m): RunStatus.FAILED if m % 2 or m < 4 else RunStatus.SUCCEEDED
+        start + timedelta(minutes=m): Outcome.FAILED if m % 2 or m < 4 else Outcome.SUCCEEDED
         for m in range(60)
     }
     outcome.update(
-        {start + timedelta(minutes=m): RunStatus.SUCCEEDED for m in range(60, 63)}
+        {start + timedelta(minutes=m): Outcome.SUCCEEDED for m in range(60, 63)}
     )  # then it recovers
     emails, incident_open = [], False
     for minute in range(1, 64):
@@ -317,7 +317,7 @@ def test_names_cron_and_the_cli_cannot_carry_are_check_errors(settings, name):
 
 def test_the_admin_says_a_pause_has_an_open_incident(minutely, admin_client):
     known_since("refuse", minutes=2)
-    past_runs("refuse", [RunStatus.FAILED, RunStatus.FAILED])
+    past_runs("refuse", [Outcome.FAILED, Outcome.FAILED])
     check_jobs()
     pause_job(job="refuse", by="cli:alice")
     page = admin_client.get("/admin/locks/synclock/").content.decode()

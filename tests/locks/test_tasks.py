@@ -90,7 +90,7 @@ def test_a_task_that_raised_fails_the_slot_and_a_later_attempt_runs_it_again(set
     worker.touch()  # the task's first run raises
     failed = run_job(name="slot_task")
     first = tasks()[0]
-    assert failed.outcome == Outcome.FAILED
+    assert failed.outcome == Outcome.FAILED_EXPECTED
     assert failed.error == f"task {first.id} failed: ValueError: refused slot {SLOT.isoformat()}"
     run = JobRun.objects.get(token=failed.token)
     assert (run.status, run.error, run.stats) == (Outcome.FAILED, failed.error, {"task": str(first.id)})
@@ -164,7 +164,7 @@ def test_on_the_immediate_backend_the_task_runs_in_the_fenced_transaction_and_a_
     monkeypatch.setenv("TASK_FAIL_FILE", str(fail))
     fail.touch()
     failed = run_job(name="slot_task")
-    assert failed.outcome == Outcome.FAILED
+    assert failed.outcome == Outcome.FAILED_EXPECTED
     assert failed.error.endswith(f"failed: ValueError: refused slot {SLOT.isoformat()}")
     time.sleep(1.1)
     retried = run_job(name="slot_task")

@@ -18,7 +18,7 @@ from django.core.management import call_command
 from django.urls import reverse
 
 from locks.lease import acquire, release
-from locks.models import JobRun, RunStatus, SyncLock
+from locks.models import JobRun, Outcome, SyncLock
 from locks.runner import run_job
 from locks.schedule import InvalidTick
 from tests.jobsapp.models import SlotWrite
@@ -42,7 +42,7 @@ def digest(settings):
         lease=acquire(job="digest", tick=SPRING, ttl=timedelta(minutes=1), holder="h:1:a"), status="succeeded"
     )
     JobRun.objects.create(
-        job_name="digest", tick=SPRING, holder="h:1:a", token=1, started_at=SPRING, status=RunStatus.SUCCEEDED
+        job_name="digest", tick=SPRING, holder="h:1:a", token=1, started_at=SPRING, status=Outcome.SUCCEEDED
     )
     # The job existed before the slots these tests read (the ledger starts with its lock row).
     SyncLock.objects.filter(job_name="digest").update(created_at=SPRING - timedelta(days=2))

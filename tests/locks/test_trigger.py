@@ -16,7 +16,7 @@ from django.db import connection
 from django.test import Client, RequestFactory
 
 from locks.lease import acquire
-from locks.models import JobRun, RunStatus, SyncLock, Throttle, now_plus
+from locks.models import JobRun, Outcome, SyncLock, Throttle, now_plus
 from locks.registry import get_job
 from locks.views import client_address
 from tests.conftest import ROOT, gunicorn, project_env
@@ -104,7 +104,7 @@ def test_the_right_token_runs_the_job_for_the_tick_of_now(client, trigger, caplo
     row = SlotWrite.objects.get()
     assert (row.tick.isoformat(), row.token, row.holder) == (body["tick"], body["token"], body["holder"])
     run = JobRun.objects.get()
-    assert (run.status, run.holder, run.token) == (RunStatus.SUCCEEDED, body["holder"], body["token"])
+    assert (run.status, run.holder, run.token) == (Outcome.SUCCEEDED, body["holder"], body["token"])
     # The token leaves the database with its history: the pair (timeline, token), null off PostgreSQL.
     assert body["timeline"] == run.timeline
     assert (body["timeline"] is not None) == (connection.vendor == "postgresql")
@@ -187,7 +187,7 @@ def test_a_second_job_runs_through_the_same_endpoint(client, trigger):
     run = JobRun.objects.get()
     assert (run.job_name, run.status, run.stats) == (
         "record",
-        RunStatus.SUCCEEDED,
+        Outcome.SUCCEEDED,
         {"recorded": 1, "ttl": 60},
     )
     assert written() == 0  # write_slot did not run
@@ -207,7 +207,7 @@ def test_an_expected_failure_of_a_job_is_502_and_mails_no_admin(client, trigger,
     assert response.status_code == 502
     body = response.json()
     assert (body["job"], body["outcome"], body["error"]) == ("refuse", "failed", "nothing to record today")
-    assert JobRun.objects.get().status == RunStatus.FAILED
+    assert JobRun.objects.get().status == Outcome.FAILED
     assert mailoutbox == []
 
 

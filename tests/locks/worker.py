@@ -89,7 +89,7 @@ def main() -> None:
     print(
         json.dumps(
             {
-                "outcome": result.outcome,
+                "outcome": result.outcome.recorded,
                 "token": result.token,
                 "timeline": result.timeline,
                 "holder": result.holder,

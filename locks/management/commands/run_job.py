@@ -82,7 +82,7 @@ class Command(BaseCommand):
             signal.signal(signal.SIGTERM, _terminate)
             signal.signal(signal.SIGINT, _terminate)
             # Once; under catch_up "all" (without --tick or --force) also each slot still behind.
-            status = 0  # the worst exit code of its runs (locks.runner.ANSWERS)
+            status = 0  # the worst exit code of its runs (locks.models.ANSWERS)
             for result in (
                 run_due(name=name, requested_by=requested_by)
                 if not (force or tick)
@@ -90,7 +90,7 @@ class Command(BaseCommand):
             ):
                 if options["verbosity"] >= 1:
                     self.stdout.write(result.describe())
-                status = max(status, result.exit_code)
+                status = max(status, result.outcome.answer.exit_code)
             if force and requested_by.startswith("admin:"):  # the admin's Run now: its request is over
                 with contextlib.suppress(DBError):
                     end_run_request(job=name, by=requested_by)
