@@ -177,7 +177,7 @@ class Lease:
             raise LockLost(self.lost_reason)
 
     @property
-    def name(self) -> str:
+    def token_name(self) -> str:
         """Its fencing token as it leaves the database: (timeline, token), "T/N", where there is
         a timeline; else the token."""
         return f"{self.timeline}/{self.token}" if self.timeline is not None else str(self.token)
@@ -534,7 +534,7 @@ def _renew(lease: Lease, *, rows, values: dict) -> None:
         now = rows.annotate(now=same["timeline"]).values_list("now", flat=True).first() if same else None
         if now is not None and now != lease.timeline:
             reason = (
-                f"lease on {lease.job} (token {lease.name}) belongs to another database history: the "
+                f"lease on {lease.job} (token {lease.token_name}) belongs to another database history: the "
                 f"database failed over since token {lease.token} was granted on timeline {lease.timeline} "
                 f"(now timeline {now})"
             )
@@ -614,9 +614,9 @@ def _unconfirmed(lease: Lease, *, using: str, cause: BaseException | None = None
     if not said:
         return
     lease.unconfirmed = True
-    logger.warning("job=%s token=%s the COMMIT of its fenced write: %s", lease.job, lease.name, said)
+    logger.warning("job=%s token=%s the COMMIT of its fenced write: %s", lease.job, lease.token_name, said)
     raise CommitUnknown(
-        f"the fenced write of {lease.job} (token {lease.name}) committed on this server without its "
+        f"the fenced write of {lease.job} (token {lease.token_name}) committed on this server without its "
         f"synchronous standby's confirmation ({said})"
     ) from cause
 

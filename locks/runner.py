@@ -402,7 +402,7 @@ def _record_start(lease: Lease, *, requested_by: str) -> int | None:
             status=Outcome.ABANDONED,
             finished_at=Now(),
             error=_dead_holder(
-                f"was lost in a failover; token {lease.name} took over"
+                f"was lost in a failover; token {lease.token_name} took over"
                 if lease.failover
                 else f"stopped renewing; its lease expired and token {lease.token} took over"
             ),
