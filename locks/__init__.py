@@ -1,8 +1,7 @@
 """The locks app: each scheduled tick of each job runs exactly once, however many copies ask.
 
-This package is the public API (docs/jobs.md, "The public API"): another app imports these
-names from ``locks`` and nothing else; the modules inside may move. The names are imported on
-first use, so a settings module can import ``cronjobs`` before Django is set up.
+This package is the public API (docs/jobs.md, "The public API"): its names are imported on first
+use, so a settings module can import ``cronjobs`` before Django is set up.
 """
 
 from __future__ import annotations

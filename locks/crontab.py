@@ -1,12 +1,7 @@
 """The cron wiring: django-crontab's ``CRONJOBS`` from ``LOCKS_JOBS`` (one line a minute, whose
 pass runs the jobs whose slot came), and the environment file that line sources
-(``manage.py crontab_env``).
-
-The line django-crontab installs is readable by anyone who can read the user's crontab,
-and while it runs it is ``/bin/sh -c``'s command line, which every local user sees in
-``/proc/*/cmdline``. So it carries no value: it sources the file, which only its owner
-can read (docs/deployment-cron.md). Called from a settings module, so it imports
-nothing from Django at import time.
+(``manage.py crontab_env``), so the line holds no secret (docs/deployment-cron.md). A settings
+module calls it: it imports nothing from Django at import time.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """The operator's writes on a job: pause, resume, force release, reset of the claimed tick and run
-now (``manage.py locks`` and the admin call them). Each is a compare-and-set on the lock row that
-acts only while the row still shows what the operator saw, never waits on a row locked by a write
-in progress longer than ``OPERATOR_WAIT``, names who acted the same way everywhere
-(``admin:alice``, ``cli:root``), answers with one ``Change`` and logs one WARNING; the admin adds
-a ``LogEntry`` (docs/architecture.md, "The rules": 9 and 14).
+now (``manage.py locks`` and the admin call them), each a compare-and-set on what the operator saw,
+bounded by ``OPERATOR_WAIT``, answered with one ``Change`` and logged (docs/architecture.md, "The
+rules": 9 and 14).
 """
 
 from __future__ import annotations

@@ -1,19 +1,7 @@
-"""Cron expressions to ticks: the scheduled slot a run belongs to.
-
-A schedule's fields are read in its job's time zone (``tz``, an IANA name or a tzinfo;
-``"UTC"`` by default), and every slot is an aware UTC instant: slots are stored and
-compared in UTC, so the tick rules, attempts, catch-up and the ledger never see a wall
-clock. On a night the zone's clocks change, one rule, Vixie cron's, decides
-(docs/jobs.md, "Time zones and DST"; docs/architecture.md, "Which slot a run claims"):
-
-- a wall time missing that day (spring forward) is, for a fixed-time expression (minute and
-  hour named: ``30 2 * * *``), run once at the first instant after the gap; a wildcard one (its
-  minute or hour field starts with ``*``: ``0 * * * *``, ``*/15 2 * * *``) has no slot there;
-- a wall time that occurs twice (fall back) is, for a fixed-time expression, run once at its
-  first occurrence; a wildcard one follows the real clock and runs at both (an hourly job runs
-  25 times that day, ``*/15 2 * * *`` 8 times).
-
-In UTC there is no gap and no repeat: croniter iterates in UTC, as it always did.
+"""Cron expressions to ticks: the scheduled slot a run belongs to. Fields are read in the job's
+time zone (``tz``, default UTC); every slot is an aware UTC instant, and a DST night follows
+Vixie cron's rule (docs/jobs.md, "Time zones and DST"; docs/architecture.md, "Which slot a run
+claims"). Pure: no database.
 """
 
 import threading

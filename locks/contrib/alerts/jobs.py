@@ -1,16 +1,6 @@
 """``check_jobs`` (this app's job): it watches every other registered job and emails ``ADMINS`` once
-when an incident opens and once when it is over (docs/architecture.md, "Alerts").
-
-It runs under its own lease like every job, so however many replicas run it, one run at a
-time judges the ledger (``locks.status``) and writes the incidents, inside its fenced write.
-Hysteresis: an incident opens after ``alert_after_failures`` failed or missed slots in a row (or
-``alert_after`` without a success) and closes after ``alert_after_recoveries`` succeeded slots in
-a row; paused slots count for neither, and a paused job's incident stays open. A job that paused
-itself on a database failover (``on_failover: "pause"``) opens one (reason ``failover``). Each email is
-delivered like a reminder: claimed on its incident row (a conditional UPDATE, with an expiry),
-then sent or uncertain; a claim whose sender died expires and is claimed again; an email whose
-answer was lost after its content went out is ``uncertain`` and never sent again by itself; with
-``ADMINS`` empty it is ``no recipient``. An email that could not be sent fails the run.
+when an incident opens and once when it is over, under its own lease, judging the ledger
+(``locks.status``) and writing the incidents in its fenced write (docs/architecture.md, "Alerts").
 """
 
 from __future__ import annotations
