@@ -39,6 +39,8 @@ class Outcome(models.TextChoices):
     FAILED_EXPECTED = "failed_expected", "failed as its job expects"  # an outside system
     FAILED_DATABASE = "failed_database", "failed: database error"
     BROKE = "broke", "the scheduler's ask raised, or its process died"
+    # The ledger's states of a slot (locks.status), with succeeded, running, failed and unknown.
+    MISSED, PAUSED, PENDING = ("missed", "missed"), ("paused", "paused"), ("pending", "pending")
 
     @property
     def answer(self) -> Answer:

@@ -265,10 +265,9 @@ def lock_summary() -> Summary:
     return Summary(jobs=jobs, stuck=locks["stuck"], db_now=db_now)
 
 
-SUCCEEDED, RUNNING, FAILED, MISSED, PAUSED, PENDING, UNKNOWN = (
-    *("succeeded", "running", "failed", "missed", "paused", "pending"),
-    "unknown",  # its run's COMMIT got no answer: neither a success nor a failure until resolved
-)
+# A slot's outcome in the ledger; unknown: its run's COMMIT got no answer, not yet resolved.
+SUCCEEDED, RUNNING, FAILED, UNKNOWN = Outcome.SUCCEEDED, Outcome.RUNNING, Outcome.FAILED, Outcome.UNKNOWN
+MISSED, PAUSED, PENDING = Outcome.MISSED, Outcome.PAUSED, Outcome.PENDING
 OUTCOMES = (SUCCEEDED, RUNNING, FAILED, MISSED, PAUSED, PENDING, UNKNOWN)
 SETTLED = (SUCCEEDED, FAILED, MISSED, PAUSED)  # outcomes that no longer change
 # A slot whose job was paused this long from its tick on had its moment while paused.
