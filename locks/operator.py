@@ -81,9 +81,6 @@ class Change:
     paused_note: str = ""
     pid: int | None = None
 
-    # The names the answers of the last release had.
-    was_held = was_reset = property(lambda self: self.changed)
-
     @property
     def paused(self) -> bool:
         return self.paused_at is not None

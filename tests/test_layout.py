@@ -226,9 +226,9 @@ ABOVE = {
 # on the database's time (Scheduler.skew, +8). Issue 36, item 8: the import hook for the old module
 # paths goes (-57); one outcome vocabulary, each outcome with its answers in locks.models.ANSWERS,
 # the booleans of RunResult and the trigger's remap gone (+14); module docstrings of at most 5 lines,
-# the why in docs/ (-30); the ledger's slot states are outcomes of the vocabulary too (+1). A
-# ratchet, not the goal: lower it as code is cut; raise it only with a reason in the commit.
-MAX_PRODUCT_LINES = 6840
+# the why in docs/ (-30); the ledger's slot states are outcomes of the vocabulary too (+1); Change's
+# was_held and was_reset, names of no release, go (-3). A ratchet, not the goal: lower it as code is cut; raise it only with a reason in the commit.
+MAX_PRODUCT_LINES = 6837
 # Its Python files with code (an empty package marker is not counted): 22 until issue 25 made alerts.py
 # an app of its own, locks.contrib.alerts: an app has its own apps.py, models.py and admin.py (and jobs.py).
 # 26 with issue 39's locks.tasks (the bridge to django.tasks, imported by the runner and the checks).

@@ -599,7 +599,7 @@ def step_force_release(*, job: str) -> dict:
     from locks.operator import force_release
 
     released = force_release(job=job, by="tests.test_mongodb")
-    return {"was_held": released.was_held, "previous_token": released.previous_token, "token": released.token}
+    return {"was_held": released.changed, "previous_token": released.previous_token, "token": released.token}
 
 
 def step_prune() -> dict:

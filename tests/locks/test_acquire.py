@@ -177,7 +177,7 @@ def test_a_tick_whose_run_did_not_succeed_may_be_claimed_again(status):
 
 def test_a_force_released_tick_may_be_claimed_again():
     acquire(job="job", tick=TICK, ttl=TTL, holder="stuck:1:x")
-    assert force_release(job="job", by="test").was_held
+    assert force_release(job="job", by="test").changed
 
     retry = acquire(job="job", tick=TICK, ttl=TTL, holder="b:2:y")
 
@@ -277,7 +277,7 @@ def test_without_a_horizon_a_far_tick_is_claimed_and_reset_tick_clears_it(caplog
 
     cleared = reset_tick(job="job", expected_tick=far, by="ops")
 
-    assert (cleared.previous_tick, cleared.was_done, cleared.was_reset) == (far, True, True)
+    assert (cleared.previous_tick, cleared.was_done, cleared.changed) == (far, True, True)
     row = SyncLock.objects.get()
     assert (row.tick, row.tick_done, row.token) == (None, False, 1)
     [record] = [r for r in caplog.records if r.name == "locks.api"]
@@ -293,7 +293,7 @@ def test_reset_tick_is_refused_while_the_lease_is_held_so_that_tick_never_runs_t
 
     refused = reset_tick(job="job", expected_tick=TICK, by="ops")
 
-    assert not refused.was_reset
+    assert not refused.changed
     assert refused.detail.startswith("the lease on job is held by a:1:x (token 1) until ")
     assert refused.detail.endswith(
         f": a reset now could let its tick {TICK.isoformat()} run twice; nothing reset"
@@ -306,7 +306,7 @@ def test_reset_tick_is_refused_while_the_lease_is_held_so_that_tick_never_runs_t
     again = acquire(job="job", tick=TICK, ttl=TTL, holder="b:2:y")
     assert isinstance(again, Skip) and again.reason == "tick_claimed"
     done = reset_tick(job="job", expected_tick=TICK, by="ops")  # free now, but done (issue 35): never
-    assert (done.was_reset, done.was_done) == (False, True)
+    assert (done.changed, done.was_done) == (False, True)
     assert done.detail.endswith("is done: a reset would let that slot run twice; nothing reset")
     with pytest.raises(UnknownJob, match=r"no lock named 'nope' \(known jobs: job\)"):
         reset_tick(job="nope", expected_tick=TICK, by="ops")

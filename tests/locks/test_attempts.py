@@ -78,7 +78,7 @@ def test_a_new_tick_starts_its_attempts_over_and_a_reset_clears_them():
 
     later = attempt("a:1:a", tick=TICK + timedelta(hours=1))
     assert (later.outcome, later.attempt) == ("failed", 1)
-    assert reset_tick(job="job", expected_tick=TICK + timedelta(hours=1), by="ops").was_reset
+    assert reset_tick(job="job", expected_tick=TICK + timedelta(hours=1), by="ops").changed
     row = SyncLock.objects.get()
     assert (row.tick, row.tick_attempts, row.retry_at) == (None, 0, None)
 

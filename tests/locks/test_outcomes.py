@@ -198,7 +198,7 @@ def test_force_release_of_a_holder_whose_write_committed_records_it_succeeded():
     with fenced(lease):
         write(lease)
 
-    assert force_release(job="job", by="cli:ops").was_held
+    assert force_release(job="job", by="cli:ops").changed
 
     runs = JobRun.objects.get()
     assert (runs.status, runs.error) == (

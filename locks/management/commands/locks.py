@@ -178,7 +178,7 @@ class Command(BaseCommand):
         by = cli_name()
         try:
             released = force_release(job=job, expected_token=token, by=by)
-            if released.was_held:
+            if released.changed:
                 self.stdout.write(
                     f"Released {job}: holder was {released.previous_holder} "
                     f"(token {released.previous_token}); new token {released.token}."
@@ -191,9 +191,9 @@ class Command(BaseCommand):
                 self.stdout.write(f"{job} was not held; nothing to release.")
             if reset is not None:
                 # The token shown, or the one this release left (it bumps the token).
-                expected = released.token if released.was_held else token
+                expected = released.token if released.changed else token
                 cleared = reset_tick(job=job, expected_tick=reset, expected_token=expected, by=by)
-                if cleared.was_reset:
+                if cleared.changed:
                     done = "done" if cleared.was_done else "not done"
                     self.stdout.write(
                         f"Reset the claimed tick of {job}: it was {iso(cleared.previous_tick)} ({done})."
