@@ -7,6 +7,7 @@ import os
 import time
 from pathlib import Path
 
+from locks import once
 from tests.jobsapp.models import SlotWrite
 
 try:
@@ -21,14 +22,24 @@ except ImportError:
 def record_slot(*, slot: str | None, token: int) -> dict:
     """One SlotWrite row for the slot, written by the worker. Fails while TASK_FAIL_FILE exists
     (removing the file, so a later attempt succeeds); takes TASK_SECONDS (default 0)."""
+    return _record(slot=slot, token=token, job="slot_task")
+
+
+def _record(*, slot: str | None, token: int, job: str) -> dict:
     time.sleep(float(os.environ.get("TASK_SECONDS", "0")))
     fail = Path(os.environ.get("TASK_FAIL_FILE", "/nonexistent"))
     if fail.exists():
         fail.unlink()
         raise ValueError(f"refused slot {slot}")
-    SlotWrite.objects.create(job="slot_task", tick=slot, token=token, holder=f"worker:{os.getpid()}")
+    SlotWrite.objects.create(job=job, tick=slot, token=token, holder=f"worker:{os.getpid()}")
     return {"slot": slot}
 
 
+def record_once(*, slot: str | None, token: int) -> dict:
+    """record_slot for the job "outbox_task", sent through the outbox: at most once a slot (locks.once)."""
+    return _record(slot=slot, token=token, job="outbox_task")
+
+
 if task is not None:
+    record_once = task(once("outbox_task")(record_once))
     record_slot = task(record_slot)
