@@ -23,7 +23,7 @@ pytestmark = pytest.mark.skipif(
 
 YEARLY = "0 0 1 1 *"  # one slot for the whole test: the latest at or before now
 SLOT = datetime(datetime.now(UTC).year, 1, 1, tzinfo=UTC)
-JOB = {"schedule": YEARLY, "task": "tests.jobsapp.tasks.record_once", "ttl": 1, "retry": {"delays": [1, 1]}}
+JOB = {"schedule": YEARLY, "task": "tests.jobsapp.tasks.record_once", "ttl": 2, "retry": {"delays": [1, 1]}}
 
 
 @pytest.fixture
