@@ -5,6 +5,7 @@ winner enqueues it in a fenced transaction, once per slot, and its run follows t
 from __future__ import annotations
 
 import functools
+import logging
 import time
 from collections.abc import Callable
 from datetime import timedelta
@@ -15,7 +16,7 @@ from django.db.models.functions import Now
 from django.utils.module_loading import import_string
 
 from locks.lease import CommitUnknown, Lease, fenced, iso
-from locks.models import JobRun, TaskOutbox, now_plus
+from locks.models import JobRun, SyncLock, TaskOutbox, now_plus
 
 try:  # Django 6.0 ships the framework; on 5.2 the django-tasks backport does (the extra [tasks])
     from django.tasks import Task, TaskResultStatus
@@ -28,6 +29,7 @@ except ImportError:
     except ImportError:
         Task = TaskResultStatus = TaskResultDoesNotExist = None
 
+logger = logging.getLogger(__name__)
 # How long a run follows its task when the job names no max_run_time; then the slot is unknown.
 DEFAULT_WAIT = timedelta(hours=1)
 POLL_SECONDS = 0.5  # between two reads of the task's result
@@ -123,6 +125,18 @@ def dispatch(job: str, task, *, stale: timedelta) -> dict:
         TaskOutbox.objects.filter(pk=row.pk, token=row.token).update(task_id=str(result.id))
         JobRun.objects.for_job(job).filter(token=row.token).update(stats={"task": str(result.id)})
     return sent
+
+
+def sweep(jobs) -> None:
+    """Send the outbox rows a crash left unsent, of each task job whose lease no run holds (while one
+    does, that run sends them): ``run_scheduler``'s loop, at each wake. Never raises."""
+    for job in (job for job in jobs if job.task_path):
+        try:
+            unsent = TaskOutbox.objects.filter(job_name=job.name, task_id="", done_at=None).exists()
+            if unsent and SyncLock.objects.for_job(job.name).free().exists():
+                dispatch(job.name, import_string(job.task_path), stale=job.ttl)
+        except Exception as exc:  # a database or a broker that cannot be reached: the next wake tries
+            logger.warning("job=%s the outbox's unsent rows were not sent: %r", job.name, exc)
 
 
 def once(job: str) -> Callable:

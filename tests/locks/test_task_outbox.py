@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -113,3 +113,18 @@ def test_a_process_killed_around_the_send_leaves_the_slot_with_its_row_and_its_t
     assert writes() == [SLOT]
     statuses = list(JobRun.objects.order_by("token").values_list("status", flat=True))
     assert statuses == [Outcome.ABANDONED, Outcome.SUCCEEDED]
+
+
+def test_the_scheduler_sends_a_row_a_crash_left_once_no_run_holds_the_jobs_lease(outside):
+    from locks.lease import acquire, release
+    from locks.registry import get_job
+    from locks.tasks import sweep
+
+    TaskOutbox.objects.create(job_name="outbox_task", tick=SLOT, token=1)
+    lease = acquire(job="outbox_task", tick=None, ttl=timedelta(seconds=60))
+    sweep([get_job("outbox_task")])
+    assert outside() == []  # a run holds the lease: it sends its job's rows itself
+    release(lease=lease, status=Outcome.SUCCEEDED)
+    sweep([get_job("outbox_task")])
+    assert outside() == [{"slot": SLOT.isoformat(), "token": 1}]
+    assert writes() == [SLOT] and TaskOutbox.objects.get().task_id != ""
