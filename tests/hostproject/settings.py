@@ -182,7 +182,8 @@ SLOT_TASK = {
 }
 if os.environ.get("SLOT_TASK_SCHEDULE"):
     _JOBS["slot_task"] = SLOT_TASK
-    # "outbox_task": the same behind locks.once, for a backend outside the database (docs/jobs.md).
+if os.environ.get("SLOT_TASK_SCHEDULE") and os.environ.get("OUTSIDE_TASKS"):
+    # "outbox_task": the same behind locks.once, on a backend outside the database (docs/jobs.md).
     _JOBS["outbox_task"] = {**SLOT_TASK, "task": "tests.jobsapp.tasks.record_once"}
 # HOSTPROJECT_JOBS="a b": only those (a test's processes that must not watch the others).
 _ONLY = os.environ.get("HOSTPROJECT_JOBS", "").split()
