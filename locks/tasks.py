@@ -15,6 +15,7 @@ from django.db.models import Q
 from django.db.models.functions import Now
 from django.utils.module_loading import import_string
 
+from locks.db import write_transaction
 from locks.lease import CommitUnknown, Lease, fenced, iso
 from locks.models import JobRun, SyncLock, TaskOutbox, now_plus
 
@@ -147,7 +148,8 @@ def once(job: str) -> Callable:
         @functools.wraps(body)
         def guarded(*args, slot: str | None, token: int, **kwargs):
             rows = TaskOutbox.objects.filter(job_name=job, **({"tick": slot} if slot else {"token": token}))
-            with transaction.atomic(using=router.db_for_write(TaskOutbox)):
+            using = router.db_for_write(TaskOutbox)
+            with transaction.atomic(using=using), write_transaction(using=using):  # MongoDB's too
                 if rows.filter(done_at=None).update(done_at=Now()):
                     return body(*args, slot=slot, token=token, **kwargs)
             if not rows.exists():
