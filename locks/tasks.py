@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable
 from datetime import timedelta
 
+from django.conf import settings
 from django.db import router, transaction
 from django.db.models import Q
 from django.db.models.functions import Now
@@ -115,7 +116,10 @@ def _arm(lease: Lease) -> None:
 
 def dispatch(job: str, task, *, stale: timedelta) -> dict:
     """Send ``job``'s outbox rows not sent yet, oldest first, each claimed by a conditional UPDATE (a
-    claim older than ``stale``: its dispatcher died, taken again); token -> the TaskResult sent."""
+    claim older than ``stale``: its dispatcher died, taken again); token -> the TaskResult sent.
+    Its rows sent more than LOCKS_RUN_RETENTION_DAYS ago are deleted first, as its runs are."""
+    retained = now_plus(-timedelta(days=settings.LOCKS_RUN_RETENTION_DAYS))
+    TaskOutbox.objects.filter(job_name=job, claimed_at__lt=retained).exclude(task_id="").delete()
     sent = {}
     unsent = TaskOutbox.objects.filter(job_name=job, task_id="", done_at=None)
     for row in unsent.order_by("pk"):

@@ -69,13 +69,20 @@ def test_a_task_that_raised_fails_the_slot_and_the_next_attempt_sends_the_row_ag
     assert writes() == [SLOT]
 
 
-def test_a_row_a_crash_left_unsent_is_sent_by_the_jobs_next_run(outside):
-    earlier = datetime(SLOT.year - 1, 1, 1, tzinfo=UTC)
+def test_a_row_a_crash_left_unsent_is_sent_by_the_jobs_next_run_and_one_sent_long_ago_is_deleted(outside):
+    earlier, long_ago = (datetime(SLOT.year - years, 1, 1, tzinfo=UTC) for years in (1, 2))
     TaskOutbox.objects.create(job_name="outbox_task", tick=earlier, token=7)
+    TaskOutbox.objects.create(
+        job_name="outbox_task", tick=long_ago, token=3, claimed_at=long_ago, task_id="x"
+    )
     done = run_job(name="outbox_task")
     assert done.outcome == Outcome.SUCCEEDED, done.describe()
     assert [sent["slot"] for sent in outside()] == [earlier.isoformat(), SLOT.isoformat()]
     assert sorted(writes()) == [earlier, SLOT]
+    assert sorted(TaskOutbox.objects.values_list("tick", flat=True)) == [
+        earlier,
+        SLOT,
+    ]  # past retention: gone
 
 
 def test_once_refuses_a_task_with_no_outbox_row(db):
