@@ -106,12 +106,16 @@ def test_replicas_and_a_worker_each_killed_once_enqueue_and_run_each_slots_task_
 def test_replicas_on_a_backend_outside_the_database_run_each_slots_task_body_once(
     db_url, tmp_path, monkeypatch
 ):
-    """The outbox (OutsideBackend runs each task in the process that sends it): a replica killed
-    while its slot's task runs; a later attempt or a replica's sweep sends the row again."""
+    """The outbox (OutsideBackend runs each task in the process that sends it): the replica whose run
+    is inside the third slot's task body (it hangs there, its pid in a file) is killed; a later
+    attempt or a replica's sweep sends the row again."""
     from locks.models import TaskOutbox
     from tests.jobsapp.backends import sent_outside
 
     replicas = 3 if connection.vendor == "postgresql" else 2
+    first = next_tick(SCHEDULE, now=database_now()) + timedelta(seconds=4)  # all started by then
+    slots = [first + timedelta(seconds=4 * index) for index in range(SLOTS)]
+    hang = tmp_path / "hang"
     env = project_env(
         DATABASE_URL=db_url,
         OUTSIDE_TASKS=str(tmp_path / "outside.sqlite3"),
@@ -119,7 +123,8 @@ def test_replicas_on_a_backend_outside_the_database_run_each_slots_task_body_onc
         SLOT_TASK_SCHEDULE=SCHEDULE,
         SLOT_TASK_TTL="2",
         SLOT_TASK_RETRY="1,1,1",
-        TASK_SECONDS="1",  # so that the replica killed is inside its slot's task
+        TASK_HANG_SLOT=slots[2].isoformat(),
+        TASK_HANG_FILE=str(hang),
         LOCKS_SCHEDULER_GRACE="3",
     )
     monkeypatch.setenv("OUTSIDE_TASKS", env["OUTSIDE_TASKS"])  # sent_outside() reads it here
@@ -127,12 +132,8 @@ def test_replicas_on_a_backend_outside_the_database_run_each_slots_task_body_onc
         spawn([str(ROOT / "manage.py"), "run_scheduler", "outbox_task"], env=env) for _ in range(replicas)
     ]
     try:
-        first = next_tick(SCHEDULE, now=database_now()) + timedelta(seconds=4)  # all started by then
-        slots = [first + timedelta(seconds=4 * index) for index in range(SLOTS)]
-        sending = TaskOutbox.objects.filter(job_name="outbox_task", tick=slots[2], task_id="", done_at=None)
-        wait_for(lambda: sending.exclude(claimed_at=None).exists(), timeout=40, what="the third slot's send")
-        holder = JobRun.objects.get(job_name="outbox_task", tick=slots[2], status="running").holder
-        child = int(holder.split(":")[1])
+        wait_for(lambda: hang.exists() and hang.read_text().strip(), timeout=40, what="the third slot's body")
+        child = int(hang.read_text())
         victim = next(proc for proc in schedulers if proc.pid == parent_of(child))
         victim.send_signal(signal.SIGKILL)
         os.kill(child, signal.SIGKILL)
