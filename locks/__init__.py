@@ -19,6 +19,7 @@ _API = {
     "acquire": "lease",
     "renew": "lease",
     "fenced": "lease",
+    "once": "tasks",
     "release": "lease",
     "run_locked": "runner",
     "run_job": "runner",

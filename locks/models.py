@@ -363,3 +363,22 @@ class JobPause(models.Model):
 
     def __str__(self) -> str:
         return f"{self.job_name} paused {self.paused_at:%Y-%m-%d %H:%M}"
+
+
+class TaskOutbox(models.Model):
+    """One row per slot of a task job whose backend is outside the database, written in the slot's
+    fenced transaction; ``locks.tasks.dispatch`` sends it, ``locks.once`` marks its task done."""
+
+    job_name = models.CharField("job", max_length=100)
+    tick = models.DateTimeField(null=True, blank=True, help_text="Empty for forced runs.")
+    token = models.PositiveBigIntegerField("fencing token", help_text="The attempt that wrote it last.")
+    claimed_at = models.DateTimeField(null=True, blank=True, help_text="When a dispatcher took it to send.")
+    task_id = models.CharField(max_length=255, blank=True, default="", help_text="Empty: not sent yet.")
+    done_at = models.DateTimeField(null=True, blank=True, help_text="When its task's body committed.")
+
+    class Meta:
+        verbose_name = "task outbox row"
+        constraints = [models.UniqueConstraint(fields=["job_name", "tick"], name="taskoutbox_job_tick")]
+
+    def __str__(self) -> str:
+        return f"{self.job_name} {self.tick} (token {self.token})"

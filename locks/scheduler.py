@@ -35,6 +35,7 @@ from locks.models import Outcome, SyncLock
 from locks.registry import ALL, SLOT_ERRORS, Job
 from locks.runner import RunResult, interrupt, run_job
 from locks.schedule import InvalidTick
+from locks.tasks import sweep
 
 logger = logging.getLogger(__name__)
 
@@ -282,6 +283,7 @@ class Scheduler:
         done = 0
         while not self.stop.is_set() and (iterations is None or done < iterations):
             self.step()
+            sweep(plan.job for plan in self.plans)  # the outbox rows a crash left (locks.tasks)
             delay = (self.next_wake() - self.now()).total_seconds()
             if wait is not None and delay > 0 and not self.stop.is_set():
                 wait(delay)

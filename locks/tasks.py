@@ -5,14 +5,20 @@ winner enqueues it in a fenced transaction, once per slot, and its run follows t
 from __future__ import annotations
 
 import functools
+import logging
 import time
 from collections.abc import Callable
 from datetime import timedelta
 
+from django.conf import settings
+from django.db import router, transaction
+from django.db.models import Q
+from django.db.models.functions import Now
 from django.utils.module_loading import import_string
 
+from locks.db import write_transaction
 from locks.lease import CommitUnknown, Lease, fenced, iso
-from locks.models import JobRun
+from locks.models import JobRun, SyncLock, TaskOutbox, now_plus
 
 try:  # Django 6.0 ships the framework; on 5.2 the django-tasks backport does (the extra [tasks])
     from django.tasks import Task, TaskResultStatus
@@ -25,9 +31,13 @@ except ImportError:
     except ImportError:
         Task = TaskResultStatus = TaskResultDoesNotExist = None
 
+logger = logging.getLogger(__name__)
 # How long a run follows its task when the job names no max_run_time; then the slot is unknown.
 DEFAULT_WAIT = timedelta(hours=1)
 POLL_SECONDS = 0.5  # between two reads of the task's result
+# Backends whose enqueue the fenced transaction covers: django-tasks-db's (its row is written in it) and
+# ImmediateBackend (the task runs in it). Any other is outside the database: its tasks go through TaskOutbox.
+IN_TRANSACTION = {"DatabaseBackend", "ImmediateBackend"}
 
 
 class TaskFailed(RuntimeError):
@@ -52,6 +62,10 @@ def run_task(lease: Lease, *, task_path: str, wait: timedelta) -> dict:
     it finishes: its outcome is the run's."""
     task = import_string(task_path)
     result = _earlier_task(lease, task) or _enqueue(lease, task)
+    if result is None:
+        return {"task_done_earlier": 1}
+    if not result.is_finished and not task.get_backend().supports_get_result:
+        return {"task": str(result.id)}  # sent; the backend runs it, locks.once guards its body
     deadline = time.monotonic() + wait.total_seconds()
     while not result.is_finished:
         if lease.lost or time.monotonic() > deadline:
@@ -70,11 +84,85 @@ def run_task(lease: Lease, *, task_path: str, wait: timedelta) -> dict:
 
 def _enqueue(lease: Lease, task):
     """The slot's task, enqueued in one transaction with the lease's renewal and the run's record of
-    it: on a database backend, no task without its slot's lease, and the next attempt finds it."""
+    it: on a database backend, no task without its slot's lease, and the next attempt finds it.
+    Outside the database, that transaction writes the slot's outbox row, sent once it commits."""
+    outside = not any(cls.__name__ in IN_TRANSACTION for cls in type(task.get_backend()).__mro__)
     with fenced(lease, settle=False):
-        result = task.enqueue(slot=iso(lease.tick), token=lease.token)
-        JobRun.objects.for_job(lease.job).filter(token=lease.token).update(stats={"task": str(result.id)})
-    return result
+        if outside:
+            _arm(lease)
+        else:
+            result = task.enqueue(slot=iso(lease.tick), token=lease.token)
+            JobRun.objects.for_job(lease.job).filter(token=lease.token).update(stats={"task": str(result.id)})
+    if not outside:
+        return result
+    sent = dispatch(lease.job, task, stale=lease.ttl)
+    if lease.token in sent:
+        return sent[lease.token]
+    if TaskOutbox.objects.filter(job_name=lease.job, tick=lease.tick).exclude(done_at=None).exists():
+        return None  # its body committed (locks.once) under an earlier attempt
+    raise TaskUnfinished(f"slot {iso(lease.tick)}: its outbox row is being sent by another run")
+
+
+def _arm(lease: Lease) -> None:
+    """The slot's outbox row, written, or taken over for this attempt (unsent, on its token) when an
+    earlier attempt's task was sent (and failed) or never claimed; one being sent now, or done, stays."""
+    rows = TaskOutbox.objects.filter(job_name=lease.job, tick=lease.tick)
+    if lease.tick is None or not rows.exists():
+        TaskOutbox.objects.create(job_name=lease.job, tick=lease.tick, token=lease.token)
+        return
+    free = ~Q(task_id="") | Q(claimed_at=None) | Q(claimed_at__lt=now_plus(-lease.ttl))
+    rows.filter(free, done_at=None).update(token=lease.token, claimed_at=None, task_id="")
+
+
+def dispatch(job: str, task, *, stale: timedelta) -> dict:
+    """Send ``job``'s outbox rows not sent yet, oldest first, each claimed by a conditional UPDATE (a
+    claim older than ``stale``: its dispatcher died, taken again); token -> the TaskResult sent.
+    Its rows sent more than LOCKS_RUN_RETENTION_DAYS ago are deleted first, as its runs are."""
+    retained = now_plus(-timedelta(days=settings.LOCKS_RUN_RETENTION_DAYS))
+    TaskOutbox.objects.filter(job_name=job, claimed_at__lt=retained).exclude(task_id="").delete()
+    sent = {}
+    unsent = TaskOutbox.objects.filter(job_name=job, task_id="", done_at=None)
+    for row in unsent.order_by("pk"):
+        free = Q(claimed_at=None) | Q(claimed_at__lt=now_plus(-stale))
+        if not unsent.filter(free, pk=row.pk, token=row.token).update(claimed_at=Now()):
+            continue  # another dispatcher has it
+        result = sent[row.token] = task.enqueue(slot=iso(row.tick), token=row.token)
+        TaskOutbox.objects.filter(pk=row.pk, token=row.token).update(task_id=str(result.id))
+        JobRun.objects.for_job(job).filter(token=row.token).update(stats={"task": str(result.id)})
+    return sent
+
+
+def sweep(jobs) -> None:
+    """Send the outbox rows a crash left unsent, of each task job whose lease no run holds (while one
+    does, that run sends them): ``run_scheduler``'s loop, at each wake. Never raises."""
+    for job in (job for job in jobs if job.task_path):
+        try:
+            unsent = TaskOutbox.objects.filter(job_name=job.name, task_id="", done_at=None).exists()
+            if unsent and SyncLock.objects.for_job(job.name).free().exists():
+                dispatch(job.name, import_string(job.task_path), stale=job.ttl)
+        except Exception as exc:  # a database or a broker that cannot be reached: the next wake tries
+            logger.warning("job=%s the outbox's unsent rows were not sent: %r", job.name, exc)
+
+
+def once(job: str) -> Callable:
+    """Decorates a task sent through the outbox (under ``@task``): its body runs in one transaction with
+    its outbox row's done mark, so a task delivered again after its body committed returns None."""
+
+    def decorate(body):
+        @functools.wraps(body)
+        def guarded(*args, slot: str | None, token: int, **kwargs):
+            rows = TaskOutbox.objects.filter(job_name=job, **({"tick": slot} if slot else {"token": token}))
+            using = router.db_for_write(TaskOutbox)
+            with transaction.atomic(using=using), write_transaction(using=using):  # MongoDB's too
+                if rows.filter(done_at=None).update(done_at=Now()):
+                    return body(*args, slot=slot, token=token, **kwargs)
+            if not rows.exists():
+                raise LookupError(f"locks.once: no outbox row of {job!r} for slot {slot}, token {token}")
+            return None
+
+        return guarded
+
+    return decorate
 
 
 def _earlier_task(lease: Lease, task):

@@ -227,8 +227,13 @@ ABOVE = {
 # paths goes (-57); one outcome vocabulary, each outcome with its answers in locks.models.ANSWERS,
 # the booleans of RunResult and the trigger's remap gone (+14); module docstrings of at most 5 lines,
 # the why in docs/ (-30); the ledger's slot states are outcomes of the vocabulary too (+1); Change's
-# was_held and was_reset, names of no release, go (-3). A ratchet, not the goal: lower it as code is cut; raise it only with a reason in the commit.
-MAX_PRODUCT_LINES = 6837
+# was_held and was_reset, names of no release, go (-3). Issue 39, item 2: the outbox of a task job whose
+# backend is outside the database (TaskOutbox, written in the fenced transaction; locks.tasks.dispatch
+# claims and sends its rows; locks.once, the guard a redelivered task passes through; +88), and
+# run_scheduler's sweep of the rows a crash left unsent (locks.tasks.sweep, +16), once's body in
+# MongoDB's transaction too (+2), its sent rows deleted after LOCKS_RUN_RETENTION_DAYS as runs are
+# (+4). A ratchet, not the goal: lower it as code is cut; raise it only with a reason in the commit.
+MAX_PRODUCT_LINES = 6947
 # Its Python files with code (an empty package marker is not counted): 22 until issue 25 made alerts.py
 # an app of its own, locks.contrib.alerts: an app has its own apps.py, models.py and admin.py (and jobs.py).
 # 26 with issue 39's locks.tasks (the bridge to django.tasks, imported by the runner and the checks).

@@ -163,9 +163,12 @@ if os.environ.get(
 # when installed (the extra [tasks]); the processes of tests/locks/test_task_processes.py register
 # "slot_task", a job that enqueues tests.jobsapp.tasks.record_slot once a slot (docs/jobs.md).
 if TASK_APPS:
-    # TASK_DIE: a run_job process that dies around its enqueue (tests.jobsapp.backends).
+    # TASK_DIE: a run_job process that dies around its enqueue (tests.jobsapp.backends);
+    # OUTSIDE_TASKS: a backend outside the database, its tasks sent through the outbox.
     backend = (
-        "tests.jobsapp.backends.DyingBackend"
+        "tests.jobsapp.backends.OutsideBackend"
+        if os.environ.get("OUTSIDE_TASKS")
+        else "tests.jobsapp.backends.DyingBackend"
         if os.environ.get("TASK_DIE")
         else "django_tasks_db.DatabaseBackend"
     )
@@ -179,6 +182,9 @@ SLOT_TASK = {
 }
 if os.environ.get("SLOT_TASK_SCHEDULE"):
     _JOBS["slot_task"] = SLOT_TASK
+if os.environ.get("SLOT_TASK_SCHEDULE") and os.environ.get("OUTSIDE_TASKS"):
+    # "outbox_task": the same behind locks.once, on a backend outside the database (docs/jobs.md).
+    _JOBS["outbox_task"] = {**SLOT_TASK, "task": "tests.jobsapp.tasks.record_once"}
 # HOSTPROJECT_JOBS="a b": only those (a test's processes that must not watch the others).
 _ONLY = os.environ.get("HOSTPROJECT_JOBS", "").split()
 LOCKS_JOBS = {name: entry for name, entry in _JOBS.items() if not _ONLY or name in _ONLY}

@@ -100,3 +100,61 @@ def test_replicas_and_a_worker_each_killed_once_enqueue_and_run_each_slots_task_
     assert set(DBTaskResult.objects.values_list("status", flat=True)) == {"SUCCESSFUL"}
     killed = JobRun.objects.get(job_name="slot_task", tick=slots[2], status="abandoned")
     assert killed.stats["task"]  # its task was enqueued; the next attempt followed it
+
+
+@pytest.mark.slow
+def test_replicas_on_a_backend_outside_the_database_run_each_slots_task_body_once(
+    db_url, tmp_path, monkeypatch
+):
+    """The outbox (OutsideBackend runs each task in the process that sends it): the replica whose run
+    is inside the third slot's task body (it hangs there, its pid in a file) is killed; a later
+    attempt or a replica's sweep sends the row again."""
+    from locks.models import TaskOutbox
+    from tests.jobsapp.backends import sent_outside
+
+    replicas = 3 if connection.vendor == "postgresql" else 2
+    first = next_tick(SCHEDULE, now=database_now()) + timedelta(seconds=4)  # all started by then
+    slots = [first + timedelta(seconds=4 * index) for index in range(SLOTS)]
+    hang = tmp_path / "hang"
+    env = project_env(
+        DATABASE_URL=db_url,
+        OUTSIDE_TASKS=str(tmp_path / "outside.sqlite3"),
+        HOSTPROJECT_JOBS="outbox_task",
+        SLOT_TASK_SCHEDULE=SCHEDULE,
+        SLOT_TASK_TTL="2",
+        SLOT_TASK_RETRY="1,1,1",
+        TASK_HANG_SLOT=slots[2].isoformat(),
+        TASK_HANG_FILE=str(hang),
+        LOCKS_SCHEDULER_GRACE="3",
+    )
+    monkeypatch.setenv("OUTSIDE_TASKS", env["OUTSIDE_TASKS"])  # sent_outside() reads it here
+    schedulers = [
+        spawn([str(ROOT / "manage.py"), "run_scheduler", "outbox_task"], env=env) for _ in range(replicas)
+    ]
+    try:
+        wait_for(lambda: hang.exists() and hang.read_text().strip(), timeout=40, what="the third slot's body")
+        child = int(hang.read_text())
+        victim = next(proc for proc in schedulers if proc.pid == parent_of(child))
+        victim.send_signal(signal.SIGKILL)
+        os.kill(child, signal.SIGKILL)
+        done = SlotWrite.objects.filter(job="outbox_task", tick=slots[-1])
+        wait_for(done.exists, timeout=60, what="the last slot's task body")
+    finally:
+        for proc in schedulers:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in schedulers:
+            try:
+                proc.communicate(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.communicate()
+
+    sent = Counter(row["slot"] for row in sent_outside())
+    ran = Counter(row.tick for row in SlotWrite.objects.filter(job="outbox_task"))
+    assert [ran[slot] for slot in slots] == [1] * SLOTS, ran
+    assert all(sent[slot.isoformat()] >= 1 for slot in slots), sent
+    assert sent[slots[2].isoformat()] == 2  # killed inside its body: its row sent again, its body once
+    assert max(ran.values()) == 1  # no body twice, ever
+    rows = TaskOutbox.objects.filter(job_name="outbox_task", tick__in=slots)
+    assert rows.count() == SLOTS and not rows.filter(done_at=None).exists()

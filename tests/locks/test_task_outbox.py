@@ -1,0 +1,137 @@
+"""A task job on a backend outside the database (tests.jobsapp.backends.OutsideBackend, its sends in a
+SQLite file of its own): the slot's outbox row is written in the fenced transaction and sent once it
+commits; locks.once lets a task delivered again do nothing (locks.tasks, docs/jobs.md)."""
+
+from __future__ import annotations
+
+import importlib.util
+import time
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from locks import Outcome, once, run_job
+from locks.models import JobRun, SyncLock, TaskOutbox
+from tests.conftest import manage, project_env
+from tests.jobsapp.models import SlotWrite
+from tests.locks.conftest import register
+
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("django_tasks_db") is None,
+    reason="needs django-tasks-db (and on Django 5.2 the django-tasks backport): the extra [tasks]",
+)
+
+YEARLY = "0 0 1 1 *"  # one slot for the whole test: the latest at or before now
+SLOT = datetime(datetime.now(UTC).year, 1, 1, tzinfo=UTC)
+JOB = {"schedule": YEARLY, "task": "tests.jobsapp.tasks.record_once", "ttl": 2, "retry": {"delays": [1, 1]}}
+
+
+@pytest.fixture
+def outside(settings, db, tmp_path, monkeypatch):
+    """The outside backend for this process; the job "outbox_task" registered."""
+    from tests.jobsapp.backends import sent_outside
+
+    monkeypatch.setenv("OUTSIDE_TASKS", str(tmp_path / "outside.sqlite3"))
+    settings.TASKS = {"default": {"BACKEND": "tests.jobsapp.backends.OutsideBackend"}}
+    register(settings, outbox_task=JOB)
+    return sent_outside
+
+
+def writes() -> list:
+    return list(SlotWrite.objects.filter(job="outbox_task").values_list("tick", flat=True))
+
+
+def test_the_outbox_row_is_sent_once_and_a_task_delivered_again_does_nothing(outside, monkeypatch):
+    monkeypatch.setenv("TASK_REDELIVER", "1")
+    done = run_job(name="outbox_task")
+    assert done.outcome == Outcome.SUCCEEDED, done.describe()
+    row = TaskOutbox.objects.get()
+    assert (row.tick, row.token, row.task_id == done.stats["task"]) == (SLOT, done.token, True)
+    assert row.claimed_at is not None and row.done_at is not None
+    assert outside() == [{"slot": SLOT.isoformat(), "token": done.token}]
+    assert writes() == [SLOT]  # delivered twice, its body ran once
+
+
+def test_a_task_that_raised_fails_the_slot_and_the_next_attempt_sends_the_row_again(
+    outside, tmp_path, monkeypatch
+):
+    monkeypatch.setenv("TASK_FAIL_FILE", str(tmp_path / "fail"))
+    (tmp_path / "fail").touch()
+    failed = run_job(name="outbox_task")
+    assert failed.outcome == Outcome.FAILED_EXPECTED  # a task that raised: recorded failed
+    assert failed.error.endswith(f"failed: ValueError: refused slot {SLOT.isoformat()}")
+    assert TaskOutbox.objects.get().done_at is None  # the body's transaction rolled back with its mark
+    time.sleep(1.1)  # the failed attempt's retry delay
+    retried = run_job(name="outbox_task")
+    assert (retried.outcome, retried.attempt) == (Outcome.SUCCEEDED, 2), retried.describe()
+    assert [sent["token"] for sent in outside()] == [failed.token, retried.token]
+    assert TaskOutbox.objects.get().token == retried.token
+    assert writes() == [SLOT]
+
+
+def test_a_row_a_crash_left_unsent_is_sent_by_the_jobs_next_run_and_one_sent_long_ago_is_deleted(outside):
+    earlier, long_ago = (datetime(SLOT.year - years, 1, 1, tzinfo=UTC) for years in (1, 2))
+    TaskOutbox.objects.create(job_name="outbox_task", tick=earlier, token=7)
+    TaskOutbox.objects.create(
+        job_name="outbox_task", tick=long_ago, token=3, claimed_at=long_ago, task_id="x"
+    )
+    done = run_job(name="outbox_task")
+    assert done.outcome == Outcome.SUCCEEDED, done.describe()
+    assert [sent["slot"] for sent in outside()] == [earlier.isoformat(), SLOT.isoformat()]
+    assert sorted(writes()) == [earlier, SLOT]
+    assert sorted(TaskOutbox.objects.values_list("tick", flat=True)) == [
+        earlier,
+        SLOT,
+    ]  # past retention: gone
+
+
+def test_once_refuses_a_task_with_no_outbox_row(db):
+    guarded = once("outbox_task")(lambda **kwargs: kwargs)
+    with pytest.raises(LookupError, match="no outbox row of 'outbox_task' for slot 2020-01-01T00:00:00"):
+        guarded(slot="2020-01-01T00:00:00+00:00", token=1)
+
+
+@pytest.mark.parametrize("death", ["before", "after"])
+def test_a_process_killed_around_the_send_leaves_the_slot_with_its_row_and_its_task_done_once(
+    db_url, tmp_path, monkeypatch, death
+):
+    from tests.jobsapp.backends import sent_outside
+
+    monkeypatch.setenv("OUTSIDE_TASKS", str(tmp_path / "outside.sqlite3"))
+    env = project_env(
+        DATABASE_URL=db_url,
+        OUTSIDE_TASKS=str(tmp_path / "outside.sqlite3"),
+        SLOT_TASK_SCHEDULE=YEARLY,
+        SLOT_TASK_TTL="1",
+        HOSTPROJECT_JOBS="outbox_task",
+    )
+    dead = manage("run_job", "outbox_task", env={**env, "TASK_DIE": death})
+    assert dead.returncode == 9, dead.stderr
+    lock = SyncLock.objects.get(job_name="outbox_task")
+    assert (lock.tick, lock.tick_done, lock.tick_attempts) == (SLOT, False, 1)  # claimed, not done
+    row = TaskOutbox.objects.get()  # committed with the claim: no slot without its task
+    assert (row.tick, row.task_id, row.claimed_at is not None) == (SLOT, "", True)
+    assert (len(sent_outside()), row.done_at is not None) == ((1, True) if death == "after" else (0, False))
+    time.sleep(1.2)  # the dead holder's lease, and its claim on the row, expire
+    done = manage("run_job", "outbox_task", env=env)
+    assert done.returncode == 0, done.stderr
+    assert "outcome=succeeded" in done.stderr and "attempt=2/3" in done.stderr
+    assert len(sent_outside()) == 1  # "after": its body committed, so the row is done, not sent again
+    assert writes() == [SLOT]
+    statuses = list(JobRun.objects.order_by("token").values_list("status", flat=True))
+    assert statuses == [Outcome.ABANDONED, Outcome.SUCCEEDED]
+
+
+def test_the_scheduler_sends_a_row_a_crash_left_once_no_run_holds_the_jobs_lease(outside):
+    from locks.lease import acquire, release
+    from locks.registry import get_job
+    from locks.tasks import sweep
+
+    TaskOutbox.objects.create(job_name="outbox_task", tick=SLOT, token=1)
+    lease = acquire(job="outbox_task", tick=None, ttl=timedelta(seconds=60))
+    sweep([get_job("outbox_task")])
+    assert outside() == []  # a run holds the lease: it sends its job's rows itself
+    release(lease=lease, status=Outcome.SUCCEEDED)
+    sweep([get_job("outbox_task")])
+    assert outside() == [{"slot": SLOT.isoformat(), "token": 1}]
+    assert writes() == [SLOT] and TaskOutbox.objects.get().task_id != ""
