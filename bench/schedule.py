@@ -222,3 +222,92 @@ def _once(db, *, first: datetime, minutes: int) -> dict:
     once = sum(1 for _job, _tick, count, succeeded in rows if count == 1 and succeeded == 1)
     twice = sum(1 for _job, _tick, count, _succeeded in rows if count > 1)
     return {"once": once, "twice": twice, "seen": len(rows), "runs": sum(row[2] for row in rows)}
+
+
+# --- the report: side by side with issue 36's table -------------------------------------------
+
+BEGIN, END = "<!-- bench:schedule:begin -->", "<!-- bench:schedule:end -->"
+TIMES = "\u00d7"
+# Issue 36's table (filed from this code before item 5): CPU-s per replica per minute, forks per
+# minute, new PostgreSQL connections per minute, statements per due slot across all replicas.
+ISSUE_36 = {"10x1": (0.60, 10, 10, 15), "100x1": (6.0, 100, 100, 15), "300x1": (32, 300, 300, 15)}
+ISSUE_36["100x3"] = (7.0, 300, 300, 26.9)
+
+
+def rows(found: dict) -> list[list[str]]:
+    """One row per size measured: each cell "issue 36 / measured"; then whether each slot ran once."""
+    out = []
+    for size, row in found.items():
+        issue = ISSUE_36.get(size, (None,) * 4)
+        measured = (
+            row["cpu_per_replica_minute"],
+            row["forks_per_minute"],
+            row["connections_per_minute"],
+            row.get("statements_per_slot"),
+        )
+        cells = [" / ".join(_number(value) for value in pair) for pair in zip(issue, measured, strict=True)]
+        once = f"{row['once']}/{row['slots']} (twice {row['twice']}, missed {row['missed']})"
+        out.append([size.replace("x", f" {TIMES} "), *cells, once])
+    return out
+
+
+def _number(value) -> str:
+    if value is None:
+        return "-"
+    return f"{value:,.2f}" if value < 10 else f"{value:,.1f}"
+
+
+def extrapolation(found: dict) -> str:
+    """1,000 jobs by 10 replicas from the 100x1 and 100x3 rows (today's code asks every due
+    job in every replica: forks and connections grow with jobs times replicas)."""
+    one, three = found.get("100x1"), found.get("100x3")
+    if not (one and three and "statements_per_slot" in one and "statements_per_slot" in three):
+        return ""
+    loser = (three["statements_per_slot"] - one["statements_per_slot"]) / 2  # per losing replica
+    statements = 1000 * (one["statements_per_slot"] + 9 * loser)
+    forks = 1000 * 10 * three["forks_per_minute"] / 300
+    connections = 1000 * 10 * three["connections_per_minute"] / 300
+    cpu = three["cpu_per_replica_minute"] * 10
+    return (
+        f"Extrapolated to 1,000 jobs {TIMES} 10 replicas (per minute): about {forks:,.0f} forks, "
+        f"{connections:,.0f} new connections, {statements:,.0f} statements (a winner's "
+        f"{one['statements_per_slot']:.1f} per slot and {loser:.1f} per losing replica), and "
+        f"{cpu:.0f} CPU-s per replica (linear in jobs: a lower bound where a cost grows faster)."
+    )
+
+
+def markdown(results: dict) -> str:
+    backend = results["backends"].get("postgresql", {})
+    found = backend.get("schedule", {})
+    when = backend.get("when", {}).get("schedule", {})
+    load = when.get("load", [])
+    out = [BEGIN, ""]
+    out.append(
+        f"Measured {when.get('at', '?')} ({when.get('settings', '')}) on {backend.get('version', '')}, "
+        f"{results['environment']['cores']} cores shared with other sessions; load average "
+        f"(1/5/15 min) {'/'.join(map(str, load[:3]))} before, {'/'.join(map(str, load[3:]))} after. "
+        "Each cell: issue 36's number / this run's."
+    )
+    out += [
+        "",
+        f"| jobs {TIMES} replicas | CPU-s per replica per minute | forks / min | new PG connections / min "
+        "| statements per due slot (all replicas) | slots run exactly once |",
+        "|---|---|---|---|---|---|",
+    ]
+    out += ["| " + " | ".join(row) + " |" for row in rows(found)]
+    line = extrapolation(found)
+    out += ["", line] if line else []
+    out += ["", END]
+    return "\n".join(out)
+
+
+def print_table(results: dict, stream) -> None:
+    found = results["backends"].get("postgresql", {}).get("schedule")
+    if not found:
+        return
+    stream.write("\nrun_scheduler (issue 36 / measured):\n")
+    for row in rows(found):
+        stream.write("  " + " | ".join(row) + "\n")
+    line = extrapolation(found)
+    if line:
+        stream.write(f"  {line}\n")
