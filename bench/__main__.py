@@ -1,7 +1,8 @@
 """python -m bench [--postgres URL | --postgres throwaway] [options]
 
 Runs the skip, sync, lock, pruning and reminder fan-out benchmarks on SQLite (a file
-under var/bench/) and, when given, on PostgreSQL; prints one table; writes
+under var/bench/) and, when given, on PostgreSQL, and there the scheduler's (``schedule``:
+real run_scheduler replicas, bench/schedule.py); prints one table; writes
 docs/benchmarks.md (between its bench markers: the reminders have their own, so a run of
 that part alone leaves the rest as it is), docs/benchmarks.png and
 docs/benchmarks-reminders.png. The PostgreSQL database named by URL has its tables
@@ -124,8 +125,8 @@ def main(argv: list[str] | None = None) -> int:
         if "WITH_POSTGRES_DATA" not in os.environ:  # not yet inside it: the one throwaway-cluster helper
             script = str(ROOT / "scripts" / "with-postgres.sh")
             os.environ["WITH_POSTGRES_DURABLE"] = "1"  # fsync on, as a real server: these are timings
-            # The schedule part counts statements with pg_stat_statements, which must be preloaded.
-            os.environ.setdefault("WITH_POSTGRES_CONF", "shared_preload_libraries = 'pg_stat_statements'")
+            if "schedule" in args.parts:  # it counts statements with pg_stat_statements: preloaded
+                os.environ.setdefault("WITH_POSTGRES_CONF", "shared_preload_libraries = 'pg_stat_statements'")
             os.execv(  # noqa: S606 (a known script, no shell: the benchmark again, inside it)
                 script, [script, sys.executable, "-m", "bench", *(argv if argv is not None else sys.argv[1:])]
             )
