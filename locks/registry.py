@@ -143,8 +143,7 @@ def job_settings() -> dict:
 
 
 def jobs() -> dict[str, Job]:
-    """Every registered job, by name, in the order of ``LOCKS_JOBS``; read and validated once per
-    process, again after a change of a ``LOCKS_*`` setting or of ``INSTALLED_APPS``.
+    """Every registered job, by name, in the order of ``LOCKS_JOBS`` (read once per process).
 
     Raises ``ImproperlyConfigured`` for a setting the system checks refuse (its first
     problem; ``manage.py check`` lists them all).

@@ -280,9 +280,7 @@ class Scheduler:
     def _queue(self, plan: _Plan, now: datetime | None = None) -> None:
         """Look at ``plan`` again when its slot is over (while it runs: at its next slot after
         ``now``), or at its time to ask again if that comes first; without ``now``, at the next wake."""
-        when = EARLIEST
-        if now is not None:
-            when = self._wake_of(plan, now if plan.running else plan.tick)
+        when = EARLIEST if now is None else self._wake_of(plan, now if plan.running else plan.tick)
         self.queued += 1
         plan.entry = (when, plan.index, self.queued)
         heapq.heappush(self.queue, plan.entry)
