@@ -1,7 +1,8 @@
 """python -m bench [--postgres URL | --postgres throwaway] [options]
 
 Runs the skip, sync, lock, pruning and reminder fan-out benchmarks on SQLite (a file
-under var/bench/) and, when given, on PostgreSQL; prints one table; writes
+under var/bench/) and, when given, on PostgreSQL, and there the scheduler's (``schedule``:
+real run_scheduler replicas, bench/schedule.py); prints one table; writes
 docs/benchmarks.md (between its bench markers: the reminders have their own, so a run of
 that part alone leaves the rest as it is), docs/benchmarks.png and
 docs/benchmarks-reminders.png. The PostgreSQL database named by URL has its tables
@@ -24,9 +25,10 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench import report, runner  # noqa: E402
+from bench import schedule as scheduler_part  # noqa: E402
 from bench.backends import WORK, PostgreSQL, SQLite  # noqa: E402
 
-PARTS = ("skip", "sync", "lock", "prune", "remind")
+PARTS = ("skip", "sync", "lock", "prune", "remind", "schedule")
 
 
 def _ints(text: str) -> list[int]:
@@ -88,6 +90,15 @@ def main(argv: list[str] | None = None) -> int:
         help="Seconds the slow server takes to answer each message (default 0.005).",
     )
     parser.add_argument(
+        "--sched-sizes",
+        type=scheduler_part.parse_sizes,
+        default=[(10, 1), (100, 1), (100, 3)],
+        help="run_scheduler part (PostgreSQL only): JOBSxREPLICAS, comma-separated (default 10x1,100x1,100x3).",
+    )
+    parser.add_argument(
+        "--sched-minutes", type=int, default=2, help="Whole minutes measured per size (default 2)."
+    )
+    parser.add_argument(
         "--docs", type=Path, default=ROOT / "docs" / "benchmarks.md", help="Markdown to update."
     )
     parser.add_argument("--no-docs", action="store_true", help="Print only; leave docs/ alone.")
@@ -114,6 +125,8 @@ def main(argv: list[str] | None = None) -> int:
         if "WITH_POSTGRES_DATA" not in os.environ:  # not yet inside it: the one throwaway-cluster helper
             script = str(ROOT / "scripts" / "with-postgres.sh")
             os.environ["WITH_POSTGRES_DURABLE"] = "1"  # fsync on, as a real server: these are timings
+            if "schedule" in args.parts:  # it counts statements with pg_stat_statements: preloaded
+                os.environ.setdefault("WITH_POSTGRES_CONF", "shared_preload_libraries = 'pg_stat_statements'")
             os.execv(  # noqa: S606 (a known script, no shell: the benchmark again, inside it)
                 script, [script, sys.executable, "-m", "bench", *(argv if argv is not None else sys.argv[1:])]
             )
@@ -140,6 +153,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.remind_slow_size:,} to a server taking {args.remind_slow_delay * 1000:g} ms a message with "
         f"SEND_REMINDERS_CONNECTIONS {', '.join(map(str, args.remind_connections))}; median of "
         f"{args.remind_repeat} rounds, the approaches alternating",
+        "schedule": f"{', '.join(f'{j}x{r}' for j, r in args.sched_sizes)} (jobs x replicas), "
+        f"{args.sched_minutes} whole minutes each",
     }
     results: dict = {"environment": report.environment(), "backends": {}}
     previous = args.results
@@ -173,9 +188,12 @@ def main(argv: list[str] | None = None) -> int:
                 slow_size=args.remind_slow_size,
                 delay=args.remind_slow_delay,
             ),
+            "schedule": lambda backend=backend: scheduler_part.schedule(
+                backend, sizes=args.sched_sizes, minutes=args.sched_minutes
+            ),
         }
         for part, job in jobs.items():
-            if part not in parts:
+            if part not in parts or (part == "schedule" and backend.name != "postgresql"):
                 continue
             load, started = os.getloadavg(), time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
             found[part] = job()

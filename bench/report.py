@@ -10,6 +10,8 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
+from bench import schedule
+
 TRANSACTION_CONTROL = {"BEGIN", "COMMIT", "SAVEPOINT", "RELEASE", "ROLLBACK"}
 BEGIN = "<!-- bench:begin -->"
 END = "<!-- bench:end -->"
@@ -299,6 +301,7 @@ def print_table(results: dict, stream=sys.stdout) -> None:
     stream.write("\nContext (no target):\n")
     for what, measured in context(results):
         stream.write(f"  {what}: {measured}\n")
+    schedule.print_table(results, stream)
     found = reminder_targets(results)
     if found:
         stream.write("\nReminder fan-out targets (issues 28 and 20):\n")
@@ -501,6 +504,9 @@ def write_docs(results: dict, path: Path) -> list[Path]:
         plot_reminders(results, plot_path)
         _replace_block(path, REMIND_BEGIN, REMIND_END, reminder_markdown(results, plot_name=plot_path.name))
         written += [*([] if written else [path]), plot_path]
+    if any("schedule" in backend for backend in backends):
+        _replace_block(path, schedule.BEGIN, schedule.END, schedule.markdown(results))
+        written += [] if path in written else [path]
     return written
 
 

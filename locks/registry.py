@@ -6,12 +6,15 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import cache
 
 from croniter import CroniterBadDateError
 from django.apps import apps
 from django.conf import settings
 from django.core.checks import Error
 from django.core.exceptions import ImproperlyConfigured
+from django.core.signals import setting_changed
+from django.dispatch import receiver
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
@@ -140,11 +143,22 @@ def job_settings() -> dict:
 
 
 def jobs() -> dict[str, Job]:
-    """Every registered job, by name, in the order of ``LOCKS_JOBS``.
+    """Every registered job, by name, in the order of ``LOCKS_JOBS`` (read once per process).
 
     Raises ``ImproperlyConfigured`` for a setting the system checks refuse (its first
     problem; ``manage.py check`` lists them all).
     """
+    return dict(_registry())
+
+
+@receiver(setting_changed)
+def _forget_registry(*, setting: str, **kwargs) -> None:
+    if setting.startswith("LOCKS_") or setting == "INSTALLED_APPS":  # override_settings in tests
+        _registry.cache_clear()
+
+
+@cache
+def _registry() -> dict[str, Job]:
     entries = job_settings()
     errors = job_setting_errors(entries)
     if errors:

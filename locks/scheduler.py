@@ -1,18 +1,12 @@
-"""``run_scheduler``: run every registered job at its slots, in every replica.
-
-The lease decides which copy runs a tick; this loop only decides *when* to ask: at each
-slot; after a failed attempt, once its retry delay has passed (the database counts the
-attempts, across every replica); after a lease held elsewhere would have expired; after a
-skip for an unreachable database or a lock row locked by a write in progress, with a backoff
-(1 s doubling to 30 s) until the slot's chance is over; and under ``catch_up: "all"`` at once
-again while slots are behind. Each ask runs in a child process of its own, so a long or stuck
-run of one job never keeps another job's slot from being asked
-(docs/architecture.md, "The scheduler"). It never raises for a job's sake.
-"""
+"""``run_scheduler``: run every registered job at its slots, in every replica. The lease decides
+which copy runs a slot; this loop decides *when* to ask (each slot, a retry, a lease expiring
+elsewhere, a backoff, catch-up), each ask in a child process of its own, and never raises for a
+job's sake (docs/architecture.md, "The scheduler")."""
 
 from __future__ import annotations
 
 import contextlib
+import heapq
 import logging
 import multiprocessing
 import os
@@ -21,7 +15,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from functools import partial
 from multiprocessing.connection import wait as wait_for_any
 
@@ -51,6 +45,8 @@ PAUSED_POLL = timedelta(seconds=5)
 BACKOFF_FIRST, BACKOFF_MOST = timedelta(seconds=1), timedelta(seconds=30)
 # After the grace, how long an interrupted run has to record itself before it is killed.
 INTERRUPTED_WAIT = 10.0
+EARLIEST = datetime.min.replace(tzinfo=UTC)
+NO_SLOT = "scheduler: job=%s outcome=failed: its schedule %r has no slot that can be computed (%s: %s); the other jobs go on"
 
 
 def _broke(name: str, due: datetime | None, why: str) -> RunResult:
@@ -64,12 +60,14 @@ class _Plan:
     """What the scheduler knows of one job: the slot it last asked for, when to ask again."""
 
     job: Job
+    index: int  # its place among the jobs: the plans due at one wake are looked at in that order
     tick: datetime | None = None  # the latest slot at or before now, when last asked
     again_at: datetime | None = None
     backoff: timedelta = timedelta(0)
     running: bool = False
     broken: str = ""  # why its slots cannot be computed (logged once): it is never asked
     paused: bool = False  # its last ask was skipped for a pause: look for a resume first
+    entry: tuple | None = None  # (when to look at it, index, number): its one live entry in the queue
 
 
 def paused_in_database(name: str) -> bool:
@@ -88,14 +86,7 @@ def _slot_of(plan: _Plan, now: datetime) -> datetime | None:
         tick = schedule.slot_at_or_before(plan.job.schedule, now=now, tz=plan.job.timezone)
     except SLOT_ERRORS as exc:
         if not plan.broken:
-            logger.error(
-                "scheduler: job=%s outcome=failed: its schedule %r has no slot that can be computed (%s: %s); "
-                "the other jobs go on",
-                plan.job.name,
-                plan.job.schedule,
-                type(exc).__name__,
-                exc,
-            )
+            logger.error(NO_SLOT, plan.job.name, plan.job.schedule, type(exc).__name__, exc)
         plan.broken = f"{type(exc).__name__}: {exc}"
         return None
     plan.broken = ""
@@ -217,7 +208,13 @@ class Scheduler:
         grace: float = 0.0,
         paused: Callable[[str], bool] = paused_in_database,
     ) -> None:
-        self.plans = [_Plan(job) for job in jobs]
+        self.plans = [_Plan(job, index) for index, job in enumerate(jobs)]
+        # The plans by when to look at each next (a heap; a replaced entry stays until popped): a wake
+        # costs in the jobs due, not the jobs registered. ``seen``: the clock at the last wake.
+        self.queue: list[tuple[datetime, int, int]] = []
+        self.queued, self.seen = 0, None
+        for plan in self.plans:
+            self._queue(plan)
         self.paused = paused
         self.host_now = now
         # The database clock minus this host's, learned from a slot refused as ahead of it (a fast
@@ -243,37 +240,66 @@ class Scheduler:
     def step(self) -> None:
         """One wake: ask for every job whose current slot was not asked for yet, and for
         every job whose time to ask again has come; never for a job still running."""
-        for plan in self.plans:
+        for plan in self._due(self.now()):
             if self.stop.is_set():
-                return
-            if plan.running:
-                continue
-            now = self.now()
-            # The tick window lets a copy that starts a little early name the slot its
-            # peers name; the scheduler itself waits for the slot's own time.
+                self._queue(plan)  # looked at on the next wake
+            else:
+                self._look(plan, self.now())
+
+    def _due(self, now: datetime) -> list[_Plan]:
+        """The plans whose time to look has come, in the jobs' order; every plan if the clock went
+        back (a skew learned, a host clock stepped back): a slot earlier than the one asked for."""
+        if self.seen is not None and now < self.seen:
+            self.queue.clear()
+            due = list(self.plans)
+        else:
+            due = []
+            while self.queue and self.queue[0][0] <= now:
+                entry = heapq.heappop(self.queue)
+                if self.plans[entry[1]].entry is entry:
+                    due.append(self.plans[entry[1]])
+            due.sort(key=lambda plan: plan.index)
+        self.seen = now
+        return due
+
+    def _look(self, plan: _Plan, now: datetime) -> None:
+        # The tick window lets a copy that starts a little early name the slot its
+        # peers name; the scheduler itself waits for the slot's own time.
+        if not plan.running:
             tick = _slot_of(plan, now)
             if tick is None:
-                continue
+                return  # its slots cannot be computed: looked at again if the clock goes back
             if tick != plan.tick:
                 plan.tick, plan.again_at, plan.backoff = tick, None, timedelta(0)
-            elif plan.again_at is None or plan.again_at > now:
-                continue
-            elif plan.paused and self.paused(plan.job.name):
+                return self._ask(plan)
+            if plan.again_at is not None and plan.again_at <= now:
+                if not (plan.paused and self.paused(plan.job.name)):
+                    return self._ask(plan)
                 plan.again_at = self._within_chance(plan, now + PAUSED_POLL)
-                continue
-            self._ask(plan)
+        self._queue(plan, now)
+
+    def _queue(self, plan: _Plan, now: datetime | None = None) -> None:
+        """Look at ``plan`` again when its slot is over (while it runs: at its next slot after
+        ``now``), or at its time to ask again if that comes first; without ``now``, at the next wake."""
+        when = EARLIEST if now is None else self._wake_of(plan, now if plan.running else plan.tick)
+        self.queued += 1
+        plan.entry = (when, plan.index, self.queued)
+        heapq.heappush(self.queue, plan.entry)
+
+    def _wake_of(self, plan: _Plan, after: datetime) -> datetime:
+        when = schedule.next_tick(plan.job.schedule, now=after, tz=plan.job.timezone)
+        return min(when, plan.again_at) if plan.again_at is not None and not plan.running else when
 
     def next_wake(self) -> datetime:
         """The earliest slot or ask again of any job, and no later than MAX_SLEEP from now."""
         now = self.now()
-        wakes = [now + MAX_SLEEP]
-        for plan in self.plans:
-            if plan.broken:
-                continue
-            wakes.append(schedule.next_tick(plan.job.schedule, now=now, tz=plan.job.timezone))
-            if plan.again_at is not None and not plan.running:
-                wakes.append(plan.again_at)
-        return min(wakes)
+        if self.seen is not None and now < self.seen:  # the clock went back: each job's next slot
+            return min(
+                [now + MAX_SLEEP, *(self._wake_of(plan, now) for plan in self.plans if not plan.broken)]
+            )
+        while self.queue and self.plans[self.queue[0][1]].entry is not self.queue[0]:
+            heapq.heappop(self.queue)  # replaced
+        return min(now + MAX_SLEEP, self.queue[0][0]) if self.queue else now + MAX_SLEEP
 
     def run_forever(
         self, *, wait: Callable[[float], object] | None = None, iterations: int | None = None
@@ -300,6 +326,8 @@ class Scheduler:
         outcome = self.executor.start(plan, due=plan.tick)
         if outcome is not None:
             self._settle(plan, outcome)
+        else:
+            self._queue(plan, self.now())
 
     def _settle_all(self, finished: list[tuple[_Plan, RunResult]]) -> None:
         for plan, outcome in finished:
@@ -311,6 +339,7 @@ class Scheduler:
         if outcome.skip is not None and outcome.skip.reason == "tick_ahead":  # before the time to ask again
             self.skew = min(timedelta(0), self.skew + outcome.skip.db_now - self.now())
         plan.again_at = self._again_at(plan, outcome)
+        self._queue(plan, self.now())
         if plan.again_at is not None:
             logger.info(
                 "scheduler: job=%s tick=%s outcome=%s; asking again at %s",

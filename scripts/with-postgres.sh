@@ -16,6 +16,7 @@
 # one throwaway-PostgreSQL helper: tests, `make bench PG=throwaway` (python -m bench re-runs
 # itself inside it) and scripts use it. WITH_POSTGRES_DURABLE=1 keeps fsync and synchronous
 # commits on, as on a real server (the benchmark's timings); tests leave them off.
+# WITH_POSTGRES_CONF: more lines for postgresql.conf (the benchmark preloads pg_stat_statements).
 set -euo pipefail
 
 if [ $# -eq 0 ]; then
@@ -84,6 +85,7 @@ port = $PORT
 unix_socket_directories = '$WORK'
 max_connections = 200
 log_min_messages = warning
+${WITH_POSTGRES_CONF:-}
 EOF
 if [ "${WITH_POSTGRES_DURABLE:-0}" != 1 ]; then
     # Durability across an OS crash is not under test here; a crash of a client or a stopped

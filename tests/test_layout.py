@@ -232,8 +232,11 @@ ABOVE = {
 # claims and sends its rows; locks.once, the guard a redelivered task passes through; +88), and
 # run_scheduler's sweep of the rows a crash left unsent (locks.tasks.sweep, +16), once's body in
 # MongoDB's transaction too (+2), its sent rows deleted after LOCKS_RUN_RETENTION_DAYS as runs are
-# (+4). A ratchet, not the goal: lower it as code is cut; raise it only with a reason in the commit.
-MAX_PRODUCT_LINES = 6947
+# (+4). Issue 36, item 5: the registry read and validated once per process, forgotten on
+# setting_changed (+14), and the scheduler's plans in a heap keyed on when to look at each next, so a
+# wake costs in the jobs due (+29). A ratchet, not the goal: lower it as code is cut; raise it only with
+# a reason in the commit.
+MAX_PRODUCT_LINES = 6990
 # Its Python files with code (an empty package marker is not counted): 22 until issue 25 made alerts.py
 # an app of its own, locks.contrib.alerts: an app has its own apps.py, models.py and admin.py (and jobs.py).
 # 26 with issue 39's locks.tasks (the bridge to django.tasks, imported by the runner and the checks).
@@ -377,7 +380,7 @@ def test_the_function_length_check_can_fail():
 MAX_MODULE_DOCSTRING_LINES = 5
 MAX_KEYWORD_PARAMETERS = 6
 MAX_DATACLASS_FIELDS = 12
-LONG_MODULE_DOCSTRINGS = {"locks/scheduler.py"}  # left while Scheduler is rewritten (issue 36)
+LONG_MODULE_DOCSTRINGS: set[str] = set()
 MANY_KEYWORD_PARAMETERS = {"lease.py:acquire", "runner.py:run_locked", "scheduler.py:__init__"}
 MANY_FIELDS = {
     "lease.py:Skip",

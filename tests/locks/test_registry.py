@@ -13,7 +13,7 @@ from django.utils import timezone
 from locks import schedule
 from locks.crontab import cronjobs
 from locks.models import JobRun, SyncLock, database_now
-from locks.registry import NoDryRun, UnknownJob, get_job, jobs
+from locks.registry import NoDryRun, UnknownJob, _registry, get_job, jobs
 from locks.runner import run_job
 from locks.schedule import InvalidTick, next_tick
 from tests.conftest import ROOT, project_env
@@ -31,6 +31,18 @@ def test_only_schedule_and_callable_are_required(settings):
     job = get_job("minimal")
     assert (job.ttl, job.max_run_time, job.retry_delays) == (timedelta(minutes=4), None, ())
     assert (job.expected_errors, job.dry_run_path) == ((), None)
+
+
+def test_the_registry_is_validated_once_until_a_setting_changes(settings):
+    """Issue 36, item 5: every ask reads the registry (run_job, the trigger, the scheduler's
+    children); it is read and validated once per process, and again after a LOCKS_* change."""
+    register(settings, minimal={"schedule": "0 3 * * *", "callable": "tests.jobsapp.jobs.record"})
+    assert {get_job("minimal").ttl for _ in range(100)} == {timedelta(seconds=settings.LOCKS_DEFAULT_TTL)}
+    assert _registry.cache_info()[:2] == (99, 1)  # hits, misses: validated once for 100 asks
+
+    settings.LOCKS_DEFAULT_TTL = 4321  # the default of the entry's ttl: forgotten, read again
+    assert _registry.cache_info()[:2] == (0, 0)
+    assert get_job("minimal").ttl == timedelta(seconds=4321)
 
 
 def test_jobs_keep_the_order_of_the_setting(settings):

@@ -13,12 +13,15 @@ import gc
 import logging
 import threading
 import tracemalloc
+from collections import Counter
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from itertools import pairwise
 
 import pytest
 
+from locks import schedule
 from locks.lease import Skip
 from locks.models import JobRun
 from locks.registry import Job, jobs
@@ -314,6 +317,34 @@ def test_it_never_sleeps_more_than_a_minute_without_looking_at_the_clock():
     scheduler.run_forever(wait=wait, iterations=3)
 
     assert waits == [60, 60, 60]
+
+
+def test_a_wake_with_one_due_job_among_a_thousand_computes_its_slots_only(monkeypatch):
+    """Issue 36, item 5: the plans are kept in time order; a wake looks at the jobs due, not at
+    every registered one (it used to compute two slots of each job at each wake)."""
+    clock = FakeClock(at(10))
+    runs = Runs(clock)
+    hourly = [replace(HOURLY, name=f"hourly_{number}") for number in range(999)]
+    half_past = replace(HOURLY, name="half_past", schedule="30 * * * *")
+    scheduler = Scheduler(jobs=[*hourly, half_past], now=clock.now, run=runs)
+    scheduler.step()  # on start: the current slot of each
+    assert len(runs.asked) == 1000 and scheduler.next_wake() == at(10, 1)  # MAX_SLEEP
+    computed = Counter()
+    for name in ("slot_at_or_before", "next_tick"):
+        real = getattr(schedule, name)
+        monkeypatch.setattr(schedule, name, partial(_counted, real, name, computed))
+
+    clock.at = at(10, 30)
+    scheduler.step()
+    wake = scheduler.next_wake()
+
+    assert runs.asked[1000:] == [(at(10, 30), at(10, 30))] and wake == at(10, 31)
+    assert computed == {"slot_at_or_before": 1, "next_tick": 1}
+
+
+def _counted(real, name: str, computed: Counter, *args, **kwargs):
+    computed[name] += 1
+    return real(*args, **kwargs)
 
 
 # --- against the database ------------------------------------------------------------
