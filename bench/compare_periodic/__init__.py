@@ -5,7 +5,8 @@
 Each third-party tool gets a throwaway venv under var/compare/<tool> (Python 3.13, pinned versions,
 created here with ``python -m venv`` and pip) and runs site/, a minimal project whose one task,
 every minute, appends a line when it starts and one when it ends; this project runs its host
-project's "slot_task" job (tests/hostproject) from .venv. All on PostgreSQL (django-periodic-tasks
+project's "slot_task" job (tests/hostproject, django-tasks-db) and "outbox_task" (the outbox, a
+backend outside the database) from .venv. All on PostgreSQL (django-periodic-tasks
 needs its row locks), one database each, at the same time, on the same real minutes:
 
     S1 - 25 s   3 replicas of the tool's scheduler start (and one task worker, where it has one)

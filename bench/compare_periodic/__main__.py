@@ -88,9 +88,8 @@ class Run:
                 HOSTPROJECT_JOBS=self.job,
                 SLOT_TASK_SCHEDULE="* * * * *",
             )
-        if (
-            self.tool == "locks_outbox"
-        ):  # tests.jobsapp.backends.OutsideBackend: a row in a file, then run at once
+        if self.tool == "locks_outbox":
+            # tests.jobsapp.backends.OutsideBackend: each send a row in this file, then run at once.
             env.update(OUTSIDE_TASKS=str(self.dir / "outside.sqlite3"))
         return env
 
