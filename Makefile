@@ -7,7 +7,7 @@ WHEEL_VENVS := var/wheel
 PYTHON312 ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.12.*/bin/python $(PYENV_ROOT)/versions/3.12.*/bin/python /root/.pyenv/versions/3.12.*/bin/python) python3.12)
 export DJANGO_DEBUG ?= 1
 
-.PHONY: model model-sqlite model-postgres setup run test test-sqlite test-postgres wheel test-wheel-django52 test-wheel-django61 faults-table soak soak-mongodb soak-table soak-mongodb-table soak-failover-table lint demo clean bench requirements
+.PHONY: model model-sqlite model-postgres setup run test test-sqlite test-postgres wheel test-wheel-django52 test-wheel-django61 faults-table soak soak-mongodb soak-table soak-mongodb-table soak-failover-table lint demo clean bench compare-periodic requirements
 
 # Two stamps: running the product installs the runtime only (requirements.txt);
 # lint, tests and benchmarks install the development tools too (requirements-dev.txt).
@@ -161,6 +161,11 @@ demo: setup
 # (a temporary initdb cluster). BENCH_ARGS passes options: python -m bench --help.
 bench: $(BIN)/.installed-dev
 	$(BIN)/python -m bench $(if $(PG),--postgres $(PG)) $(BENCH_ARGS)
+
+# Four periodic schedulers on one scenario (3 replicas, a kill, a missed slot), about 8 minutes on
+# a throwaway PostgreSQL: docs/periodic-comparison.md. Its venvs are var/compare/<tool>; not in `test`.
+compare-periodic: $(BIN)/.installed-dev
+	$(BIN)/python -m bench.compare_periodic $(COMPARE_ARGS)
 
 clean:
 	rm -rf $(VENV) db.sqlite3 db.sqlite3-* test_db.sqlite3* build dist *.egg-info $(WHEEL_VENVS)
