@@ -18,7 +18,7 @@ from django.utils.module_loading import import_string
 
 from locks.db import write_transaction
 from locks.lease import CommitUnknown, Lease, fenced, iso
-from locks.models import JobRun, SyncLock, TaskOutbox, now_plus
+from locks.models import JobRun, Outcome, SyncLock, TaskOutbox, now_plus
 
 try:  # Django 6.0 ships the framework; on 5.2 the django-tasks backport does (the extra [tasks])
     from django.tasks import Task, TaskResultStatus
@@ -61,6 +61,7 @@ def run_task(lease: Lease, *, task_path: str, wait: timedelta) -> dict:
     """The slot's task, enqueued unless an earlier attempt's is still on its way, then followed until
     it finishes: its outcome is the run's."""
     task = import_string(task_path)
+    _settle_outlived(lease, task)
     result = _earlier_task(lease, task) or _enqueue(lease, task)
     if result is None:
         return {"task_done_earlier": 1}
@@ -76,8 +77,7 @@ def run_task(lease: Lease, *, task_path: str, wait: timedelta) -> dict:
         time.sleep(POLL_SECONDS)
         result.refresh()
     if result.status == TaskResultStatus.FAILED:
-        last = result.errors[-1].traceback.strip().splitlines()[-1] if result.errors else "no error recorded"
-        raise TaskFailed(f"task {result.id} failed: {last}")
+        raise TaskFailed(_failure(result))
     took = (result.finished_at - result.started_at).total_seconds() if result.started_at else 0
     return {"task": str(result.id), "task_seconds": round(took, 3)}
 
@@ -178,3 +178,32 @@ def _earlier_task(lease: Lease, task):
     except TaskResultDoesNotExist:
         return None
     return None if result.status == TaskResultStatus.FAILED else result
+
+
+def _failure(result) -> str:
+    last = result.errors[-1].traceback.strip().splitlines()[-1] if result.errors else "no error recorded"
+    return f"task {result.id} failed: {last}"
+
+
+def _settle_outlived(lease: Lease, task) -> None:
+    """Runs of this job's earlier slots that did not see their task end (``abandoned``: their process
+    died following it; ``unknown``: they stopped at their bound) and that no later attempt of their
+    slot followed take their task's outcome, once it has one: the ledger says what the task did."""
+    if not task.get_backend().supports_get_result:
+        return
+    runs = JobRun.objects.for_job(lease.job).filter(token__lt=lease.token, stats__has_key="task")
+    outlived = runs.filter(status__in=(Outcome.ABANDONED, Outcome.UNKNOWN)).exclude(tick=lease.tick)
+    for run in outlived.values("pk", "tick", "token", "stats"):
+        if JobRun.objects.for_job(lease.job).filter(tick=run["tick"], token__gt=run["token"]).exists():
+            continue  # a later attempt of its slot followed the task: that run has its outcome
+        try:
+            result = task.get_result(run["stats"]["task"])
+        except TaskResultDoesNotExist:
+            continue
+        if result.is_finished:
+            failed = result.status == TaskResultStatus.FAILED
+            after = f"its task {result.id} finished after the run stopped following it"
+            JobRun.objects.filter(pk=run["pk"], token=run["token"]).update(
+                status=Outcome.FAILED if failed else Outcome.SUCCEEDED,
+                error=_failure(result) if failed else after,
+            )

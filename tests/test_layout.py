@@ -234,9 +234,10 @@ ABOVE = {
 # MongoDB's transaction too (+2), its sent rows deleted after LOCKS_RUN_RETENTION_DAYS as runs are
 # (+4). Issue 36, item 5: the registry read and validated once per process, forgotten on
 # setting_changed (+14), and the scheduler's plans in a heap keyed on when to look at each next, so a
-# wake costs in the jobs due (+29). A ratchet, not the goal: lower it as code is cut; raise it only with
-# a reason in the commit.
-MAX_PRODUCT_LINES = 6990
+# wake costs in the jobs due (+29). Issue 39, item 3: a task job's run that did not see its task end
+# takes its outcome at the job's next run (locks.tasks._settle_outlived, +29). A ratchet, not the goal:
+# lower it as code is cut; raise it only with a reason in the commit.
+MAX_PRODUCT_LINES = 7019
 # Its Python files with code (an empty package marker is not counted): 22 until issue 25 made alerts.py
 # an app of its own, locks.contrib.alerts: an app has its own apps.py, models.py and admin.py (and jobs.py).
 # 26 with issue 39's locks.tasks (the bridge to django.tasks, imported by the runner and the checks).

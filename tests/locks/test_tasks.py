@@ -174,3 +174,52 @@ def test_on_the_immediate_backend_the_task_runs_in_the_fenced_transaction_and_a_
 
 def tasks_module() -> str:
     return "django.tasks" if importlib.util.find_spec("django.tasks") else "django_tasks"
+
+
+def test_a_run_killed_following_its_task_takes_the_tasks_outcome_at_the_next_slots_run(settings, db_url):
+    """The slot follows its task (issue 39, item 3) even when its chance ends first: yesterday's run
+    is killed while it follows its task (no worker yet; no attempt of that slot comes again), a real
+    ``db_worker`` then runs the task, and today's run settles yesterday's from its task: the ledger
+    says what the task did, not ``abandoned``."""
+    from datetime import timedelta
+
+    from locks.registry import get_job
+    from locks.status import job_ledgers
+
+    daily = "0 0 * * *"
+    today = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    env = project_env(
+        DATABASE_URL=db_url,
+        SLOT_TASK_SCHEDULE=daily,
+        SLOT_TASK_TTL="1",
+        SLOT_TASK_WAIT="1",
+        HOSTPROJECT_JOBS="slot_task",
+    )
+    tick = (today - timedelta(days=1)).isoformat()
+    follower = spawn(
+        [str(ROOT / "manage.py"), "run_job", "slot_task", "--tick", tick], env={**env, "SLOT_TASK_WAIT": "60"}
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not tasks() and time.monotonic() < deadline and follower.poll() is None:
+            time.sleep(0.1)  # until its task is committed (the follower then polls its result)
+        (yesterdays,) = tasks()
+    finally:
+        follower.send_signal(signal.SIGKILL)
+        follower.communicate()
+    ran = manage("db_worker", "--batch", "--no-startup-delay", "--no-reload", env=env)
+    assert ran.returncode == 0, ran.stderr
+    time.sleep(1.2)  # the killed run's lease expires
+    todays = manage("run_job", "slot_task", env=env)  # no worker now: its own task stays READY
+    assert "outcome=unknown" in todays.stderr, todays.stderr
+    killed = JobRun.objects.get(stats__task=str(yesterdays.id))
+    assert (killed.status, killed.error) == (
+        Outcome.SUCCEEDED,
+        f"its task {yesterdays.id} finished after the run stopped following it",
+    )
+    register(settings, slot_task={**TASK, "schedule": daily})  # the subprocesses' job, here too
+    ledger = job_ledgers(jobs=[get_job("slot_task")], slots=2)["slot_task"]
+    assert [(slot.tick, slot.outcome) for slot in ledger.slots] == [
+        (today, Outcome.UNKNOWN),
+        (today - timedelta(days=1), Outcome.SUCCEEDED),
+    ]
