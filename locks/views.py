@@ -34,7 +34,6 @@ from locks.models import HELD, OVERDUE, RECORDED, JobRun, Outcome, Throttle, dat
 from locks.registry import SLOT_ERRORS, UnknownJob, get_job
 from locks.registry import jobs as registered_jobs
 from locks.runner import RunResult, run_due, run_job
-from locks.schedule import next_tick
 from locks.status import OUTCOMES, Freshness, job_ledgers, jobs_freshness, jobs_health, open_incidents
 
 if TYPE_CHECKING:
@@ -444,7 +443,7 @@ def job_metrics() -> list[Metric]:
         if health[name].last_success_at is not None:
             last_success.add_metric([name], health[name].last_success_at.timestamp())
         with contextlib.suppress(*SLOT_ERRORS):  # no slot computable: that job has no next tick
-            next_slot.add_metric([name], next_tick(job.schedule, now=db_now, tz=job.timezone).timestamp())
+            next_slot.add_metric([name], job.cron.next_slot(db_now).timestamp())
         paused.add_metric([name], float(ledgers[name].paused))
         incident.add_metric([name], float(name in incidents))
         held.add_metric([name], float(lock is not None and lock.state in {HELD, OVERDUE}))
