@@ -135,12 +135,11 @@ def jobs_health(*, jobs: Iterable[str]) -> dict[str, JobHealth]:
 @dataclass(frozen=True)
 class Freshness:
     job: JobHealth
-    schedule: str
+    cron: Schedule  # the job's schedule, read in its time zone
     # The oldest success that still counts as fresh: the slot before the latest
     # slot at or before the database's now (None: the schedule's slots cannot be computed).
     fresh_since: datetime | None
     error: str = ""  # why the slots cannot be computed (locks.registry.SLOT_ERRORS)
-    timezone: str = "UTC"  # the zone the schedule is read in
 
     @property
     def fresh(self) -> bool:
@@ -169,7 +168,7 @@ class Freshness:
         """When the last success stops being fresh: at the second slot after it."""
         if self.job.last_success_at is None or self.error:
             return None
-        return Schedule(self.schedule, self.timezone).upcoming(self.job.last_success_at, 2)[1]
+        return self.cron.upcoming(self.job.last_success_at, 2)[1]
 
 
 def jobs_freshness() -> dict[str, Freshness]:
@@ -190,13 +189,9 @@ def jobs_freshness() -> dict[str, Freshness]:
         try:
             _latest, before_latest = job.cron.previous(now, 2)
         except SLOT_ERRORS as exc:  # that job's failure: the others are still judged
-            freshness[name] = Freshness(
-                health[name], job.schedule, None, error=slot_error(exc), timezone=job.timezone
-            )
+            freshness[name] = Freshness(health[name], job.cron, None, error=slot_error(exc))
             continue
-        freshness[name] = Freshness(
-            job=health[name], schedule=job.schedule, fresh_since=before_latest, timezone=job.timezone
-        )
+        freshness[name] = Freshness(job=health[name], cron=job.cron, fresh_since=before_latest)
     return freshness
 
 

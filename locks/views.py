@@ -333,7 +333,7 @@ def _job_health(health: Freshness, *, trusted: bool) -> dict:
     age = job.last_success_age
     body = {
         "status": health.status,  # ok, stale, paused (not judged stale) or error (no slot computable)
-        "schedule": health.schedule,
+        "schedule": health.cron.expression,
         "stale_after": iso(health.stale_after),
         "last_success_at": iso(job.last_success_at),
         "last_success_age_seconds": round(age.total_seconds(), 3) if age is not None else None,

@@ -235,10 +235,10 @@ ABOVE = {
 # (+4). Issue 36, item 5: the registry read and validated once per process, forgotten on
 # setting_changed (+14), and the scheduler's plans in a heap keyed on when to look at each next, so a
 # wake costs in the jobs due (+29). Issue 36, item 8: a schedule value, locks.schedule.Schedule
-# (expression and time zone; Job.cron), in place of the free functions taking (expression, tz=), one
-# "slot of now" (Schedule.current) and one chance end (Job.chance_end) (-63). A ratchet, not the goal: lower it as code is cut; raise it only with
-# a reason in the commit.
-MAX_PRODUCT_LINES = 6927
+# (expression and time zone; Job.cron, Freshness.cron), in place of the free functions taking
+# (expression, tz=); one "slot of now" (Schedule.current), one chance end (Job.chance_end) (-68).
+# A ratchet, not the goal: lower it as code is cut; raise it only with a reason in the commit.
+MAX_PRODUCT_LINES = 6922
 # Its Python files with code (an empty package marker is not counted): 22 until issue 25 made alerts.py
 # an app of its own, locks.contrib.alerts: an app has its own apps.py, models.py and admin.py (and jobs.py).
 # 26 with issue 39's locks.tasks (the bridge to django.tasks, imported by the runner and the checks).
