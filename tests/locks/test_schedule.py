@@ -170,7 +170,7 @@ def test_daily_at_0230_is_0230_utc_on_a_dst_night(berlin, night):
     assert Schedule(daily).next_slot(day) == slot
 
 
-# --- check_tick: may a run claim this tick? -------------------------------------------
+# --- Schedule.check: may a run claim this tick? ---------------------------------------
 
 
 def test_a_slot_is_returned_in_utc():
