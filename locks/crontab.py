@@ -71,15 +71,12 @@ def due_jobs(names: Iterable[str], *, now) -> list[str]:
     from datetime import timedelta
 
     from locks.registry import jobs
-    from locks.schedule import slot_at_or_before
 
     registered = jobs()
     return [
         name
         for name in names
-        if name in registered
-        and now - timedelta(seconds=PASS)
-        < slot_at_or_before(registered[name].schedule, now=now, tz=registered[name].timezone)
+        if name in registered and now - timedelta(seconds=PASS) < registered[name].cron.slot_at_or_before(now)
     ]
 
 

@@ -108,22 +108,30 @@ class Job:
             raise NoDryRun(f"job {self.name!r} has no dry run (no 'dry_run' in its LOCKS_JOBS entry)")
         return dict(import_string(self.dry_run_path)() or {})
 
+    @property
+    def cron(self) -> schedule.Schedule:
+        """The schedule as a value: its expression read in the job's time zone."""
+        return schedule.Schedule(self.schedule, self.timezone)
+
     def current_tick(self, *, now: datetime | None = None) -> datetime:
-        """The slot a run at ``now`` (this host's clock) claims (``locks.schedule.current_tick``)."""
-        return schedule.current_tick(
-            self.schedule, now=now or timezone.now(), window=tick_window(), tz=self.timezone
-        )
+        """The slot of now: the one a run at ``now`` (this host's clock) claims (``Schedule.current``)."""
+        return self.cron.current(now or timezone.now(), window=tick_window())
+
+    def chance_end(self, tick: datetime) -> datetime:
+        """When ``tick``'s chance is over (if attempts remain): the next slot under the ``latest``
+        catch-up policy, ``catch_up_window`` after the slot under ``all``."""
+        return tick + self.catch_up_window if self.catch_up == ALL else self.cron.next_slot(tick)
 
     def next_slots(self, *, after: datetime | None = None, count: int = 10) -> list[schedule.Upcoming]:
         """The ``count`` slots after ``after`` (default: now, this host's clock), UTC and local."""
-        return schedule.preview(self.schedule, after=after or timezone.now(), count=count, tz=self.timezone)
+        return self.cron.preview(after or timezone.now(), count)
 
     def alert_delay(self, *, now: datetime) -> timedelta:
         """How long without a success opens an incident: ``alert_after``, else two periods
         of the schedule (around ``now``) and 10 minutes."""
         if self.alert_after is not None:
             return self.alert_after
-        return 2 * schedule.period(self.schedule, now=now, tz=self.timezone) + timedelta(minutes=10)
+        return 2 * self.cron.period(now) + timedelta(minutes=10)
 
 
 def attempts_of(retry_delays: tuple[timedelta, ...] | None) -> int | None:
@@ -345,7 +353,7 @@ def next_slot_error(expression: str, *, now: datetime, tz: str = schedule.DEFAUL
     """Why ``expression`` (a valid cron expression) has no slot within ``SLOT_HORIZON_YEARS`` of
     ``now``; empty when it has one."""
     try:
-        upcoming = schedule.next_tick(expression, now=now, tz=tz)
+        upcoming = schedule.Schedule(expression, tz).next_slot(now)
     except SLOT_ERRORS as exc:
         return f"no slot can be computed after {now:%Y-%m-%d} ({type(exc).__name__}: {exc})"
     if upcoming - now > timedelta(days=365 * SLOT_HORIZON_YEARS + 1):

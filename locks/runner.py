@@ -19,7 +19,6 @@ from django.db.models import TextField, Value
 from django.db.models.functions import Concat, Now
 from django.utils import timezone
 
-from locks import schedule
 from locks.db import STANDBY, RowLocked, error_text, missing_table, safe_text, standby, traceback_text
 from locks.lease import (
     FAILOVER_PAUSER,
@@ -512,10 +511,10 @@ def run_job(
         raise InvalidTick("force and tick exclude each other: a forced run claims no tick")
     now = timezone.now()
     if tick is not None:
-        tick = schedule.check_tick(job.schedule, tick, tz=job.timezone)
+        tick = job.cron.check(tick)
     claim, behind = tick or due or job.current_tick(now=now), False
     # The future bound (rule 3): none for the scheduler's slot, else the tick window before the slot.
-    window = schedule.early_window_before(job.schedule, claim, window=tick_window(), tz=job.timezone)
+    window = job.cron.early_window_before(claim, window=tick_window())
     horizon = timedelta(0) if due is not None and tick is None else window
     if job.catch_up == ALL:
         try:
@@ -544,7 +543,7 @@ def run_job(
     result.behind, skip = behind, result.skip
     if tick is not None and skip is not None and skip.reason == "tick_ahead":
         args = {"db_now": skip.db_now, "horizon": skip.horizon, "window": tick_window()}
-        raise InvalidTick(schedule.tick_ahead_message(job.schedule, tick, tz=job.timezone, **args))
+        raise InvalidTick(job.cron.tick_ahead_message(tick, **args))
     return result
 
 
@@ -570,11 +569,9 @@ def _pending_tick(job: Job, *, due: datetime) -> datetime:
     state = row.values("tick", "tick_done", "tick_attempts", "db_now").first()
     if state is None or state["tick"] is None:
         return due
-    return schedule.pending_slot(
-        job.schedule,
+    return job.cron.pending(
         claimed=state["tick"],
         settled=state["tick_done"] or state["tick_attempts"] >= job.max_attempts,
         due=due,
         oldest=state["db_now"] - job.catch_up_window,
-        tz=job.timezone,
     )

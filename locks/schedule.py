@@ -1,5 +1,5 @@
-"""Cron expressions to ticks: the scheduled slot a run belongs to. Fields are read in the job's
-time zone (``tz``, default UTC); every slot is an aware UTC instant, and a DST night follows
+"""Cron expressions to ticks: the scheduled slot a run belongs to. A ``Schedule`` reads its fields in
+its time zone (default UTC); every slot is an aware UTC instant, and a DST night follows
 Vixie cron's rule (docs/jobs.md, "Time zones and DST"; docs/architecture.md, "Which slot a run
 claims"). Pure: no database.
 """
@@ -87,23 +87,6 @@ def _utc(moment: datetime) -> datetime:
     if moment.tzinfo is None or moment.utcoffset() is None:
         raise ValueError(f"{moment.isoformat()} has no time zone: slots are instants, give an aware datetime")
     return moment.astimezone(UTC)
-
-
-def _prev(expression: str, moment: datetime, tz: "str | tzinfo" = DEFAULT_TIMEZONE) -> datetime:
-    """The latest slot strictly before ``moment`` (aware UTC)."""
-    tz = zone(tz)
-    if _is_utc(tz):
-        # croniter marks some results fold=1; UTC has no fold, so drop it.
-        return _cron(expression, moment).get_prev(datetime).replace(fold=0)
-    return _prev_zoned(expression, tz, moment)
-
-
-def _next(expression: str, moment: datetime, tz: "str | tzinfo" = DEFAULT_TIMEZONE) -> datetime:
-    """The first slot strictly after ``moment`` (aware UTC)."""
-    tz = zone(tz)
-    if _is_utc(tz):
-        return _cron(expression, moment).get_next(datetime).replace(fold=0)
-    return _next_zoned(expression, tz, moment)
 
 
 # --- the DST rule: wall times of a zone to slots --------------------------------------
@@ -227,22 +210,6 @@ def _prev_zoned(expression: str, tz: tzinfo, moment: datetime) -> datetime:
         candidate = _cron_before(expression, candidate)
 
 
-def dst_rule(expression: str, slot: datetime, *, tz: "str | tzinfo" = DEFAULT_TIMEZONE) -> str | None:
-    """Where the DST rule made ``slot`` (a slot of ``expression`` in ``tz``): ``GAP``, run
-    after a spring-forward gap in place of a wall time that did not exist; ``REPEAT``, a wall
-    time that occurred twice that night; None elsewhere."""
-    tz = zone(tz)
-    if _is_utc(tz):
-        return None
-    wall = _wall(slot, tz)
-    first, second = _instants(wall, tz)
-    if first < second:
-        return REPEAT
-    if _cron(expression, wall - _TINY).get_next(datetime) != wall:  # no matching wall time: moved here
-        return GAP
-    return None
-
-
 def local_time(moment: datetime, *, tz: "str | tzinfo" = DEFAULT_TIMEZONE) -> datetime:
     """``moment`` on the wall clock of ``tz`` (aware, with its offset)."""
     return _utc(moment).astimezone(zone(tz))
@@ -267,176 +234,161 @@ class Upcoming:
         return {"slot": self.slot.isoformat(), "local": self.local.isoformat(), "dst": self.dst}
 
 
-def preview(
-    expression: str, *, after: datetime, count: int, tz: "str | tzinfo" = DEFAULT_TIMEZONE
-) -> list[Upcoming]:
-    """The ``count`` slots after ``after``, each with its wall time and DST mark (``locks next``).
-    Raises ``OutOfRange`` when they would lie beyond what a datetime holds (year 9999)."""
-    try:
-        return [
-            Upcoming(slot, local_time(slot, tz=tz), dst_rule(expression, slot, tz=tz))
-            for slot in upcoming_slots(expression, after=after, count=count, tz=tz)
-        ]
-    except (OverflowError, CroniterBadDateError):
-        raise OutOfRange(
-            f"the {count} slots of {expression!r} after {_utc(after).isoformat()} do not all lie "
-            "within the years 1 to 9999"
-        ) from None
-
-
 class OutOfRange(ValueError):
     """Slots asked for beyond the years a datetime holds."""
-
-
-def upcoming_slots(
-    expression: str, *, after: datetime, count: int, tz: "str | tzinfo" = DEFAULT_TIMEZONE
-) -> list[datetime]:
-    """The ``count`` first slots strictly after ``after``, oldest first."""
-    slots, moment = [], _utc(after)
-    for _ in range(count):
-        moment = _next(expression, moment, tz)
-        slots.append(moment)
-    return slots
-
-
-def slot_at_or_before(expression: str, *, now: datetime, tz: "str | tzinfo" = DEFAULT_TIMEZONE) -> datetime:
-    """The latest slot at or before ``now`` (``now`` itself when it is a slot)."""
-    now = _utc(now)
-    earlier = _prev(expression, now, tz)  # strictly before now
-    following = _next(expression, earlier, tz)
-    return following if following <= now else earlier
-
-
-def slot_before(expression: str, *, moment: datetime, tz: "str | tzinfo" = DEFAULT_TIMEZONE) -> datetime:
-    """The latest slot strictly before ``moment``."""
-    return _prev(expression, _utc(moment), tz)
-
-
-def next_tick(expression: str, *, now: datetime, tz: "str | tzinfo" = DEFAULT_TIMEZONE) -> datetime:
-    """The first slot strictly after ``now``."""
-    return _next(expression, _utc(now), tz)
-
-
-def is_slot(expression: str, moment: datetime, *, tz: "str | tzinfo" = DEFAULT_TIMEZONE) -> bool:
-    return slot_at_or_before(expression, now=moment, tz=tz) == _utc(moment)
-
-
-def previous_slots(
-    expression: str, *, now: datetime, count: int, tz: "str | tzinfo" = DEFAULT_TIMEZONE
-) -> list[datetime]:
-    """The ``count`` latest slots at or before ``now``, newest first."""
-    slots = [slot_at_or_before(expression, now=now, tz=tz)]
-    while len(slots) < count:
-        slots.append(slot_before(expression, moment=slots[-1], tz=tz))
-    return slots
-
-
-def period(expression: str, *, now: datetime, tz: "str | tzinfo" = DEFAULT_TIMEZONE) -> timedelta:
-    """The gap around ``now``: from the latest slot at or before it to the next one.
-
-    An hour for ``0 * * * *``; for ``0 8,9 * * *`` an hour at 08:30 and 23 hours
-    at 10:00. Never zero: the next slot is after ``now``, the latest not.
-    """
-    return next_tick(expression, now=now, tz=tz) - slot_at_or_before(expression, now=now, tz=tz)
-
-
-def early_window(
-    expression: str, *, now: datetime, window: timedelta, tz: "str | tzinfo" = DEFAULT_TIMEZONE
-) -> timedelta:
-    """How early a run at ``now`` may claim the upcoming slot: ``window``, capped at a
-    quarter of the gap around ``now``."""
-    return min(window, period(expression, now=now, tz=tz) / 4)
-
-
-def early_window_before(
-    expression: str, tick: datetime, *, window: timedelta, tz: "str | tzinfo" = DEFAULT_TIMEZONE
-) -> timedelta:
-    """How far ahead of the database clock a run may claim ``tick``: ``window``, capped at a quarter
-    of the gap before it, whatever the gap after it (the last slot of a burst is a day from the next)."""
-    return min(window, (_utc(tick) - slot_before(expression, moment=tick, tz=tz)) / 4)
-
-
-def current_tick(
-    expression: str, *, now: datetime, window: timedelta, tz: "str | tzinfo" = DEFAULT_TIMEZONE
-) -> datetime:
-    """The slot a run at ``now`` claims.
-
-    The upcoming slot if it is at most ``window`` away, the window capped at a
-    quarter of the gap around ``now`` (so a host a few minutes fast names the slot
-    its peers name); otherwise the latest slot at or before ``now`` (so a late or
-    manual run claims the slot it follows, and catches it up if nobody ran it).
-    """
-    upcoming = next_tick(expression, now=now, tz=tz)
-    if upcoming - _utc(now) <= early_window(expression, now=now, window=window, tz=tz):
-        return upcoming
-    return slot_at_or_before(expression, now=now, tz=tz)
-
-
-def pending_slot(
-    expression: str,
-    *,
-    claimed: datetime,
-    settled: bool,
-    due: datetime,
-    oldest: datetime,
-    tz: "str | tzinfo" = DEFAULT_TIMEZONE,
-) -> datetime:
-    """Under catch_up "all", the slot a run up to ``due`` claims, given the tick ``claimed``
-    last: that one again while it is not ``settled`` (done, or out of attempts) and not older
-    than ``oldest`` (the catch-up window's start); else the slot after it, or the first at or
-    after ``oldest``. ``due`` itself when that lies beyond ``due`` (the lease then says why
-    there is nothing to run)."""
-    if not settled and claimed >= oldest:
-        return min(claimed, due)
-    following = next_tick(expression, now=claimed, tz=tz)
-    first = oldest if is_slot(expression, oldest, tz=tz) else next_tick(expression, now=oldest, tz=tz)
-    return min(max(following, first), due)
 
 
 class InvalidTick(ValueError):
     """A tick that is no slot of the schedule, or too far ahead of the database clock."""
 
 
-def check_tick(expression: str, tick: datetime, *, tz: "str | tzinfo" = DEFAULT_TIMEZONE) -> datetime:
-    """``tick`` in UTC, if it is a slot of ``expression``; else ``InvalidTick`` naming
-    the nearest slots. How far ahead a tick may lie is the lease's compare-and-set to
-    judge, on the database clock (``tick_ahead_message`` says why it refused)."""
-    try:
-        utc = _utc(tick)
-        if is_slot(expression, utc, tz=tz):
-            return utc
-        before = slot_at_or_before(expression, now=utc, tz=tz)
-        after = next_tick(expression, now=utc, tz=tz)
-    except (OverflowError, CroniterBadDateError):
-        # Near year 1 or 9999 the slot before or after lies outside what datetime holds.
+@dataclass(frozen=True)
+class Schedule:
+    """A cron expression read in a time zone (an IANA name or a tzinfo): its slots, aware UTC
+    instants. Every moment given must be aware."""
+
+    expression: str
+    timezone: "str | tzinfo" = DEFAULT_TIMEZONE
+
+    def _prev(self, moment: datetime) -> datetime:
+        """The latest slot strictly before ``moment`` (aware UTC)."""
+        tz = zone(self.timezone)
+        if _is_utc(tz):
+            # croniter marks some results fold=1; UTC has no fold, so drop it.
+            return _cron(self.expression, moment).get_prev(datetime).replace(fold=0)
+        return _prev_zoned(self.expression, tz, moment)
+
+    def _next(self, moment: datetime) -> datetime:
+        """The first slot strictly after ``moment`` (aware UTC)."""
+        tz = zone(self.timezone)
+        if _is_utc(tz):
+            return _cron(self.expression, moment).get_next(datetime).replace(fold=0)
+        return _next_zoned(self.expression, tz, moment)
+
+    def slot_at_or_before(self, now: datetime) -> datetime:
+        """The latest slot at or before ``now`` (``now`` itself when it is a slot)."""
+        now = _utc(now)
+        earlier = self._prev(now)  # strictly before now
+        following = self._next(earlier)
+        return following if following <= now else earlier
+
+    def slot_before(self, moment: datetime) -> datetime:
+        """The latest slot strictly before ``moment``."""
+        return self._prev(_utc(moment))
+
+    def next_slot(self, after: datetime) -> datetime:
+        """The first slot strictly after ``after``."""
+        return self._next(_utc(after))
+
+    def is_slot(self, moment: datetime) -> bool:
+        return self.slot_at_or_before(moment) == _utc(moment)
+
+    def previous(self, now: datetime, count: int) -> list[datetime]:
+        """The ``count`` latest slots at or before ``now``, newest first."""
+        slots = [self.slot_at_or_before(now)]
+        while len(slots) < count:
+            slots.append(self.slot_before(slots[-1]))
+        return slots
+
+    def upcoming(self, after: datetime, count: int) -> list[datetime]:
+        """The ``count`` first slots strictly after ``after``, oldest first."""
+        slots, moment = [], _utc(after)
+        for _ in range(count):
+            moment = self._next(moment)
+            slots.append(moment)
+        return slots
+
+    def period(self, now: datetime) -> timedelta:
+        """The gap around ``now``: from the latest slot at or before it to the next one. An hour
+        for ``0 * * * *``; for ``0 8,9 * * *`` an hour at 08:30 and 23 hours at 10:00."""
+        return self.next_slot(now) - self.slot_at_or_before(now)
+
+    def current(self, now: datetime, *, window: timedelta) -> datetime:
+        """The slot of now: the one a run at ``now`` claims. The upcoming slot if it is at most
+        ``window`` away, the window capped at a quarter of the gap around ``now`` (so a host a few
+        minutes fast names the slot its peers name); otherwise the latest slot at or before ``now``
+        (so a late or manual run claims the slot it follows, and catches it up if nobody ran it)."""
+        upcoming, latest = self.next_slot(now), self.slot_at_or_before(now)
+        return upcoming if upcoming - _utc(now) <= min(window, (upcoming - latest) / 4) else latest
+
+    def early_window_before(self, tick: datetime, *, window: timedelta) -> timedelta:
+        """How far ahead of the database clock a run may claim ``tick``: ``window``, capped at a quarter
+        of the gap before it, whatever the gap after it (the last slot of a burst is a day from the next)."""
+        return min(window, (_utc(tick) - self.slot_before(tick)) / 4)
+
+    def pending(self, *, claimed: datetime, settled: bool, due: datetime, oldest: datetime) -> datetime:
+        """Under catch_up "all", the slot a run up to ``due`` claims, given the tick ``claimed``
+        last: that one again while it is not ``settled`` (done, or out of attempts) and not older
+        than ``oldest`` (the catch-up window's start); else the slot after it, or the first at or
+        after ``oldest``. ``due`` itself when that lies beyond ``due`` (the lease then says why
+        there is nothing to run)."""
+        if not settled and claimed >= oldest:
+            return min(claimed, due)
+        first = oldest if self.is_slot(oldest) else self.next_slot(oldest)
+        return min(max(self.next_slot(claimed), first), due)
+
+    def check(self, tick: datetime) -> datetime:
+        """``tick`` in UTC, if it is a slot; else ``InvalidTick`` naming the nearest slots. How far
+        ahead a tick may lie is the lease's compare-and-set to judge, on the database clock
+        (``tick_ahead_message`` says why it refused)."""
+        try:
+            utc = _utc(tick)
+            if self.is_slot(utc):
+                return utc
+            before, after = self.slot_at_or_before(utc), self.next_slot(utc)
+        except (OverflowError, CroniterBadDateError):
+            # Near year 1 or 9999 the slot before or after lies outside what datetime holds.
+            raise InvalidTick(
+                f"tick {tick.isoformat()} is out of the range the schedule {self.expression!r} can be computed "
+                "in (a slot before and after it must lie within the years 1 to 9999)"
+            ) from None
         raise InvalidTick(
-            f"tick {tick.isoformat()} is out of the range the schedule {expression!r} can be computed in "
-            "(a slot before and after it must lie within the years 1 to 9999)"
-        ) from None
-    raise InvalidTick(
-        f"tick {utc.isoformat()} is not a slot of the schedule {expression!r} ({zone_name(tz)}); "
-        f"the nearest valid slots are {before.isoformat()} and {after.isoformat()}"
-    )
+            f"tick {utc.isoformat()} is not a slot of the schedule {self.expression!r} "
+            f"({zone_name(self.timezone)}); the nearest valid slots are {before.isoformat()} and {after.isoformat()}"
+        )
 
+    def tick_ahead_message(
+        self, tick: datetime, *, db_now: datetime, horizon: timedelta, window: timedelta
+    ) -> str:
+        """Why ``tick`` was refused as more than ``horizon`` (the tick window) ahead of the database
+        clock (``db_now``), with the slots a run may name instead."""
+        latest, claimed = self.slot_at_or_before(db_now + horizon), self.current(db_now, window=window)
+        return (
+            f"tick {_utc(tick).isoformat()} is more than the tick window ({horizon}) ahead of the "
+            f"database clock ({db_now.isoformat(timespec='seconds')}); the latest slot it may name "
+            f"is {latest.isoformat()}, the one a run claims now is {claimed.isoformat()}"
+        )
 
-def tick_ahead_message(
-    expression: str,
-    tick: datetime,
-    *,
-    db_now: datetime,
-    horizon: timedelta,
-    window: timedelta,
-    tz: "str | tzinfo" = DEFAULT_TIMEZONE,
-) -> str:
-    """Why ``tick`` was refused as more than ``horizon`` (the tick window) ahead of the database
-    clock (``db_now``), with the slots a run may name instead."""
-    latest = slot_at_or_before(expression, now=db_now + horizon, tz=tz)
-    claimed = current_tick(expression, now=db_now, window=window, tz=tz)
-    return (
-        f"tick {_utc(tick).isoformat()} is more than the tick window ({horizon}) ahead of the "
-        f"database clock ({db_now.isoformat(timespec='seconds')}); the latest slot it may name "
-        f"is {latest.isoformat()}, the one a run claims now is {claimed.isoformat()}"
-    )
+    def dst_rule(self, slot: datetime) -> str | None:
+        """Where the DST rule made ``slot``: ``GAP``, run after a spring-forward gap in place of a
+        wall time that did not exist; ``REPEAT``, a wall time that occurred twice that night; None
+        elsewhere."""
+        tz = zone(self.timezone)
+        if _is_utc(tz):
+            return None
+        wall = _wall(slot, tz)
+        first, second = _instants(wall, tz)
+        if first < second:
+            return REPEAT
+        if (
+            _cron(self.expression, wall - _TINY).get_next(datetime) != wall
+        ):  # no matching wall time: moved here
+            return GAP
+        return None
+
+    def preview(self, after: datetime, count: int) -> list[Upcoming]:
+        """The ``count`` slots after ``after``, each with its wall time and DST mark (``locks next``).
+        Raises ``OutOfRange`` when they would lie beyond what a datetime holds (year 9999)."""
+        try:
+            return [
+                Upcoming(slot, local_time(slot, tz=self.timezone), self.dst_rule(slot))
+                for slot in self.upcoming(after, count)
+            ]
+        except (OverflowError, CroniterBadDateError):
+            raise OutOfRange(
+                f"the {count} slots of {self.expression!r} after {_utc(after).isoformat()} do not all lie "
+                "within the years 1 to 9999"
+            ) from None
 
 
 def zone_name(tz: "str | tzinfo") -> str:

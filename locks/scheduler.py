@@ -23,10 +23,9 @@ from django.db import Error as DBError
 from django.db import close_old_connections, connections, reset_queries
 from django.utils import timezone
 
-from locks import schedule
 from locks.db import error_text
 from locks.models import Outcome, SyncLock
-from locks.registry import ALL, SLOT_ERRORS, Job
+from locks.registry import SLOT_ERRORS, Job
 from locks.runner import RunResult, interrupt, run_job
 from locks.schedule import InvalidTick
 from locks.tasks import sweep
@@ -83,7 +82,7 @@ def _slot_of(plan: _Plan, now: datetime) -> datetime | None:
     """The latest slot of ``plan``'s job at or before ``now``; None (logged once) when its
     schedule has none that can be computed: that job's failure, never the loop's."""
     try:
-        tick = schedule.slot_at_or_before(plan.job.schedule, now=now, tz=plan.job.timezone)
+        tick = plan.job.cron.slot_at_or_before(now)
     except SLOT_ERRORS as exc:
         if not plan.broken:
             logger.error(NO_SLOT, plan.job.name, plan.job.schedule, type(exc).__name__, exc)
@@ -287,7 +286,7 @@ class Scheduler:
         heapq.heappush(self.queue, plan.entry)
 
     def _wake_of(self, plan: _Plan, after: datetime) -> datetime:
-        when = schedule.next_tick(plan.job.schedule, now=after, tz=plan.job.timezone)
+        when = plan.job.cron.next_slot(after)
         return min(when, plan.again_at) if plan.again_at is not None and not plan.running else when
 
     def next_wake(self) -> datetime:
@@ -366,13 +365,7 @@ class Scheduler:
 
     def _within_chance(self, plan: _Plan, again: datetime) -> datetime | None:
         """``again`` if it is before the chance of the slot asked for ends, else None."""
-        job = plan.job
-        over = (
-            plan.tick + job.catch_up_window
-            if job.catch_up == ALL
-            else schedule.next_tick(job.schedule, now=plan.tick, tz=job.timezone)
-        )
-        return again if again < over else None
+        return again if again < plan.job.chance_end(plan.tick) else None
 
     def _delay(self, plan: _Plan, result: RunResult) -> timedelta | None:
         skip = result.skip

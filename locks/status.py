@@ -19,7 +19,7 @@ from locks.lease import iso
 from locks.models import STUCK_Q, JobPause, JobRun, Outcome, SyncLock, database_now
 from locks.registry import SLOT_ERRORS, Job
 from locks.registry import jobs as registered_jobs
-from locks.schedule import local_label, next_tick, previous_slots, slot_at_or_before, zone_name
+from locks.schedule import Schedule, local_label, zone_name
 
 # A registered job without a lock row: it creates its lock on its first run.
 NEVER_RUN = "never run"
@@ -135,12 +135,11 @@ def jobs_health(*, jobs: Iterable[str]) -> dict[str, JobHealth]:
 @dataclass(frozen=True)
 class Freshness:
     job: JobHealth
-    schedule: str
+    cron: Schedule  # the job's schedule, read in its time zone
     # The oldest success that still counts as fresh: the slot before the latest
     # slot at or before the database's now (None: the schedule's slots cannot be computed).
     fresh_since: datetime | None
     error: str = ""  # why the slots cannot be computed (locks.registry.SLOT_ERRORS)
-    timezone: str = "UTC"  # the zone the schedule is read in
 
     @property
     def fresh(self) -> bool:
@@ -169,8 +168,7 @@ class Freshness:
         """When the last success stops being fresh: at the second slot after it."""
         if self.job.last_success_at is None or self.error:
             return None
-        following = next_tick(self.schedule, now=self.job.last_success_at, tz=self.timezone)
-        return next_tick(self.schedule, now=following, tz=self.timezone)
+        return self.cron.upcoming(self.job.last_success_at, 2)[1]
 
 
 def jobs_freshness() -> dict[str, Freshness]:
@@ -189,15 +187,11 @@ def jobs_freshness() -> dict[str, Freshness]:
     for name, job in registered.items():
         now = health[name].db_now or timezone.now()
         try:
-            _latest, before_latest = previous_slots(job.schedule, now=now, count=2, tz=job.timezone)
+            _latest, before_latest = job.cron.previous(now, 2)
         except SLOT_ERRORS as exc:  # that job's failure: the others are still judged
-            freshness[name] = Freshness(
-                health[name], job.schedule, None, error=slot_error(exc), timezone=job.timezone
-            )
+            freshness[name] = Freshness(health[name], job.cron, None, error=slot_error(exc))
             continue
-        freshness[name] = Freshness(
-            job=health[name], schedule=job.schedule, fresh_since=before_latest, timezone=job.timezone
-        )
+        freshness[name] = Freshness(job=health[name], cron=job.cron, fresh_since=before_latest)
     return freshness
 
 
@@ -255,7 +249,7 @@ def lock_summary() -> Summary:
     jobs = []
     for name, job in registered.items():
         try:
-            upcoming, error = next_tick(job.schedule, now=db_now, tz=job.timezone), ""
+            upcoming, error = job.cron.next_slot(db_now), ""
         except SLOT_ERRORS as exc:
             upcoming, error = None, slot_error(exc)
         pause = (lock.paused_at, lock.paused_by) if (lock := health[name].lock) else (None, "")
@@ -361,7 +355,7 @@ def job_ledgers(*, jobs: Iterable[Job], slots: int | None = None) -> dict[str, L
     windows, broken = {}, {}
     for job in jobs:
         try:
-            windows[job.name] = previous_slots(job.schedule, now=db_now, count=count, tz=job.timezone)
+            windows[job.name] = job.cron.previous(db_now, count)
         except SLOT_ERRORS as exc:  # that job's failure: the other ledgers are still read
             windows[job.name], broken[job.name] = [], slot_error(exc)
     names = [job.name for job in jobs]
@@ -409,7 +403,7 @@ def build_ledger(
     before the one current then are left out unless they have runs: the job did not exist), and its
     pauses (``(paused_at, resumed_at or None)``), judged at ``db_now``: no query (tests inject every part)."""
     if lock.get("created_at") is not None and ticks:
-        first = slot_at_or_before(job.schedule, now=lock["created_at"], tz=job.timezone)
+        first = job.cron.slot_at_or_before(lock["created_at"])
         ticks = [tick for tick in ticks if tick >= first or tick in runs]
     slots = [_slot(job, tick, runs.get(tick, []), lock=lock, pauses=pauses, db_now=db_now) for tick in ticks]
     return Ledger(
@@ -432,7 +426,7 @@ def _slot(job: Job, tick: datetime, runs: list[dict], *, lock: dict, pauses: lis
         return Slot(tick, RUNNING, runs)
     if any(run["status"] == Outcome.UNKNOWN for run in runs):
         return Slot(tick, UNKNOWN, runs)
-    ends = chance_end(job, tick)
+    ends = job.chance_end(tick)
     over = db_now >= ends or len(runs) >= job.max_attempts
     if job.catch_up == "latest" and lock.get("tick") is not None and lock["tick"] > tick:
         over = True  # superseded: a later slot was claimed (a copy may claim one a little early)
@@ -447,14 +441,6 @@ def _slot(job: Job, tick: datetime, runs: list[dict], *, lock: dict, pauses: lis
     ):
         return Slot(tick, PAUSED, runs)
     return Slot(tick, MISSED, runs)
-
-
-def chance_end(job: Job, tick: datetime) -> datetime:
-    """When ``tick``'s chance is over (if attempts remain): the next slot under the ``latest``
-    catch-up policy, ``catch_up_window`` after the slot under ``all``."""
-    if job.catch_up == "all":
-        return tick + job.catch_up_window
-    return next_tick(job.schedule, now=tick, tz=job.timezone)
 
 
 def _covered(pauses: list[tuple[datetime, datetime | None]], *, start: datetime, end: datetime) -> bool:

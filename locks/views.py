@@ -34,7 +34,6 @@ from locks.models import HELD, OVERDUE, RECORDED, JobRun, Outcome, Throttle, dat
 from locks.registry import SLOT_ERRORS, UnknownJob, get_job
 from locks.registry import jobs as registered_jobs
 from locks.runner import RunResult, run_due, run_job
-from locks.schedule import next_tick
 from locks.status import OUTCOMES, Freshness, job_ledgers, jobs_freshness, jobs_health, open_incidents
 
 if TYPE_CHECKING:
@@ -334,7 +333,7 @@ def _job_health(health: Freshness, *, trusted: bool) -> dict:
     age = job.last_success_age
     body = {
         "status": health.status,  # ok, stale, paused (not judged stale) or error (no slot computable)
-        "schedule": health.schedule,
+        "schedule": health.cron.expression,
         "stale_after": iso(health.stale_after),
         "last_success_at": iso(job.last_success_at),
         "last_success_age_seconds": round(age.total_seconds(), 3) if age is not None else None,
@@ -444,7 +443,7 @@ def job_metrics() -> list[Metric]:
         if health[name].last_success_at is not None:
             last_success.add_metric([name], health[name].last_success_at.timestamp())
         with contextlib.suppress(*SLOT_ERRORS):  # no slot computable: that job has no next tick
-            next_slot.add_metric([name], next_tick(job.schedule, now=db_now, tz=job.timezone).timestamp())
+            next_slot.add_metric([name], job.cron.next_slot(db_now).timestamp())
         paused.add_metric([name], float(ledgers[name].paused))
         incident.add_metric([name], float(name in incidents))
         held.add_metric([name], float(lock is not None and lock.state in {HELD, OVERDUE}))

@@ -12,7 +12,7 @@ import pytest
 from locks.contrib.alerts.models import Incident
 from locks.models import JobRun, Outcome, SyncLock, database_now
 from locks.runner import RunResult, run_job
-from locks.schedule import previous_slots
+from locks.schedule import Schedule
 from tests.smtp_standin import smtp_standin
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -28,7 +28,7 @@ def failing(settings):
     }
     settings.ADMINS = [("On call", "oncall@example.com")]
     SyncLock.objects.create(job_name="nightly", created_at=database_now() - timedelta(minutes=2))
-    for token, tick in enumerate(previous_slots(MINUTELY, now=database_now(), count=3)[1:], start=1):
+    for token, tick in enumerate(Schedule(MINUTELY).previous(database_now(), 3)[1:], start=1):
         JobRun.objects.create(
             job_name="nightly",
             tick=tick,

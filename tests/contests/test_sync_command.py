@@ -18,7 +18,7 @@ from contests.models import Contest, Reminder
 from locks.models import JobRun, SyncLock, database_now
 from locks.registry import get_job
 from locks.runner import run_job
-from locks.schedule import InvalidTick, next_tick, slot_at_or_before
+from locks.schedule import InvalidTick, Schedule
 from tests.conftest import ROOT, manage, project_env, spawn
 
 TICK = "2026-11-30T14:00:00+00:00"
@@ -145,7 +145,10 @@ def test_a_tick_within_the_tick_window_is_claimed_one_further_is_refused(env, st
     run may name is the one at or before now + 5 min."""
     env = {**env, "SYNC_CONTESTS_SCHEDULE": DAILY}
     now = database_now()
-    upcoming, latest = next_tick(DAILY, now=now), slot_at_or_before(DAILY, now=now + timedelta(minutes=5))
+    upcoming, latest = (
+        Schedule(DAILY).next_slot(now),
+        Schedule(DAILY).slot_at_or_before(now + timedelta(minutes=5)),
+    )
 
     refused = manage("sync_contests", "--tick", (upcoming + timedelta(days=1)).isoformat(), env=env)
     assert refused.returncode == 2, refused.stderr
@@ -185,7 +188,7 @@ def test_a_tick_between_slots_names_the_nearest_slots_without_asking_the_databas
 def test_a_slot_too_far_ahead_exits_2_naming_the_slots_a_run_may_claim(env, standin):
     """The bound is checked by the lock's compare-and-set on the database clock. The tick
     is more than two hours ahead, so it stays over the tick window at any time of day."""
-    too_far = slot_at_or_before("0 * * * *", now=database_now() + timedelta(hours=3))
+    too_far = Schedule("0 * * * *").slot_at_or_before(database_now() + timedelta(hours=3))
 
     refused = manage("sync_contests", "--tick", too_far.isoformat(), env=env)
 
@@ -199,7 +202,7 @@ def test_a_slot_too_far_ahead_exits_2_naming_the_slots_a_run_may_claim(env, stan
     db_now = datetime.fromisoformat(error[len(prefix) :].split(")")[0])
     assert error == (
         f"{prefix}{db_now.isoformat()}); the latest slot it may name is "
-        f"{slot_at_or_before('0 * * * *', now=db_now + timedelta(minutes=5)).isoformat()}, "
+        f"{Schedule('0 * * * *').slot_at_or_before(db_now + timedelta(minutes=5)).isoformat()}, "
         f"the one a run claims now is {get_job('sync_contests').current_tick(now=db_now).isoformat()}"
     )
     [warning] = [line for line in refused.stderr.splitlines() if " WARNING " in line]

@@ -106,9 +106,9 @@ def test_a_host_a_day_fast_is_refused_and_the_others_sync(
     assert not JobRun.objects.exists()
     assert standin.calls == 0
 
-    before = schedule.current_tick(HOURLY, now=datetime.now(UTC), window=window)
+    before = schedule.Schedule(HOURLY).current(datetime.now(UTC), window=window)
     right, right_code = run(procs, env, name="right clock")
-    after = schedule.current_tick(HOURLY, now=datetime.now(UTC), window=window)
+    after = schedule.Schedule(HOURLY).current(datetime.now(UTC), window=window)
     assert right_code == 0, right.transcript()
     assert right.result()["outcome"] == "succeeded", right.transcript()
     tick = datetime.fromisoformat(right.result()["tick"])

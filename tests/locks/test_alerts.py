@@ -21,7 +21,7 @@ from locks.lease import FAILOVER_PAUSER
 from locks.models import JobRun, Outcome, SyncLock, database_now, now_plus
 from locks.operator import pause_job, resume_job
 from locks.runner import run_job
-from locks.schedule import previous_slots
+from locks.schedule import Schedule
 from tests.conftest import ROOT, project_env
 from tests.locks.conftest import faketime_or_skip, schedulers, wait_for
 
@@ -48,7 +48,7 @@ def known_since(job: str, *, minutes: int) -> None:
 
 def past_runs(job: str, statuses: list[str]) -> list:
     """One run of ``job`` per status on its latest slots whose chance is over, newest first."""
-    ticks = previous_slots(MINUTELY, now=database_now(), count=len(statuses) + 1)[1:]
+    ticks = Schedule(MINUTELY).previous(database_now(), len(statuses) + 1)[1:]
     for token, (tick, status) in enumerate(zip(ticks, statuses, strict=True), start=1):
         JobRun.objects.create(
             job_name=job,

@@ -18,7 +18,7 @@ from locks.lease import Lease, Skip, acquire, release
 from locks.models import JobRun, SyncLock, database_now
 from locks.operator import reset_tick
 from locks.runner import run_locked
-from locks.schedule import next_tick
+from locks.schedule import Schedule
 from tests.conftest import ROOT, project_env, spawn
 
 TICK = datetime(2026, 11, 30, 14, 0, tzinfo=UTC)
@@ -124,7 +124,8 @@ def test_three_schedulers_give_a_failing_tick_its_attempts_once_not_once_each(db
     )
     schedulers = [spawn([str(ROOT / "manage.py"), "run_scheduler", "refuse"], env=env) for _ in range(3)]
     try:
-        first = next_tick(SCHEDULE, now=database_now() + timedelta(seconds=3))  # all three are up by then
+        # all three are up by then
+        first = Schedule(SCHEDULE).next_slot(database_now() + timedelta(seconds=3))
         watched = [first, first + timedelta(seconds=10)]
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline and database_now() < watched[-1] + timedelta(seconds=9.5):

@@ -18,7 +18,7 @@ from locks import schedule
 from locks.models import SyncLock, database_now
 from locks.registry import get_job
 from locks.runner import run_due, run_job
-from locks.schedule import InvalidTick, pending_slot
+from locks.schedule import InvalidTick, Schedule
 from tests.jobsapp.models import SlotWrite
 from tests.locks.conftest import register
 
@@ -42,7 +42,7 @@ def at(hour: int, minute: int = 0) -> datetime:
     ],
 )
 def test_the_slot_a_run_claims_under_all(claimed, settled, due, oldest, expected):
-    assert pending_slot(HOURLY, claimed=claimed, settled=settled, due=due, oldest=oldest) == expected
+    assert Schedule(HOURLY).pending(claimed=claimed, settled=settled, due=due, oldest=oldest) == expected
 
 
 @pytest.fixture
@@ -118,7 +118,9 @@ def test_the_window_bounds_how_far_back_all_goes(hourly):
 
     results = list(run_due(name="hourly"))
 
-    first = oldest if schedule.is_slot(HOURLY, oldest) else schedule.next_tick(HOURLY, now=oldest)
+    first = (
+        oldest if schedule.Schedule(HOURLY).is_slot(oldest) else schedule.Schedule(HOURLY).next_slot(oldest)
+    )
     expected = [first + timedelta(hours=n) for n in range(int((now - first) / timedelta(hours=1)) + 1)]
     assert [r.tick for r in results] == expected and len(expected) in {2, 3}
     assert written() == expected

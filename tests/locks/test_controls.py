@@ -21,7 +21,7 @@ from locks.lease import acquire
 from locks.models import JobRun, Outcome, SyncLock, database_now
 from locks.operator import pause_job
 from locks.runner import run_job, run_locked
-from locks.schedule import previous_slots
+from locks.schedule import Schedule
 from tests.locks.conftest import TICK, register, reschedule, wait_for
 
 pytestmark = pytest.mark.django_db
@@ -249,7 +249,7 @@ def test_a_run_now_whose_process_cannot_start_leaves_a_failed_run_with_its_error
 def test_the_list_shows_a_strip_of_one_cell_per_slot_and_the_page_the_whole_ledger(alice, settings):
     reschedule(settings, "record", "0 * * * *")
     settings.LOCKS_LEDGER_SLOTS = 6
-    ticks = previous_slots("0 * * * *", now=database_now(), count=6)
+    ticks = Schedule("0 * * * *").previous(database_now(), 6)
     for token, (tick, status) in enumerate([(ticks[1], Outcome.SUCCEEDED), (ticks[2], Outcome.FAILED)], 1):
         JobRun.objects.create(
             job_name="record",
@@ -287,7 +287,7 @@ def test_a_slot_a_failover_touched_is_marked_in_the_strip_and_the_ledger(alice, 
     """Rule 16: a run lost with the old primary, or the rerun after a failover, marks its slot."""
     reschedule(settings, "record", "0 * * * *")
     settings.LOCKS_LEDGER_SLOTS = 3
-    ticks = previous_slots("0 * * * *", now=database_now(), count=3)
+    ticks = Schedule("0 * * * *").previous(database_now(), 3)
     SyncLock.objects.create(job_name="record", created_at=ticks[-1] - timedelta(minutes=1))
     failover = "the database failed over since token 1 was granted on timeline 1 (now timeline 2)"
     for token, tick, note in [(1, ticks[2], ""), (2, ticks[1], failover)]:
@@ -321,7 +321,7 @@ def test_a_slot_a_failover_touched_is_marked_in_the_strip_and_the_ledger(alice, 
 def test_the_list_with_its_strips_costs_the_same_queries_whatever_the_runs(
     alice, runs, django_assert_max_num_queries
 ):
-    ticks = previous_slots("*/5 * * * *", now=database_now(), count=48)
+    ticks = Schedule("*/5 * * * *").previous(database_now(), 48)
     JobRun.objects.bulk_create(
         JobRun(
             job_name=("record", "write_slot")[n % 2],

@@ -17,7 +17,7 @@ from locks.lease import acquire
 from locks.models import JobRun, Outcome, database_now, now_plus
 from locks.operator import pause_job
 from locks.runner import run_job
-from locks.schedule import slot_at_or_before
+from locks.schedule import Schedule
 from tests.conftest import gunicorn, project_env
 from tests.hostproject.settings import RECORD
 from tests.locks.conftest import register, reschedule
@@ -72,7 +72,9 @@ def test_fresh_after_a_sync(client, synced, django_assert_num_queries):
     finished = JobRun.objects.get().finished_at
     assert body["last_success_at"] == finished.isoformat()
     # stale once two hourly slots passed without a success: from the second after it
-    assert body["stale_after"] == (slot_at_or_before("0 * * * *", now=finished) + 2 * ONE_HOUR).isoformat()
+    assert (
+        body["stale_after"] == (Schedule("0 * * * *").slot_at_or_before(finished) + 2 * ONE_HOUR).isoformat()
+    )
     assert 0 <= body["last_success_age_seconds"] < 60
     assert body["lock"]["state"] == "free"
     assert body["lock"]["last_status"] == "succeeded"
@@ -127,7 +129,7 @@ def test_the_health_token_reveals_the_holder(client, running):
 
 
 def test_fresh_while_the_success_is_at_or_after_the_slot_before_the_latest(client, synced):
-    before_latest = slot_at_or_before("0 * * * *", now=database_now()) - ONE_HOUR
+    before_latest = Schedule("0 * * * *").slot_at_or_before(database_now()) - ONE_HOUR
     assert finished_at(before_latest + timedelta(seconds=1)) == 1
     response = client.get(URL)
     assert response.status_code == 200
@@ -154,7 +156,7 @@ def test_the_limit_follows_the_schedule(client, synced, settings):
     response = client.get(URL)
     assert response.status_code == 503
     finished = JobRun.objects.get().finished_at
-    stale_after = slot_at_or_before("*/5 * * * *", now=finished) + timedelta(minutes=10)
+    stale_after = Schedule("*/5 * * * *").slot_at_or_before(finished) + timedelta(minutes=10)
     assert response.json()["stale_after"] == stale_after.isoformat()
 
 

@@ -20,7 +20,7 @@ from locks.lease import acquire
 from locks.models import JobRun, Outcome, SyncLock, database_now, now_plus
 from locks.operator import pause_job
 from locks.runner import run_job
-from locks.schedule import next_tick, previous_slots
+from locks.schedule import Schedule
 from tests.conftest import project_env
 
 TOKEN = secrets.token_urlsafe(32)
@@ -70,7 +70,7 @@ def test_every_family_from_the_database(client, enabled, settings):
     assert run_job(name="write_slot", force=True).outcome == "succeeded"
     run = JobRun.objects.get()
     JobRun.objects.filter(pk=run.pk).update(
-        tick=previous_slots("0 * * * *", now=database_now(), count=2)[1],  # the slot before this one
+        tick=Schedule("0 * * * *").previous(database_now(), 2)[1],  # the slot before this one
         started_at=now_plus(-timedelta(seconds=90)),
         finished_at=now_plus(-timedelta(seconds=60)),
     )
@@ -86,7 +86,7 @@ def test_every_family_from_the_database(client, enabled, settings):
     )
     assert ("locks_job_last_success_timestamp_seconds", frozenset({("job", "record")})) not in samples
     assert value(samples, "locks_job_next_tick_timestamp_seconds", job="record") == (
-        next_tick("0 * * * *", now=database_now()).timestamp()
+        Schedule("0 * * * *").next_slot(database_now()).timestamp()
     )
     assert (
         value(samples, "locks_job_paused", job="write_slot"),
@@ -123,7 +123,7 @@ def test_one_scrape_costs_the_same_queries_whatever_the_number_of_runs(client, e
     JobRun.objects.bulk_create(
         JobRun(
             job_name=("write_slot", "record", "refuse")[n % 3],
-            tick=previous_slots("*/5 * * * *", now=now, count=48)[n % 48],
+            tick=Schedule("*/5 * * * *").previous(now, 48)[n % 48],
             holder="h:1:a",
             token=n,
             started_at=now - timedelta(minutes=n % 240),

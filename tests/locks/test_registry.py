@@ -15,7 +15,7 @@ from locks.crontab import cronjobs
 from locks.models import JobRun, SyncLock, database_now
 from locks.registry import NoDryRun, UnknownJob, _registry, get_job, jobs
 from locks.runner import run_job
-from locks.schedule import InvalidTick, next_tick
+from locks.schedule import InvalidTick, Schedule
 from tests.conftest import ROOT, project_env
 from tests.hostproject import settings as host  # the module: what the tests' overrides leave alone
 from tests.jobsapp.models import SlotWrite
@@ -139,7 +139,7 @@ def test_an_explicit_tick_too_far_ahead_is_refused_by_the_lease_naming_the_slots
     named beyond the tick window (a quarter of */5's gap: 75 s) becomes InvalidTick, with
     the slots a run may name."""
     db_now = database_now()
-    too_far = next_tick("*/5 * * * *", now=db_now + timedelta(minutes=2))
+    too_far = Schedule("*/5 * * * *").next_slot(db_now + timedelta(minutes=2))
 
     with pytest.raises(InvalidTick) as refused:
         run_job(name="record", tick=too_far)
@@ -151,8 +151,8 @@ def test_an_explicit_tick_too_far_ahead_is_refused_by_the_lease_naming_the_slots
     assert message.startswith(prefix), message
     shown = datetime.fromisoformat(message[len(prefix) :].split(")")[0])
     assert abs(shown - db_now) < timedelta(minutes=1)
-    slot = schedule.tick_ahead_message(
-        "*/5 * * * *", too_far, db_now=shown, horizon=timedelta(seconds=75), window=timedelta(minutes=5)
+    slot = schedule.Schedule("*/5 * * * *").tick_ahead_message(
+        too_far, db_now=shown, horizon=timedelta(seconds=75), window=timedelta(minutes=5)
     )
     assert message.split("); ")[1] == slot.split("); ")[1]
     [warning] = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
@@ -196,7 +196,7 @@ def test_the_schedulers_slot_is_never_claimed_before_its_time_on_the_database_cl
     """The scheduler names the latest slot at or before its own clock (``due``): a slot ahead of the
     database clock is this host's fast clock, refused however near it is (the loop asks again then)."""
     reschedule(settings, "write_slot", "* * * * *")
-    upcoming = next_tick("* * * * *", now=database_now())
+    upcoming = Schedule("* * * * *").next_slot(database_now())
 
     result = run_job(name="write_slot", due=upcoming)
 

@@ -25,16 +25,9 @@ from locks import schedule
 from locks.schedule import (
     GAP,
     REPEAT,
-    check_tick,
-    dst_rule,
+    Schedule,
     fixed_time,
-    is_slot,
     local_label,
-    next_tick,
-    previous_slots,
-    slot_at_or_before,
-    slot_before,
-    upcoming_slots,
     zone,
 )
 
@@ -149,12 +142,12 @@ def scheduled_wall(expression: str, slot: datetime, tz: ZoneInfo) -> datetime:
 @given(place=places(), expression=expressions())
 def test_slots_strictly_increase_and_step_back_to_each_other(place, expression):
     name, start = place
-    slots = upcoming_slots(expression, after=start, count=8, tz=name)
+    slots = Schedule(expression, name).upcoming(start, 8)
     assert all(a < b for a, b in pairwise(slots)), slots
     assert all(slot.tzinfo is UTC and slot > start for slot in slots)
     for earlier, later in pairwise(slots):
-        assert slot_before(expression, moment=later, tz=name) == earlier
-    assert previous_slots(expression, now=slots[-1], count=len(slots), tz=name) == slots[::-1]
+        assert Schedule(expression, name).slot_before(later) == earlier
+    assert Schedule(expression, name).previous(slots[-1], len(slots)) == slots[::-1]
 
 
 @NOT_TOO_SLOW
@@ -162,7 +155,7 @@ def test_slots_strictly_increase_and_step_back_to_each_other(place, expression):
 def test_each_slot_matches_its_wall_time_or_follows_a_gap_holding_one(place, expression):
     name, start = place
     tz = zone(name)
-    for slot in upcoming_slots(expression, after=start, count=6, tz=name):
+    for slot in Schedule(expression, name).upcoming(start, 6):
         local = slot.astimezone(tz)
         if matches(expression, wall(slot, tz)):
             repeated = wall(slot, tz).replace(tzinfo=tz, fold=1).astimezone(UTC) != wall(slot, tz).replace(
@@ -170,12 +163,12 @@ def test_each_slot_matches_its_wall_time_or_follows_a_gap_holding_one(place, exp
             ).astimezone(UTC)
             # a second occurrence only under a wildcard hour
             assert not (repeated and local.fold == 1 and fixed_time(expression)), (expression, slot)
-            assert dst_rule(expression, slot, tz=name) == (REPEAT if repeated else None)
+            assert Schedule(expression, name).dst_rule(slot) == (REPEAT if repeated else None)
             continue
         gap = gap_before(slot, tz)
         assert gap is not None and fixed_time(expression), (expression, slot, local)
         assert first_match(expression, *gap) is not None, (expression, slot, gap)
-        assert dst_rule(expression, slot, tz=name) == GAP
+        assert Schedule(expression, name).dst_rule(slot) == GAP
 
 
 @NOT_TOO_SLOW
@@ -183,7 +176,7 @@ def test_each_slot_matches_its_wall_time_or_follows_a_gap_holding_one(place, exp
 def test_a_fixed_time_expression_never_has_two_slots_at_one_wall_time(place, expression):
     name, start = place
     tz = zone(name)
-    slots = upcoming_slots(expression, after=start - timedelta(hours=6), count=12, tz=name)
+    slots = Schedule(expression, name).upcoming(start - timedelta(hours=6), 12)
     walls = [wall(slot, tz) for slot in slots]
     assert len(set(walls)) == len(walls), list(zip(slots, walls, strict=True))
 
@@ -193,7 +186,7 @@ def test_a_fixed_time_expression_never_has_two_slots_at_one_wall_time(place, exp
 def test_a_daily_expression_has_one_slot_on_every_local_date(place, minute, hour):
     name, start = place
     tz, expression = zone(name), f"{minute} {hour} * * *"
-    slots = upcoming_slots(expression, after=start - timedelta(days=2), count=5, tz=name)
+    slots = Schedule(expression, name).upcoming(start - timedelta(days=2), 5)
     dates = [scheduled_wall(expression, slot, tz).date() for slot in slots]
     assert [b - a for a, b in pairwise(dates)] == [timedelta(days=1)] * 4, (slots, dates)
 
@@ -204,13 +197,13 @@ def test_the_next_slot_is_the_same_from_a_slot_and_from_any_instant_before_the_n
     place, expression, fraction
 ):
     name, start = place
-    slot = next_tick(expression, now=start, tz=name)
-    following = next_tick(expression, now=slot, tz=name)
+    slot = Schedule(expression, name).next_slot(start)
+    following = Schedule(expression, name).next_slot(slot)
     between = slot + timedelta(microseconds=int((following - slot) / TINY * fraction))
     assert slot <= between < following
-    assert next_tick(expression, now=between, tz=name) == following
-    assert slot_at_or_before(expression, now=between, tz=name) == slot
-    assert is_slot(expression, slot, tz=name) and check_tick(expression, slot, tz=name) == slot
+    assert Schedule(expression, name).next_slot(between) == following
+    assert Schedule(expression, name).slot_at_or_before(between) == slot
+    assert Schedule(expression, name).is_slot(slot) and Schedule(expression, name).check(slot) == slot
 
 
 def brute_force(expression: str, tz: ZoneInfo, start: datetime, end: datetime) -> list[datetime]:
@@ -248,10 +241,10 @@ def test_the_slots_are_exactly_the_rule_read_minute_by_minute(place, expression)
     assume(all(offset.seconds % 60 == 0 for offset in offsets))  # whole-minute wall times (no LMT)
     assume(all(change.second == 0 for change in changes(name, start.year)))
     slots = []
-    moment = next_tick(expression, now=start - TINY, tz=name)
+    moment = Schedule(expression, name).next_slot(start - TINY)
     while moment < end:
         slots.append(moment)
-        moment = next_tick(expression, now=moment, tz=name)
+        moment = Schedule(expression, name).next_slot(moment)
     assert slots == brute_force(expression, tz, start, end)
 
 
@@ -261,10 +254,10 @@ def test_the_slots_are_exactly_the_rule_read_minute_by_minute(place, expression)
 def slots_of(expression: str, name: str, start: str, end: str) -> list[str]:
     """Each slot in [start, end) (UTC ISO) as "UTC -> local"."""
     tz, first, last = zone(name), datetime.fromisoformat(start), datetime.fromisoformat(end)
-    shown, moment = [], next_tick(expression, now=first - TINY, tz=name)
+    shown, moment = [], Schedule(expression, name).next_slot(first - TINY)
     while moment < last:
         shown.append(f"{moment:%H:%M}Z {moment.astimezone(tz):%H:%M %Z}")
-        moment = next_tick(expression, now=moment, tz=name)
+        moment = Schedule(expression, name).next_slot(moment)
     return shown
 
 
@@ -376,17 +369,17 @@ def test_berlin_hourly_runs_23_and_25_times_on_its_dst_days():
     berlin = zone("Europe/Berlin")
     for day, count in ((date(2027, 3, 28), 23), (date(2027, 10, 31), 25), (date(2027, 6, 1), 24)):
         midnight = datetime(day.year, day.month, day.day, tzinfo=berlin)
-        slots = upcoming_slots("0 * * * *", after=midnight - TINY, count=26, tz="Europe/Berlin")
+        slots = Schedule("0 * * * *", "Europe/Berlin").upcoming(midnight - TINY, 26)
         assert sum(slot.astimezone(berlin).date() == day for slot in slots) == count
-        half_hourly = upcoming_slots("*/30 * * * *", after=midnight - TINY, count=52, tz="Europe/Berlin")
+        half_hourly = Schedule("*/30 * * * *", "Europe/Berlin").upcoming(midnight - TINY, 52)
         assert sum(slot.astimezone(berlin).date() == day for slot in half_hourly) == 2 * count
 
 
 def test_utc_is_the_default_and_keeps_every_slot():
-    assert next_tick("30 2 * * *", now=datetime(2027, 3, 28, tzinfo=UTC)) == datetime(
+    assert Schedule("30 2 * * *").next_slot(datetime(2027, 3, 28, tzinfo=UTC)) == datetime(
         2027, 3, 28, 2, 30, tzinfo=UTC
     )
-    assert dst_rule("30 2 * * *", datetime(2027, 3, 28, 2, 30, tzinfo=UTC)) is None
+    assert Schedule("30 2 * * *").dst_rule(datetime(2027, 3, 28, 2, 30, tzinfo=UTC)) is None
 
 
 def test_a_tick_that_is_no_slot_names_the_zone_and_the_nearest_slots():
@@ -395,7 +388,7 @@ def test_a_tick_that_is_no_slot_names_the_zone_and_the_nearest_slots():
         match=r"\(Europe/Berlin\); the nearest valid slots are 2027-03-28T01:00:00\+00:00 "
         r"and 2027-03-29T00:30:00\+00:00",
     ):
-        check_tick("30 2 * * *", datetime(2027, 3, 28, 1, 30, tzinfo=UTC), tz="Europe/Berlin")
+        Schedule("30 2 * * *", "Europe/Berlin").check(datetime(2027, 3, 28, 1, 30, tzinfo=UTC))
 
 
 def test_zones_come_from_the_pinned_tzdata_whatever_this_hosts_zone_files_say(tmp_path):
@@ -410,7 +403,7 @@ def test_zones_come_from_the_pinned_tzdata_whatever_this_hosts_zone_files_say(tm
     schedule._tzdata.cache_clear()
     try:
         host = ZoneInfo("Europe/Berlin")
-        slot = slot_at_or_before("30 2 * * *", now=datetime(2027, 1, 2, tzinfo=UTC), tz="Europe/Berlin")
+        slot = Schedule("30 2 * * *", "Europe/Berlin").slot_at_or_before(datetime(2027, 1, 2, tzinfo=UTC))
         label = local_label(slot, tz="Europe/Berlin")
     finally:
         zoneinfo.reset_tzpath()

@@ -16,7 +16,6 @@ import tracemalloc
 from collections import Counter
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
-from functools import partial
 from itertools import pairwise
 
 import pytest
@@ -330,21 +329,25 @@ def test_a_wake_with_one_due_job_among_a_thousand_computes_its_slots_only(monkey
     scheduler.step()  # on start: the current slot of each
     assert len(runs.asked) == 1000 and scheduler.next_wake() == at(10, 1)  # MAX_SLEEP
     computed = Counter()
-    for name in ("slot_at_or_before", "next_tick"):
-        real = getattr(schedule, name)
-        monkeypatch.setattr(schedule, name, partial(_counted, real, name, computed))
+    for name in ("slot_at_or_before", "next_slot"):
+        monkeypatch.setattr(
+            schedule.Schedule, name, _counted(getattr(schedule.Schedule, name), name, computed)
+        )
 
     clock.at = at(10, 30)
     scheduler.step()
     wake = scheduler.next_wake()
 
     assert runs.asked[1000:] == [(at(10, 30), at(10, 30))] and wake == at(10, 31)
-    assert computed == {"slot_at_or_before": 1, "next_tick": 1}
+    assert computed == {"slot_at_or_before": 1, "next_slot": 1}
 
 
-def _counted(real, name: str, computed: Counter, *args, **kwargs):
-    computed[name] += 1
-    return real(*args, **kwargs)
+def _counted(real, name: str, computed: Counter):
+    def counted(*args, **kwargs):
+        computed[name] += 1
+        return real(*args, **kwargs)
+
+    return counted
 
 
 # --- against the database ------------------------------------------------------------

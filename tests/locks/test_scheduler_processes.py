@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from locks.models import JobRun, SyncLock, database_now
-from locks.schedule import next_tick, slot_at_or_before
+from locks.schedule import Schedule
 from tests.conftest import ROOT, project_env, spawn
 from tests.locks.conftest import wait_for
 
@@ -55,7 +55,7 @@ def test_three_schedulers_one_killed_run_every_slot_exactly_once(db_url):
     )
     schedulers = [start(env) for _ in range(3)]
     try:
-        first = next_tick(SCHEDULE, now=database_now())
+        first = Schedule(SCHEDULE).next_slot(database_now())
         # Kill whichever scheduler is in the middle of the third slot's run.
         victim_slot = first + timedelta(seconds=20)
         # Its run's row, not only its lease: killed between the two, it would leave no run to close.
@@ -96,7 +96,7 @@ def test_three_schedulers_one_killed_run_every_slot_exactly_once(db_url):
     slots = [first + timedelta(seconds=10 * index) for index in range(SLOTS)]
     assert [succeeded[slot] for slot in slots] == [1] * SLOTS, succeeded
     assert max(succeeded.values()) == 1  # no tick twice, in the slots before and after either
-    assert all(slot_at_or_before(SCHEDULE, now=tick) == tick for tick in succeeded)
+    assert all(Schedule(SCHEDULE).slot_at_or_before(tick) == tick for tick in succeeded)
     # The killed run is closed as abandoned by the run that took its tick over.
     killed = JobRun.objects.get(job_name="slow_write", tick=victim_slot, holder=holder)
     assert killed.status == "abandoned", (killed.status, killed.error)

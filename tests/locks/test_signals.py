@@ -22,7 +22,7 @@ from locks.models import JobRun, Outcome, SyncLock, database_now, now_plus
 from locks.operator import pause_job
 from locks.registry import Job, get_job
 from locks.runner import RunResult, run_job
-from locks.schedule import previous_slots
+from locks.schedule import Schedule
 from locks.scheduler import Scheduler
 from locks.status import build_ledger, job_ledgers
 from tests.conftest import ROOT, project_env
@@ -41,7 +41,7 @@ def known_since(job: str, *, minutes: int) -> None:
 
 def past_runs(job: str, statuses: list[str], *, schedule: str = MINUTELY) -> list[datetime]:
     """One run per status on the job's latest slots whose chance is over, newest first."""
-    ticks = previous_slots(schedule, now=database_now(), count=len(statuses) + 1)[1:]
+    ticks = Schedule(schedule).previous(database_now(), len(statuses) + 1)[1:]
     for token, (tick, status) in enumerate(zip(ticks, statuses, strict=True), start=1):
         JobRun.objects.create(
             job_name=job,
@@ -191,7 +191,7 @@ def test_a_job_flapping_every_minute_for_an_hour_sends_one_opening_and_one_recov
     emails, incident_open = [], False
     for minute in range(1, 64):
         now = start + timedelta(minutes=minute, seconds=30)
-        ticks = previous_slots(MINUTELY, now=now, count=48)
+        ticks = Schedule(MINUTELY).previous(now, 48)
         runs = {
             tick: [{"tick": tick, "token": 1, "status": status, "holder": "h", "started_at": tick}]
             for tick, status in outcome.items()
@@ -231,7 +231,7 @@ def test_a_paused_job_is_paused_on_healthz_and_left_out_of_its_status(settings, 
 def test_a_slot_whose_time_came_while_paused_is_paused_not_missed():
     job = Job("h", HOURLY, "tests.jobsapp.jobs.record", timedelta(seconds=60), None, ())
     now = datetime(2026, 12, 2, 11, 30, tzinfo=UTC)
-    ticks = previous_slots(HOURLY, now=now, count=3)  # 11:00, 10:00, 09:00
+    ticks = Schedule(HOURLY).previous(now, 3)  # 11:00, 10:00, 09:00
     pauses = [
         (ticks[1] - timedelta(minutes=1), ticks[1] + timedelta(minutes=30))
     ]  # resumed at 10:30: cron never asked again
@@ -275,7 +275,7 @@ def test_the_ledger_starts_with_the_lock_row_and_so_does_metrics(settings, clien
     register(
         settings, hourly={"schedule": HOURLY, "callable": "tests.jobsapp.jobs.record", "catch_up": "all"}
     )
-    current = previous_slots(HOURLY, now=database_now(), count=1)[0]
+    current = Schedule(HOURLY).previous(database_now(), 1)[0]
     SyncLock.objects.create(
         job_name="hourly", created_at=current - timedelta(hours=3) + timedelta(seconds=30)
     )

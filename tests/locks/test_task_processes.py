@@ -17,7 +17,7 @@ import pytest
 from django.db import connection
 
 from locks.models import JobRun, database_now
-from locks.schedule import next_tick
+from locks.schedule import Schedule
 from tests.conftest import ROOT, project_env, spawn
 from tests.jobsapp.models import SlotWrite
 from tests.locks.conftest import wait_for
@@ -60,7 +60,7 @@ def test_replicas_and_a_worker_each_killed_once_enqueue_and_run_each_slots_task_
     ]
     workers = [worker(env)]
     try:
-        first = next_tick(SCHEDULE, now=database_now()) + timedelta(seconds=4)  # all started by then
+        first = Schedule(SCHEDULE).next_slot(database_now()) + timedelta(seconds=4)  # all started by then
         slots = [first + timedelta(seconds=4 * index) for index in range(SLOTS)]
         # A replica killed while its run follows the third slot's task.
         running = JobRun.objects.filter(
@@ -113,7 +113,7 @@ def test_replicas_on_a_backend_outside_the_database_run_each_slots_task_body_onc
     from tests.jobsapp.backends import sent_outside
 
     replicas = 3 if connection.vendor == "postgresql" else 2
-    first = next_tick(SCHEDULE, now=database_now()) + timedelta(seconds=4)  # all started by then
+    first = Schedule(SCHEDULE).next_slot(database_now()) + timedelta(seconds=4)  # all started by then
     slots = [first + timedelta(seconds=4 * index) for index in range(SLOTS)]
     hang = tmp_path / "hang"
     env = project_env(

@@ -467,9 +467,9 @@ class Soak:
 
     @staticmethod
     def _next_slot(*, after: float) -> datetime:
-        from locks.schedule import next_tick
+        from locks.schedule import Schedule
 
-        return next_tick(timing.SCHEDULE, now=datetime.fromtimestamp(after, UTC))
+        return Schedule(timing.SCHEDULE).next_slot(datetime.fromtimestamp(after, UTC))
 
     def _await_run_of(self, last: datetime, *, jobs: tuple[str, ...]) -> None:
         """Until the last slot's run of each job ended, at most until a little before the slot after it."""

@@ -14,7 +14,7 @@ from locks.lease import LockError
 from locks.operator import end_run_request
 from locks.registry import NoDryRun, UnknownJob, get_job
 from locks.runner import interrupt, run_due, run_job
-from locks.schedule import InvalidTick, check_tick
+from locks.schedule import InvalidTick
 
 
 class Command(BaseCommand):
@@ -74,7 +74,7 @@ class Command(BaseCommand):
             if dry_run:
                 if tick:
                     # refused as a run would refuse it; then unused
-                    check_tick(job.schedule, tick, tz=job.timezone)
+                    job.cron.check(tick)
                 self.preview(name, expected=job.error_classes())
                 return
             # A stopped pod, `kill` or Ctrl-C ends the run through Python, so the lease is
