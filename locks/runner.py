@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import Error, OperationalError, connections, router
-from django.db.models import TextField, Value
+from django.db.models import Case, F, Q, TextField, Value, When
 from django.db.models.functions import Concat, Now
 from django.utils import timezone
 
@@ -382,35 +382,34 @@ def _record_start(lease: Lease, *, requested_by: str) -> int | None:
     holder (this lease could only be won once theirs expired or was released): ``abandoned``, or
     ``succeeded`` for the one whose fenced write had committed (``lease.prior_commit``). Those
     ``unknown`` (their COMMIT got no answer) are resolved from the row: ``succeeded`` when their
-    token is the last committed one, else ``failed`` (rule 15)."""
+    token is the last committed one, else ``failed`` (rule 15). One UPDATE for all of them."""
     try:
-        runs = JobRun.objects.for_job(lease.job).filter(token__lt=lease.token)
-        running, unknown = runs.filter(status=Outcome.RUNNING), runs.filter(status=Outcome.UNKNOWN)
-        if lease.prior_commit is not None:
-            running.filter(token=lease.prior_commit).update(
-                status=Outcome.SUCCEEDED,
-                finished_at=Now(),
-                error=_dead_holder(
-                    f"committed its fenced write, then stopped before recording it; token {lease.token} took over"
-                ),
-            )
-            unknown.filter(token=lease.prior_commit).update(
-                status=Outcome.SUCCEEDED,
-                error=f"resolved by token {lease.token}: the lock row shows its fenced write committed",
-            )
-        running.update(
-            status=Outcome.ABANDONED,
-            finished_at=Now(),
-            error=_dead_holder(
-                f"was lost in a failover; token {lease.token_name} took over"
-                if lease.failover
-                else f"stopped renewing; its lease expired and token {lease.token} took over"
+        prior = lease.prior_commit or 0  # tokens start at 1: 0 names no committed write
+        committed, running = Q(token=prior), Q(status=Outcome.RUNNING)
+        took_over = f"token {lease.token} took over"
+        resolved = f"resolved by token {lease.token}: the lock row shows its fenced write"
+        stopped = _dead_holder(f"committed its fenced write, then stopped before recording it; {took_over}")
+        lost = f"was lost in a failover; token {lease.token_name} took over" if lease.failover else ""
+        abandoned = _dead_holder(lost or f"stopped renewing; its lease expired and {took_over}")
+        JobRun.objects.for_job(lease.job).filter(
+            running | Q(status=Outcome.UNKNOWN, token__gte=prior), token__lt=lease.token
+        ).update(
+            status=Case(
+                When(committed, then=Value(Outcome.SUCCEEDED)),
+                When(running, then=Value(Outcome.ABANDONED)),
+                default=Value(Outcome.FAILED),
             ),
-            failover=lease.failover,
-        )
-        unknown.filter(token__gt=lease.prior_commit or 0).update(
-            status=Outcome.FAILED,
-            error=f"resolved by token {lease.token}: the lock row shows its fenced write did not commit",
+            error=Case(
+                When(committed & running, then=stopped),
+                When(committed, then=Value(f"{resolved} committed")),
+                When(running, then=abandoned),
+                default=Value(f"{resolved} did not commit"),
+                output_field=TextField(),
+            ),
+            finished_at=Case(When(running, then=Now()), default=F("finished_at")),
+            failover=Case(
+                When(running & ~committed, then=Value(lease.failover, TextField())), default=F("failover")
+            ),
         )
         return JobRun.objects.create(
             job_name=lease.job,
