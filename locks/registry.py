@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -204,6 +205,15 @@ def timezone_of(name: str) -> str:
         return get_job(name).timezone
     except (UnknownJob, ImproperlyConfigured):
         return schedule.DEFAULT_TIMEZONE
+
+
+def prune_every(name: str) -> int:
+    """Leases between two prunes of the job ``name``'s runs: an hour of its slots; 1 if no job."""
+    try:
+        job = get_job(name)
+    except (UnknownJob, ImproperlyConfigured):  # run_locked() of any name
+        return 1
+    return math.ceil(timedelta(hours=1) / job.cron.period(timezone.now()))
 
 
 def get_job(name: str) -> Job:

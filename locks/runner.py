@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import Error, OperationalError, connections, router
-from django.db.models import TextField, Value
+from django.db.models import Case, Q, TextField, Value, When
 from django.db.models.functions import Concat, Now
 from django.utils import timezone
 
@@ -39,7 +39,7 @@ from locks.lease import (
     validate_ttl,
 )
 from locks.models import JobRun, Outcome, SyncLock, now_plus
-from locks.registry import ALL, PAUSE, RERUN, Job, attempts_of, get_job, tick_window
+from locks.registry import ALL, PAUSE, RERUN, Job, attempts_of, get_job, prune_every, tick_window
 from locks.schedule import InvalidTick
 from locks.tasks import TaskFailed, task_runner
 
@@ -100,9 +100,8 @@ class RunResult:
 
     def describe(self) -> str:
         parts = [f"job={self.job}", f"tick={iso(self.tick) or 'forced'}", f"holder={self.holder}"]
-        parts.append(
-            f"outcome={self.outcome.recorded}" + (" forced=yes" if self.forced and self.tick else "")
-        )
+        forced = " forced=yes" if self.forced and self.tick else ""  # a forced run that retried a slot
+        parts.append(f"outcome={self.outcome.recorded}{forced}")
         if self.token is not None:
             parts.append(f"token={self.token}")
         if self.attempt is not None:
@@ -169,8 +168,7 @@ class _Heartbeat(threading.Thread):
                         # lock, so no other process can take the lease meanwhile.
                         logger.debug(
                             "job=%s heartbeat: %s while this process writes; trying again at the next beat",
-                            self.lease.job,
-                            error_text(exc),
+                            *(self.lease.job, error_text(exc)),
                         )
                         continue
                     self.lease.mark_lost(f"heartbeat could not renew the lease: {error_text(exc)}")
@@ -227,8 +225,7 @@ def run_locked(
         lease = got
         result.token, result.attempt, result.timeline = lease.token, lease.attempt, lease.timeline
         result.tick = lease.tick  # a forced run that retries a failed slot names it
-        if lease.attempt is not None:
-            result.attempts = attempts_of(retry_delays)
+        result.attempts = attempts_of(retry_delays) if lease.attempt is not None else None
         run_id = _record_start(lease, requested_by=requested_by)
         heartbeat = _Heartbeat(lease, max_run_time=max_run_time, started=started)
         heartbeat.start()
@@ -306,9 +303,7 @@ def _pause_on_failover(lease: Lease) -> None:
     note = failover_pause_note(lease.failover)
     logger.warning(
         "job=%s paused by %s: no copy runs it until it is resumed (note: %s)",
-        lease.job,
-        FAILOVER_PAUSER,
-        note,
+        *(lease.job, FAILOVER_PAUSER, note),
     )
     raise PausedOnFailover(
         f"not run: {note}. Check what its last runs did on the old primary, then resume it "
@@ -377,39 +372,33 @@ def _unreachable(result: RunResult, exc: Exception, started: float) -> RunResult
 
 
 def _record_start(lease: Lease, *, requested_by: str) -> int | None:
-    """Settle the runs of earlier tokens, then record this one. Those still ``running`` lost their
-    holder (this lease could only be won once theirs expired or was released): ``abandoned``, or
-    ``succeeded`` for the one whose fenced write had committed (``lease.prior_commit``). Those
-    ``unknown`` (their COMMIT got no answer) are resolved from the row: ``succeeded`` when their
-    token is the last committed one, else ``failed`` (rule 15)."""
+    """Settle the runs of earlier tokens in one UPDATE (rule 15: ``running`` ones lost their holder,
+    ``unknown`` ones are resolved by the lock row's last committed token), then record this one."""
     try:
-        runs = JobRun.objects.for_job(lease.job).filter(token__lt=lease.token)
-        running, unknown = runs.filter(status=Outcome.RUNNING), runs.filter(status=Outcome.UNKNOWN)
-        if lease.prior_commit is not None:
-            running.filter(token=lease.prior_commit).update(
-                status=Outcome.SUCCEEDED,
-                finished_at=Now(),
-                error=_dead_holder(
-                    f"committed its fenced write, then stopped before recording it; token {lease.token} took over"
-                ),
-            )
-            unknown.filter(token=lease.prior_commit).update(
-                status=Outcome.SUCCEEDED,
-                error=f"resolved by token {lease.token}: the lock row shows its fenced write committed",
-            )
-        running.update(
-            status=Outcome.ABANDONED,
-            finished_at=Now(),
-            error=_dead_holder(
-                f"was lost in a failover; token {lease.token_name} took over"
-                if lease.failover
-                else f"stopped renewing; its lease expired and token {lease.token} took over"
+        prior = lease.prior_commit or 0  # tokens start at 1: 0 names no committed write
+        committed, running, text = Q(token=prior), Q(status=Outcome.RUNNING), TextField()
+        took_over = f"token {lease.token} took over"
+        resolved = f"resolved by token {lease.token}: the lock row shows its fenced write"
+        stopped = _dead_holder(f"committed its fenced write, then stopped before recording it; {took_over}")
+        lost = f"was lost in a failover; token {lease.token_name} took over" if lease.failover else ""
+        abandoned = _dead_holder(lost or f"stopped renewing; its lease expired and {took_over}")
+        JobRun.objects.for_job(lease.job).filter(
+            running | Q(status=Outcome.UNKNOWN, token__gte=prior), token__lt=lease.token
+        ).update(
+            status=Case(
+                When(committed, then=Value(Outcome.SUCCEEDED)),
+                When(running, then=Value(Outcome.ABANDONED)),
+                default=Value(Outcome.FAILED),
             ),
-            failover=lease.failover,
-        )
-        unknown.filter(token__gt=lease.prior_commit or 0).update(
-            status=Outcome.FAILED,
-            error=f"resolved by token {lease.token}: the lock row shows its fenced write did not commit",
+            error=Case(
+                When(committed & running, then=stopped),
+                When(committed, then=Value(f"{resolved} committed")),
+                When(running, then=abandoned),
+                default=Value(f"{resolved} did not commit"),
+                output_field=text,
+            ),
+            finished_at=Case(When(running, then=Now()), default="finished_at"),
+            failover=Case(When(running & ~committed, then=Value(lease.failover, text)), default="failover"),
         )
         return JobRun.objects.create(
             job_name=lease.job,
@@ -447,7 +436,8 @@ def _record_finish(lease: Lease, run_id, result: RunResult) -> None:
                     error=result.error,
                     traceback=result.traceback,
                 )
-            prune_runs(job=lease.job)
+            if lease.token % prune_every(lease.job) == 0:  # about hourly, no state kept
+                prune_runs(job=lease.job)
             return
         except (Error, RowLocked) as exc:
             if attempt == 0:

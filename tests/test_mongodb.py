@@ -374,6 +374,28 @@ def test_an_expired_lease_is_taken_over_by_the_next_holder(mongo):
     assert after["holder"] != dead["holder"]
 
 
+def test_a_run_settles_earlier_runs_in_one_update(mongo):
+    """The Case/When UPDATE of locks.runner._record_start, row by row as on the SQL databases."""
+    settled = step(mongo, "settle")
+
+    took_over = "token 5 took over"
+    assert settled == {
+        "1": ["unknown", "", False],  # before the last committed token: left as it was
+        "2": [
+            "succeeded",
+            f"holder h2 committed its fenced write, then stopped before recording it; {took_over}",
+            True,
+        ],
+        "3": ["failed", "resolved by token 5: the lock row shows its fenced write did not commit", False],
+        "4": ["abandoned", f"holder h4 stopped renewing; its lease expired and {took_over}", True],
+        "committed": [
+            "succeeded",
+            "resolved by token 5: the lock row shows its fenced write committed",
+            False,
+        ],
+    }
+
+
 def test_the_heartbeat_keeps_a_long_job_its_lease(mongo):
     """Lock semantic 5: a job running longer than its TTL keeps the lease."""
     env = project_env(DATABASE_URL=mongo)
@@ -574,6 +596,31 @@ def step_hold(*, job: str, ttl: float, work: float) -> dict:
 
     result = run_locked(job=job, tick=None, ttl=timedelta(seconds=ttl), fn=work_while_holding)
     return {"outcome": result.outcome.recorded, "error": result.error}
+
+
+def step_settle() -> dict:
+    from locks.lease import Lease
+    from locks.models import JobRun
+    from locks.runner import _record_start
+
+    at = datetime(2026, 1, 1, 12, tzinfo=UTC)
+    for job, token, status in [("settle", 1, "unknown"), ("settle", 2, "running"), ("settle", 3, "unknown")]:
+        JobRun.objects.create(job_name=job, holder=f"h{token}", token=token, started_at=at, status=status)
+    JobRun.objects.create(job_name="settle", holder="h4", token=4, started_at=at, status="running")
+    JobRun.objects.create(job_name="other", holder="h1", token=1, started_at=at, status="unknown")
+    for job, prior in [("settle", 2), ("other", 1)]:
+        _record_start(
+            Lease(job, "h5", 5, None, timedelta(seconds=60), at, prior_commit=prior), requested_by=""
+        )
+    rows = JobRun.objects.filter(token__lt=5).order_by("job_name", "token")
+    return {
+        str(run.token) if run.job_name == "settle" else "committed": [
+            run.status,
+            run.error,
+            run.finished_at is not None,
+        ]
+        for run in rows
+    }
 
 
 def step_renew_release(*, job: str, holder: str, token: int, ttl: float) -> dict:

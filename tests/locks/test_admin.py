@@ -836,7 +836,9 @@ def test_retention_follows_the_setting(settings):
     assert list(JobRun.objects.values_list("token", flat=True)) == [2]
 
 
-def test_every_run_prunes_expired_history(settings):
+def test_a_run_that_prunes_deletes_expired_history(settings):
+    """Each run of a job an hour or more apart prunes (test_statements.py: about hourly)."""
+    reschedule(settings, "write_slot", "0 * * * *")
     settings.LOCKS_RUN_RETENTION_DAYS = 30
     _runs_started("write_slot", timedelta(days=31), timedelta(days=1))
     result = run_locked(job="write_slot", tick=None, ttl=timedelta(seconds=30), fn=lambda lease: {})

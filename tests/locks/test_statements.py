@@ -14,6 +14,8 @@ from django.test.utils import CaptureQueriesContext
 
 from locks.lease import Lease, Skip, acquire, release, renew
 from locks.models import SyncLock
+from locks.runner import run_locked
+from tests.locks.conftest import register
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -152,3 +154,66 @@ def test_acquire_works_without_time_zone_support(settings):
     assert isinstance(again, Skip) and again.reason == "tick_claimed"
     row = SyncLock.objects.get(job_name=JOB)
     assert (row.tick, row.token, row.last_status) == (tick, 1, "succeeded")
+
+
+NO_OP = {"callable": "tests.jobsapp.jobs.record", "ttl": 300}
+
+
+def no_op(lease: Lease) -> None:
+    return None
+
+
+@pytest.mark.usefixtures("free_row")
+def test_a_winners_no_op_scheduled_run(settings):
+    """What Django sends on the run's own connection (CaptureQueriesContext, the BEGIN and COMMIT
+    of the lease's transactions included; the heartbeat's connection is another). Issue 36, item 4: before, 12 on
+    SQLite and 16 on PostgreSQL: two UPDATEs settled earlier runs (four when a fenced write had
+    committed) and a DELETE pruned (in a transaction of its own) on every run."""
+    register(settings, **{JOB: {**NO_OP, "schedule": "* * * * *"}})
+
+    with CaptureQueriesContext(connection) as running:
+        result = run_locked(job=JOB, tick=TICK, ttl=TTL, fn=no_op)
+
+    assert result.outcome == "succeeded" and result.token == 2  # token 2 of a job every minute: no prune
+    postgres = connection.vendor == "postgresql"
+    lease_write = ["BEGIN", *bound(), "UPDATE", "COMMIT"] if postgres else ["UPDATE"]
+    assert verbs(running) == [
+        *("BEGIN", *bound(), "UPDATE", "SELECT", "COMMIT"),  # the claim, its token read back
+        *("UPDATE", "INSERT"),  # earlier runs settled, this one's row
+        *lease_write,  # the release
+        "UPDATE",  # the run's outcome
+    ], [q["sql"] for q in running]
+    assert len(running) == (12 if postgres else 8)
+
+
+def deletes(run) -> int:
+    """The DELETEs of runs that ``run()`` sends."""
+    seen = []
+
+    def record(execute, sql, params, many, context):
+        seen.append(sql.startswith('DELETE FROM "locks_jobrun"'))
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(record):
+        run()
+    return sum(seen)
+
+
+@pytest.mark.parametrize(
+    ("schedule", "runs", "pruned"),
+    [("* * * * *", 60, 1), ("*/20 * * * *", 6, 2), ("0 * * * *", 3, 3), ("0 8 * * *", 2, 2), (None, 2, 2)],
+    ids=["every-minute", "every-20-minutes", "hourly", "daily", "not-registered"],
+)
+def test_runs_prune_about_hourly_by_token(settings, schedule, runs, pruned):
+    """Forced runs (tokens 1, 2, …), as scheduled ones: a job every minute prunes at token 60, one
+    every 20 minutes at 3 and 6; one an hour or more apart, and run_locked of a name not in
+    LOCKS_JOBS, on every run."""
+    if schedule:
+        register(settings, **{JOB: {**NO_OP, "schedule": schedule}})
+
+    def run_all():
+        for _ in range(runs):
+            assert run_locked(job=JOB, tick=None, ttl=TTL, fn=no_op).outcome == "succeeded"
+
+    assert deletes(run_all) == pruned
+    assert SyncLock.objects.get(job_name=JOB).token == runs
