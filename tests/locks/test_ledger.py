@@ -207,7 +207,7 @@ def test_locks_ticks_refuses_an_unknown_job_with_exit_2_and_a_bad_count():
 def test_the_ledger_costs_four_queries_whatever_the_slots_runs_or_jobs(settings, runs, slots):
     reschedule(settings, "record", "* * * * *")
     settings.LOCKS_LEDGER_SLOTS = slots
-    _history("record", runs=runs)
+    ticks = _history("record", runs=runs)
     _history("write_slot", runs=runs)
     JobPause.objects.create(job_name="record", paused_at=database_now() - timedelta(hours=3), paused_by="cli")
     for name in ("record", "write_slot", "refuse"):  # each job started long before its ledger's slots
@@ -218,7 +218,12 @@ def test_the_ledger_costs_four_queries_whatever_the_slots_runs_or_jobs(settings,
         ledgers = job_ledgers(jobs=[get_job(name) for name in ("record", "write_slot", "refuse")])
     assert len(queries) == 4
     assert [len(ledger.slots) for ledger in ledgers.values()] == [slots] * 3
-    assert ledgers["record"].counts["succeeded"] == 8 and ledgers["refuse"].counts["missed"] == slots - 1
+    # The history's slots 1 to 9 but 4 (failed) succeeded; the ledger's window moves if a minute
+    # boundary passes between the history and the ledger (1,000 runs take a while): count those in it.
+    shown = {slot.tick for slot in ledgers["record"].slots}
+    succeeded = [tick for n, tick in enumerate(ticks) if n not in (0, 4) and tick in shown]
+    assert len(succeeded) >= 7 and ledgers["record"].counts["succeeded"] == len(succeeded)
+    assert ledgers["refuse"].counts["missed"] == slots - 1
 
 
 def test_a_bad_ledger_length_fails_its_check(settings):
