@@ -2,7 +2,7 @@ import logging
 from datetime import datetime, timedelta
 from typing import NamedTuple
 
-from django.db import models
+from django.db import IntegrityError, connections, models, transaction
 from django.db.models import DateTimeField, ExpressionWrapper, F, Max, Q, Value
 from django.db.models.functions import Now
 from django.utils import timezone
@@ -382,3 +382,93 @@ class TaskOutbox(models.Model):
 
     def __str__(self) -> str:
         return f"{self.job_name} {self.tick} (token {self.token})"
+
+
+# The tick's word while a copy of run_scheduler has claimed it and its ask has not ended.
+CLAIMED = "claimed"
+# The database's now, and now plus %s seconds, in the SQL of the backends whose claim is one statement.
+CLAIM_NOW = {
+    "postgresql": ("STATEMENT_TIMESTAMP()", "STATEMENT_TIMESTAMP() + make_interval(secs => %s)"),
+    "sqlite": (
+        "STRFTIME('%%Y-%%m-%%d %%H:%%M:%%f', 'NOW')",
+        "STRFTIME('%%Y-%%m-%%d %%H:%%M:%%f', 'NOW', %s)",
+    ),
+}
+
+
+class TickQuerySet(models.QuerySet):
+    def claim(self, asks: list[tuple[str, datetime, timedelta]], *, holder: str) -> set[str]:
+        """Claim each ``(job, tick, ttl)`` for ``holder`` until the database's now plus ``ttl``; the
+        jobs whose tick this holder won: it has no row yet, its claim ended, or ``holder`` claimed it
+        already (an answer lost, asked again). One statement on PostgreSQL and SQLite, else at most
+        two an ask; the unique key on (job, tick) decides between copies."""
+        if not asks:
+            return set()
+        connection = connections[self.db]
+        if connection.vendor in CLAIM_NOW:
+            return self._claim_in_one(connection, asks, holder)
+        won = set()
+        for job, tick, ttl in asks:
+            mine = self.filter(Q(until__lte=Now()) | Q(holder=holder), job_name=job, tick=tick)
+            if mine.update(holder=holder, until=now_plus(ttl), claims=F("claims") + 1, status=CLAIMED):
+                won.add(job)
+                continue
+            try:
+                with transaction.atomic(using=self.db):
+                    self.create(job_name=job, tick=tick, holder=holder, until=now_plus(ttl))
+            except IntegrityError:
+                continue  # another copy's claim stands
+            won.add(job)
+        return won
+
+    def _claim_in_one(self, connection, asks, holder: str) -> set[str]:
+        now, plus = CLAIM_NOW[connection.vendor]
+        table = connection.ops.quote_name(self.model._meta.db_table)
+        values, rows = [], f"(%s, %s, %s, %s, {plus}, 1)"
+        for job, tick, ttl in asks:
+            seconds = ttl.total_seconds()
+            until = seconds if connection.vendor == "postgresql" else f"{seconds:+f} seconds"
+            values += [job, connection.ops.adapt_datetimefield_value(tick), holder, CLAIMED, until]
+        sql = (
+            f"INSERT INTO {table} (job_name, tick, holder, status, until, claims) VALUES "
+            f"{', '.join([rows] * len(asks))} ON CONFLICT (job_name, tick) DO UPDATE SET "
+            "holder = excluded.holder, until = excluded.until, status = excluded.status, "
+            f"claims = {table}.claims + 1 WHERE {table}.until <= {now} OR {table}.holder = excluded.holder "
+            "RETURNING job_name"
+        )
+        with connection.cursor() as cursor:
+            cursor.execute(sql, values)
+            return {job for (job,) in cursor.fetchall()}
+
+    def close(self, job: str, tick: datetime, *, holder: str, status: str, again: bool) -> int:
+        """After ``holder``'s ask of ``(job, tick)`` ended in ``status``: its claim ends now when the
+        scheduler asks again (a retry, a lease held elsewhere), or for good (empty ``until``)."""
+        mine = self.filter(job_name=job, tick=tick, holder=holder)
+        return mine.update(status=status, until=Now() if again else None)
+
+
+class Tick(models.Model):
+    """One row per slot of a job that a copy of ``run_scheduler`` claimed: the database's unique key
+    on (job, tick) lets one copy ask for it at a time (docs/architecture.md, "Claim before spawn")."""
+
+    job_name = models.CharField("job", max_length=100)
+    tick = models.DateTimeField()
+    holder = models.CharField(max_length=255, help_text="host:pid of the scheduler that claimed it last.")
+    status = models.CharField(max_length=30, default=CLAIMED, help_text="claimed, or how its last ask ended.")
+    until = models.DateTimeField(
+        "claimed until",
+        null=True,
+        blank=True,
+        help_text="Another copy may claim it from here (database clock); empty: no copy asks for it again.",
+    )
+    claims = models.PositiveIntegerField(default=1, help_text="How many times a copy claimed it.")
+    created_at = models.DateTimeField("first claimed", db_default=Now())
+
+    objects = TickQuerySet.as_manager()
+
+    class Meta:
+        verbose_name = "claimed tick"
+        constraints = [models.UniqueConstraint(fields=["job_name", "tick"], name="tick_job_tick")]
+
+    def __str__(self) -> str:
+        return f"{self.job_name} {self.tick}"

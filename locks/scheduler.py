@@ -20,11 +20,12 @@ from functools import partial
 from multiprocessing.connection import wait as wait_for_any
 
 from django.db import Error as DBError
-from django.db import close_old_connections, connections, reset_queries
+from django.db import close_old_connections, connections, reset_queries, router
 from django.utils import timezone
 
 from locks.db import error_text
-from locks.models import Outcome, SyncLock
+from locks.lease import make_holder
+from locks.models import Outcome, SyncLock, Tick
 from locks.registry import SLOT_ERRORS, Job
 from locks.runner import RunResult, interrupt, run_job
 from locks.schedule import InvalidTick
@@ -45,6 +46,8 @@ BACKOFF_FIRST, BACKOFF_MOST = timedelta(seconds=1), timedelta(seconds=30)
 # After the grace, how long an interrupted run has to record itself before it is killed.
 INTERRUPTED_WAIT = 10.0
 EARLIEST = datetime.min.replace(tzinfo=UTC)
+# The skips after which no copy asks for the tick again: it is settled, or has no attempt left.
+FINAL = {"tick_claimed", "attempts_used"}
 NO_SLOT = "scheduler: job=%s outcome=failed: its schedule %r has no slot that can be computed (%s: %s); the other jobs go on"
 
 
@@ -66,6 +69,7 @@ class _Plan:
     running: bool = False
     broken: str = ""  # why its slots cannot be computed (logged once): it is never asked
     paused: bool = False  # its last ask was skipped for a pause: look for a resume first
+    claimed: bool = False  # its tick's row names this copy (claim before spawn)
     entry: tuple | None = None  # (when to look at it, index, number): its one live entry in the queue
 
 
@@ -206,6 +210,7 @@ class Scheduler:
         forked: bool = False,
         grace: float = 0.0,
         paused: Callable[[str], bool] = paused_in_database,
+        claim: bool = False,
     ) -> None:
         self.plans = [_Plan(job, index) for index, job in enumerate(jobs)]
         # The plans by when to look at each next (a heap; a replaced entry stays until popped): a wake
@@ -222,6 +227,9 @@ class Scheduler:
         self.executor = Forked(run) if forked else Inline(run)
         self.stop = stop or threading.Event()
         self.grace = grace
+        # Claim before spawn: each wake's due ticks are claimed in one statement (locks.models.Tick)
+        # and only the ones this copy won are asked for; without ``claim``, every due tick is asked.
+        self.claim, self.holder = claim, make_holder()
         self.wake_reader, self.wake_writer = os.pipe()  # a signal's handler wakes the loop through it
         os.set_blocking(self.wake_reader, False)
         os.set_blocking(self.wake_writer, False)
@@ -239,11 +247,48 @@ class Scheduler:
     def step(self) -> None:
         """One wake: ask for every job whose current slot was not asked for yet, and for
         every job whose time to ask again has come; never for a job still running."""
+        asking = []
         for plan in self._due(self.now()):
             if self.stop.is_set():
                 self._queue(plan)  # looked at on the next wake
-            else:
-                self._look(plan, self.now())
+            elif self._look(plan, self.now()):
+                asking.append(plan)
+        for plan in self._claimed(asking):
+            self._ask(plan)
+
+    def _claimed(self, plans: list[_Plan]) -> list[_Plan]:
+        """The plans whose due tick this copy claimed (all of them without ``claim``, or when the claim
+        cannot be made: their leases decide); each other one is looked at again once the winner's
+        claim may have ended (its lease's TTL), within its slot's chance."""
+        if not self.claim or not plans:
+            return plans
+        reset_queries()
+        asks = [(plan.job.name, plan.tick, plan.job.ttl) for plan in plans]
+        # An open connection may have been closed by the server since the last wake: once more on a new one.
+        reused = connections[router.db_for_write(Tick)].connection is not None
+        for last in (not reused, True):
+            try:
+                won = Tick.objects.claim(asks, holder=self.holder)
+                break
+            except DBError as exc:
+                connections.close_all()
+                if last:
+                    logger.warning(
+                        "scheduler: the due ticks were not claimed (%s); each is asked for", error_text(exc)
+                    )
+                    return plans
+        now = self.now()
+        for plan in plans:
+            plan.claimed = plan.job.name in won
+            if not plan.claimed:
+                logger.info(
+                    "scheduler: job=%s tick=%s outcome=skipped: claimed by another copy",
+                    plan.job.name,
+                    plan.tick.isoformat(),
+                )
+                plan.again_at = self._within_chance(plan, now + plan.job.ttl + timedelta(seconds=1))
+                self._queue(plan, now)
+        return [plan for plan in plans if plan.claimed]
 
     def _due(self, now: datetime) -> list[_Plan]:
         """The plans whose time to look has come, in the jobs' order; every plan if the clock went
@@ -261,7 +306,8 @@ class Scheduler:
         self.seen = now
         return due
 
-    def _look(self, plan: _Plan, now: datetime) -> None:
+    def _look(self, plan: _Plan, now: datetime) -> bool:
+        """Whether to ask for ``plan``'s job now; if not, it is queued again."""
         # The tick window lets a copy that starts a little early name the slot its
         # peers name; the scheduler itself waits for the slot's own time.
         if not plan.running:
@@ -270,12 +316,13 @@ class Scheduler:
                 return  # its slots cannot be computed: looked at again if the clock goes back
             if tick != plan.tick:
                 plan.tick, plan.again_at, plan.backoff = tick, None, timedelta(0)
-                return self._ask(plan)
+                return True
             if plan.again_at is not None and plan.again_at <= now:
                 if not (plan.paused and self.paused(plan.job.name)):
-                    return self._ask(plan)
+                    return True
                 plan.again_at = self._within_chance(plan, now + PAUSED_POLL)
         self._queue(plan, now)
+        return False
 
     def _queue(self, plan: _Plan, now: datetime | None = None) -> None:
         """Look at ``plan`` again when its slot is over (while it runs: at its next slot after
@@ -339,6 +386,8 @@ class Scheduler:
             self.skew = min(timedelta(0), self.skew + outcome.skip.db_now - self.now())
         plan.again_at = self._again_at(plan, outcome)
         self._queue(plan, self.now())
+        if plan.claimed:
+            self._close(plan, outcome)
         if plan.again_at is not None:
             logger.info(
                 "scheduler: job=%s tick=%s outcome=%s; asking again at %s",
@@ -346,6 +395,24 @@ class Scheduler:
                 plan.tick.isoformat(),
                 outcome.outcome.recorded,
                 plan.again_at.isoformat(timespec="seconds"),
+            )
+
+    def _close(self, plan: _Plan, outcome: RunResult) -> None:
+        """Its tick's claim ends: for good when the tick needs no ask of any copy again (it
+        succeeded, is settled elsewhere, or had its last attempt), else at once."""
+        plan.claimed = False
+        skip, recorded = outcome.skip, outcome.outcome.recorded
+        final = skip.reason in FINAL if skip is not None else recorded == Outcome.SUCCEEDED
+        final = final or (recorded in {"failed", "lost_lock", "unknown"} and plan.again_at is None)
+        status = skip.reason if skip is not None else recorded
+        try:
+            Tick.objects.close(plan.job.name, plan.tick, holder=self.holder, status=status, again=not final)
+        except DBError as exc:  # its claim ends at its own time
+            logger.warning(
+                "scheduler: job=%s tick=%s: its claim was not closed (%s)",
+                plan.job.name,
+                plan.tick.isoformat(),
+                error_text(exc),
             )
 
     def _again_at(self, plan: _Plan, outcome: RunResult) -> datetime | None:

@@ -1,0 +1,155 @@
+"""The tick row (issue 36): one row per (job, tick), the database's unique key deciding which copy
+of ``run_scheduler`` asks for a tick, and a losing copy paying one statement a wake.
+
+Real database (SQLite, PostgreSQL, MongoDB in tests/test_mongodb.py), autocommit as in production.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.db import IntegrityError, connection, transaction
+from django.test.utils import CaptureQueriesContext
+
+from locks.models import Tick
+from locks.runner import RunResult
+from locks.scheduler import Scheduler
+from tests.locks.test_scheduler import HOURLY, FakeClock, Runs
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+TICK = datetime(2030, 1, 1, 14, tzinfo=UTC)
+MINUTE = timedelta(minutes=1)
+
+
+def test_the_unique_key_refuses_a_second_row_of_a_tick():
+    """Even application code that skips the claim cannot store a tick twice."""
+    Tick.objects.create(job_name="sync", tick=TICK, holder="a:1:aaaaaa")
+    with pytest.raises(IntegrityError), transaction.atomic():
+        Tick.objects.create(job_name="sync", tick=TICK, holder="b:2:bbbbbb")
+    Tick.objects.create(job_name="sync", tick=TICK + timedelta(hours=1), holder="b:2:bbbbbb")
+    Tick.objects.create(job_name="other", tick=TICK, holder="b:2:bbbbbb")
+
+    assert Tick.objects.filter(job_name="sync", tick=TICK).get().holder == "a:1:aaaaaa"
+    assert Tick.objects.count() == 3
+
+
+def test_a_hundred_ticks_are_claimed_in_one_statement_and_a_loser_pays_one():
+    asks = [(f"job_{number}", TICK, MINUTE) for number in range(100)]
+
+    won, statements = {}, {}
+    for holder in ("a:1:aaaaaa", "b:2:bbbbbb", "c:3:cccccc"):
+        with CaptureQueriesContext(connection) as claiming:
+            won[holder] = Tick.objects.claim(asks, holder=holder)
+        statements[holder] = len(claiming)
+
+    assert won == {"a:1:aaaaaa": {name for name, _tick, _ttl in asks}, "b:2:bbbbbb": set(), "c:3:cccccc": set()}
+    assert statements == {"a:1:aaaaaa": 1, "b:2:bbbbbb": 1, "c:3:cccccc": 1}
+    assert set(Tick.objects.values_list("holder", "claims", "status")) == {("a:1:aaaaaa", 1, "claimed")}
+
+
+def test_a_claim_is_won_again_by_its_holder_and_by_anyone_once_it_ended():
+    """Its holder asking again (the answer to its claim was lost) wins it again; another copy wins
+    it only once the claim has ended (the claimant died: its lease's TTL)."""
+    assert Tick.objects.claim([("sync", TICK, MINUTE)], holder="a:1:aaaaaa") == {"sync"}
+    assert Tick.objects.claim([("sync", TICK, MINUTE)], holder="a:1:aaaaaa") == {"sync"}
+    assert Tick.objects.claim([("sync", TICK, MINUTE)], holder="b:2:bbbbbb") == set()
+    Tick.objects.update(until=Tick.objects.get().until - 2 * MINUTE)  # the claim has ended
+
+    assert Tick.objects.claim([("sync", TICK, MINUTE)], holder="b:2:bbbbbb") == {"sync"}
+    row = Tick.objects.get()
+    assert (row.holder, row.claims, row.status) == ("b:2:bbbbbb", 3, "claimed")
+
+
+def test_a_closed_tick_is_claimed_by_no_other_copy_an_open_one_by_any():
+    Tick.objects.claim([("done", TICK, MINUTE), ("retry", TICK, MINUTE)], holder="a:1:aaaaaa")
+    Tick.objects.close("done", TICK, holder="a:1:aaaaaa", status="succeeded", again=False)
+    Tick.objects.close("retry", TICK, holder="a:1:aaaaaa", status="failed", again=True)
+    assert Tick.objects.close("retry", TICK, holder="z:9:zzzzzz", status="succeeded", again=False) == 0
+
+    won = Tick.objects.claim([("done", TICK, MINUTE), ("retry", TICK, MINUTE)], holder="b:2:bbbbbb")
+
+    assert won == {"retry"}
+    assert dict(Tick.objects.values_list("job_name", "status")) == {"done": "succeeded", "retry": "claimed"}
+    assert Tick.objects.get(job_name="done").until is None
+
+
+def replicas(clock: FakeClock, jobs, count: int = 3) -> list[tuple[Scheduler, Runs]]:
+    made = []
+    for _ in range(count):
+        runs = Runs(clock)
+        made.append((Scheduler(jobs=jobs, now=clock.now, run=runs, claim=True), runs))
+    return made
+
+
+def test_one_wake_of_three_replicas_asks_for_each_of_a_hundred_due_ticks_once():
+    """Claim before spawn: the winner of the one claim asks for its ticks (a fork each under
+    run_scheduler) and closes each after; each losing replica sends one statement and asks nothing."""
+    clock = FakeClock(TICK)
+    jobs = [replace(HOURLY, name=f"hourly_{number}") for number in range(100)]
+    copies = replicas(clock, jobs)
+
+    statements = []
+    for scheduler, _runs in copies:
+        sent = []  # counted as sent: the loop resets connection.queries, as a request's end does
+
+        def count(execute, sql, params, many, context, sent=sent):
+            sent.append(sql)
+            return execute(sql, params, many, context)
+
+        with connection.execute_wrapper(count):
+            scheduler.step()
+        statements.append(len(sent))
+
+    assert [len(runs.asked) for _scheduler, runs in copies] == [100, 0, 0]
+    assert statements == [1 + 100, 1, 1]  # the claim, then one close a won tick
+    assert Tick.objects.filter(status="succeeded", until__isnull=True).count() == 100
+
+
+def test_a_tick_the_winner_asks_again_for_is_open_to_every_copy():
+    """A failed attempt with a retry left: its claim ends at once, so any copy may ask for it (the
+    lease row keeps the attempts and the retry time, and answers a copy that asks too early)."""
+    clock = FakeClock(TICK)
+    failed = RunResult(job="hourly", tick=TICK, holder="h", outcome="failed", retry_after=MINUTE)
+    (first, first_runs), (second, second_runs) = replicas(clock, [HOURLY], count=2)
+    first_runs.outcomes = [failed]
+    first.step()
+    assert Tick.objects.values_list("status", "claims").get() == ("failed", 1)
+
+    second.step()
+
+    assert [tick for _when, tick in second_runs.asked] == [TICK]
+    assert Tick.objects.values_list("holder", "status", "claims").get() == (second.holder, "succeeded", 2)
+
+
+def test_a_loser_looks_again_after_the_claims_ttl_and_takes_a_dead_winners_tick():
+    clock = FakeClock(TICK)
+    (dead, dead_runs), (alive, alive_runs) = replicas(clock, [HOURLY], count=2)
+    Tick.objects.claim([("hourly", TICK, HOURLY.ttl)], holder=dead.holder)  # claimed, then died
+    alive.step()
+    assert alive_runs.asked == []
+
+    Tick.objects.update(until=Tick.objects.get().until - HOURLY.ttl - MINUTE)  # the database's clock moved on
+    clock.at += HOURLY.ttl + timedelta(seconds=1)
+    alive.step()
+
+    assert [tick for _when, tick in alive_runs.asked] == [TICK] and dead_runs.asked == []
+    assert Tick.objects.values_list("holder", "status").get() == (alive.holder, "succeeded")
+
+
+def test_without_the_tick_table_every_due_tick_is_asked_for(caplog):
+    """A copy of this release started before ``migrate``: the claim cannot be made, the lease decides."""
+    clock = FakeClock(TICK)
+    ((scheduler, runs),) = replicas(clock, [HOURLY], count=1)
+    with connection.schema_editor() as editor:
+        editor.delete_model(Tick)
+    try:
+        scheduler.step()
+    finally:
+        with connection.schema_editor() as editor:
+            editor.create_model(Tick)
+
+    assert [tick for _when, tick in runs.asked] == [TICK]
+    assert "the due ticks were not claimed" in caplog.text
