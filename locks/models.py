@@ -2,7 +2,7 @@ import logging
 from datetime import datetime, timedelta
 from typing import NamedTuple
 
-from django.db import IntegrityError, connections, models, transaction
+from django.db import IntegrityError, ProgrammingError, connections, models, transaction
 from django.db.models import DateTimeField, ExpressionWrapper, F, Max, Q, Value
 from django.db.models.functions import Now
 from django.utils import timezone
@@ -407,6 +407,11 @@ class TickQuerySet(models.QuerySet):
         connection = connections[self.db]
         if connection.vendor in CLAIM_NOW:
             return self._claim_in_one(connection, asks, holder)
+        if self.model._meta.db_table not in connection.introspection.table_names():
+            # MongoDB would create the collection on insert, without the unique index that decides.
+            raise ProgrammingError(
+                f"the table {self.model._meta.db_table} is missing: run `manage.py migrate`"
+            )
         won = set()
         for job, tick, ttl in asks:
             mine = self.filter(Q(until__lte=Now()) | Q(holder=holder), job_name=job, tick=tick)

@@ -273,7 +273,8 @@ class Scheduler:
             except DBError as exc:
                 connections.close_all()
                 if last:
-                    logger.warning(
+                    # INFO: each ask says why it cannot run (an unreachable database is its WARNING).
+                    logger.info(
                         "scheduler: the due ticks were not claimed (%s); each is asked for", error_text(exc)
                     )
                     return plans
@@ -282,9 +283,10 @@ class Scheduler:
             plan.claimed = plan.job.name in won
             if not plan.claimed:
                 logger.info(
-                    "scheduler: job=%s tick=%s outcome=skipped: claimed by another copy",
+                    "scheduler: job=%s tick=%s holder=%s outcome=skipped reason=claimed by another copy",
                     plan.job.name,
                     plan.tick.isoformat(),
+                    self.holder,
                 )
                 plan.again_at = self._within_chance(plan, now + plan.job.ttl + timedelta(seconds=1))
                 self._queue(plan, now)
