@@ -38,7 +38,7 @@ from locks.lease import (
     renew,
     validate_ttl,
 )
-from locks.models import JobRun, Outcome, SyncLock, now_plus
+from locks.models import JobRun, Outcome, SyncLock, Tick, now_plus
 from locks.registry import ALL, PAUSE, RERUN, Job, attempts_of, get_job, prune_every, tick_window
 from locks.schedule import InvalidTick
 from locks.tasks import TaskFailed, task_runner
@@ -470,9 +470,13 @@ def _release(lease: Lease, result: RunResult) -> bool:
 
 
 def prune_runs(*, job: str) -> int:
-    """Delete this job's runs older than LOCKS_RUN_RETENTION_DAYS, in one statement."""
+    """Delete this job's runs and tick rows older than LOCKS_RUN_RETENTION_DAYS (never its latest tick
+    row, the one a claim is judged by); the runs deleted."""
     cutoff = now_plus(-timedelta(days=settings.LOCKS_RUN_RETENTION_DAYS))
     deleted, _ = JobRun.objects.for_job(job).filter(started_at__lt=cutoff).delete()
+    ticks = Tick.objects.filter(job_name=job)
+    latest = ticks.order_by("-tick").values_list("pk", flat=True).first()
+    ticks.filter(tick__lt=cutoff).exclude(pk=latest).delete()
     return deleted
 
 

@@ -14,7 +14,7 @@ from django.db import IntegrityError, connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from locks.models import Tick
-from locks.runner import RunResult
+from locks.runner import RunResult, prune_runs
 from locks.scheduler import Scheduler
 from tests.locks.test_scheduler import HOURLY, FakeClock, Runs
 
@@ -45,7 +45,11 @@ def test_a_hundred_ticks_are_claimed_in_one_statement_and_a_loser_pays_one():
             won[holder] = Tick.objects.claim(asks, holder=holder)
         statements[holder] = len(claiming)
 
-    assert won == {"a:1:aaaaaa": {name for name, _tick, _ttl in asks}, "b:2:bbbbbb": set(), "c:3:cccccc": set()}
+    assert won == {
+        "a:1:aaaaaa": {name for name, _tick, _ttl in asks},
+        "b:2:bbbbbb": set(),
+        "c:3:cccccc": set(),
+    }
     assert statements == {"a:1:aaaaaa": 1, "b:2:bbbbbb": 1, "c:3:cccccc": 1}
     assert set(Tick.objects.values_list("holder", "claims", "status")) == {("a:1:aaaaaa", 1, "claimed")}
 
@@ -153,3 +157,17 @@ def test_without_the_tick_table_every_due_tick_is_asked_for(caplog):
 
     assert [tick for _when, tick in runs.asked] == [TICK]
     assert "the due ticks were not claimed" in caplog.text
+
+
+def test_old_tick_rows_are_pruned_with_the_runs_but_never_a_jobs_latest(settings):
+    settings.LOCKS_RUN_RETENTION_DAYS = 30
+    old, older = (datetime(2020, 1, day, tzinfo=UTC) for day in (2, 1))
+    Tick.objects.claim([("sync", older, MINUTE), ("gone", older, MINUTE)], holder="a:1:aaaaaa")
+    Tick.objects.claim(
+        [("sync", old, MINUTE), ("sync", TICK, MINUTE), ("gone", old, MINUTE)], holder="a:1:aaaaaa"
+    )
+
+    prune_runs(job="sync")
+    prune_runs(job="gone")
+
+    assert sorted(Tick.objects.values_list("job_name", "tick")) == [("gone", old), ("sync", TICK)]
