@@ -22,7 +22,7 @@ from django.utils.translation import gettext_lazy as _
 
 from locks.db import RowLocked
 from locks.lease import LockError, iso
-from locks.models import EXPIRED, FREE, HELD, OVERDUE, JobPause, JobRun, Outcome, SyncLock
+from locks.models import EXPIRED, FREE, HELD, OVERDUE, JobPause, JobRun, Outcome, SyncLock, Tick
 from locks.operator import admin_name, force_release, pause_job, reset_tick, resume_job, run_now
 from locks.registry import UnknownJob, get_job, timezone_of
 from locks.registry import jobs as registered_jobs
@@ -714,6 +714,39 @@ class JobRunAdmin(ReadOnlyAdminMixin, Styled, admin.ModelAdmin):
         if not run.error:
             return "—"
         return format_html('<span title="{}">{}</span>', run.error[:1000], excerpt(run.error))
+
+
+# --- claimed ticks (run_scheduler writes them) -------------------------------------------------
+
+
+@admin.register(Tick)
+class TickAdmin(ReadOnlyAdminMixin, Styled, admin.ModelAdmin):
+    empty_value_display = "—"
+    list_display = (
+        "job_name",
+        "tick_at",
+        "tick_status",
+        "holder",
+        "claimed_until",
+        "claims",
+        "first_claimed",
+    )
+    list_filter = ("job_name", "status")
+    date_hierarchy = "tick"
+    search_fields = ("job_name", "holder")
+    fields = list_display
+    readonly_fields = fields
+    claimed_until = timestamp("until", _("claimed until"))
+    first_claimed = timestamp("created_at", _("first claimed"))
+
+    @admin.display(description=_("tick"), ordering="tick")
+    def tick_at(self, row: Tick) -> str:
+        return nowrap(absolute(row.tick))
+
+    @admin.display(description=_("status"), ordering="status")
+    def tick_status(self, row: Tick) -> str:
+        """How its last ask ended: an outcome, or the reason the lease gave for a skip (held, …)."""
+        return status_badge(row.status) if row.status in Outcome.values else badge(row.status, row.status)
 
 
 # --- pauses (locks.operator writes them) ----------------------------------------------------

@@ -817,14 +817,16 @@ def _runs_started(job: str, *ages: timedelta) -> None:
 
 
 def test_prune_runs_deletes_old_runs_of_that_job_in_one_statement(settings):
+    """Then its old tick rows: its latest tick read, the older ones deleted (issue 36, item 6)."""
     settings.LOCKS_RUN_RETENTION_DAYS = 30
     _runs_started("write_slot", timedelta(days=45), timedelta(days=31), timedelta(days=29), timedelta(0))
     _runs_started("other", timedelta(days=90))
     with CaptureQueriesContext(connection) as queries:
         deleted = prune_runs(job="write_slot")
     assert deleted == 2
-    assert len(queries) == 1, [query["sql"] for query in queries]
-    assert queries[0]["sql"].lstrip().upper().startswith("DELETE")
+    verbs = [query["sql"].split(None, 1)[0].upper() for query in queries]
+    assert verbs == ["DELETE", "SELECT", "DELETE"], [query["sql"] for query in queries]
+    assert '"locks_jobrun"' in queries[0]["sql"] and '"locks_tick"' in queries[2]["sql"]
     assert sorted(JobRun.objects.filter(job_name="write_slot").values_list("token", flat=True)) == [3, 4]
     assert JobRun.objects.filter(job_name="other").count() == 1  # another job's history is its own
 

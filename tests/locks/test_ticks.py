@@ -171,3 +171,25 @@ def test_old_tick_rows_are_pruned_with_the_runs_but_never_a_jobs_latest(settings
     prune_runs(job="gone")
 
     assert sorted(Tick.objects.values_list("job_name", "tick")) == [("gone", old), ("sync", TICK)]
+
+
+def test_the_admin_lists_the_claimed_ticks_read_only(admin_client):
+    Tick.objects.claim([("sync", TICK, MINUTE), ("mail", TICK, MINUTE)], holder="a:1:aaaaaa")
+    Tick.objects.close("sync", TICK, holder="a:1:aaaaaa", status="succeeded", again=False)
+    Tick.objects.close("mail", TICK, holder="a:1:aaaaaa", status="held", again=True)
+
+    listing = admin_client.get("/admin/locks/tick/")
+    detail = admin_client.get(f"/admin/locks/tick/{Tick.objects.get(job_name='sync').pk}/change/")
+
+    assert listing.status_code == detail.status_code == 200
+    rows = {row.job_name: row.status for row in listing.context["cl"].result_list}
+    assert rows == {"sync": "succeeded", "mail": "held"}
+    page = listing.content.decode()
+    assert (
+        'data-kind="succeeded"' in page and 'data-kind="held"' in page and "2030-01-01 08:00:00 CST" in page
+    )  # TIME_ZONE
+    assert "Add claimed tick" not in page and 'name="_save"' not in detail.content.decode()
+    assert (
+        admin_client.post(f"/admin/locks/tick/{Tick.objects.get(job_name='sync').pk}/delete/").status_code
+        == 403
+    )
