@@ -406,6 +406,8 @@ class Scheduler:
         skip, recorded = outcome.skip, outcome.outcome.recorded
         final = skip.reason in FINAL if skip is not None else recorded == Outcome.SUCCEEDED
         final = final or (recorded in {"failed", "lost_lock", "unknown"} and plan.again_at is None)
+        # Under catch_up "all" the run may have been of an earlier slot, with this one still to come.
+        final = final and outcome.tick == plan.tick and not outcome.next_due_now
         status = skip.reason if skip is not None else recorded
         try:
             Tick.objects.close(plan.job.name, plan.tick, holder=self.holder, status=status, again=not final)

@@ -193,3 +193,19 @@ def test_the_admin_lists_the_claimed_ticks_read_only(admin_client):
         admin_client.post(f"/admin/locks/tick/{Tick.objects.get(job_name='sync').pk}/delete/").status_code
         == 403
     )
+
+
+def test_a_catch_up_run_of_an_earlier_slot_leaves_the_tick_asked_for_open():
+    """catch_up "all": the ask for the due tick ran an older slot, with more behind it."""
+    clock = FakeClock(TICK)
+    ((scheduler, runs),) = replicas(clock, [HOURLY], count=1)
+    earlier = RunResult(job="hourly", tick=TICK - timedelta(hours=3), holder="h", outcome="succeeded")
+    runs.outcomes = [replace(earlier, behind=True), replace(earlier, tick=TICK)]
+    scheduler.step()
+    assert Tick.objects.values_list("status", "claims").get()[0] == "succeeded"
+    assert Tick.objects.get().until is not None  # open: another copy may go on catching up
+
+    scheduler.step()  # asked again at once, for the same tick: this time its own slot ran
+
+    assert [tick for _when, tick in runs.asked] == [TICK, TICK]
+    assert Tick.objects.values_list("status", "claims", "until").get() == ("succeeded", 2, None)
