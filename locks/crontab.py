@@ -6,6 +6,7 @@ module calls it: it imports nothing from Django at import time.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shlex
@@ -84,17 +85,46 @@ def run_due(*names: str, log_dir: str) -> None:
     """What the crontab line runs (``crontab run HASH``): ``run`` for each due job
     (``due_jobs``), each in a child process whose output goes to ``log_dir/NAME.log``, all at
     once; the process ends with the highest of their exit statuses."""
-    from django.db import connections
+    from django.db import DatabaseError, connections
     from django.utils import timezone
 
-    due = due_jobs(names, now=timezone.now())
+    due, holder = _claimed(due_jobs(names, now=timezone.now()))
     connections.close_all()  # no connection is shared with a child
     sys.stdout.flush()
     sys.stderr.flush()
     children = [_start(name, Path(log_dir)) for name in due]
     status = max((os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for pid in children), default=0)
+    if holder is not None:  # each run recorded how it went; its claim lasts its TTL (no pass asks again)
+        from locks.models import Tick
+
+        with contextlib.suppress(DatabaseError):
+            Tick.objects.filter(holder=holder).update(status="asked")
     if status:
         os._exit(status if status > 0 else 1)  # not SystemExit: django-crontab would log a traceback
+
+
+def _claimed(due: list[str]) -> tuple[list[str], str | None]:
+    """The due jobs whose slot this pass claimed (locks.models.Tick: one statement; a pass on another
+    host at the same minute claims none of them), and its holder; every one, and None, when the
+    claim cannot be made (their leases decide)."""
+    from django.db import DatabaseError
+    from django.utils import timezone
+
+    from locks.lease import make_holder
+    from locks.models import Tick
+    from locks.registry import jobs
+
+    holder, now, registered = make_holder(), timezone.now(), jobs()
+    ticks = {name: registered[name].cron.slot_at_or_before(now) for name in due}
+    try:
+        won = Tick.objects.claim([(name, ticks[name], registered[name].ttl) for name in due], holder=holder)
+    except DatabaseError:
+        return due, None
+    for name in sorted(set(due) - won):
+        print(
+            f"job={name} tick={ticks[name].isoformat()} holder={holder} outcome=skipped reason=claimed by another copy"
+        )
+    return [name for name in due if name in won], holder
 
 
 def _start(name: str, log_dir: Path) -> int:

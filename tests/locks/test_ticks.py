@@ -6,6 +6,8 @@ Real database (SQLite, PostgreSQL, MongoDB in tests/test_mongodb.py), autocommit
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
@@ -13,9 +15,12 @@ import pytest
 from django.db import IntegrityError, connection, transaction
 from django.test.utils import CaptureQueriesContext
 
-from locks.models import Tick
+from locks.models import JobRun, Tick
 from locks.runner import RunResult, prune_runs
+from locks.schedule import Schedule
 from locks.scheduler import Scheduler
+from tests.conftest import ROOT, project_env
+from tests.locks.conftest import faketime_or_skip, offset_to
 from tests.locks.test_scheduler import HOURLY, FakeClock, Runs
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -209,3 +214,47 @@ def test_a_catch_up_run_of_an_earlier_slot_leaves_the_tick_asked_for_open():
 
     assert [tick for _when, tick in runs.asked] == [TICK, TICK]
     assert Tick.objects.values_list("status", "claims", "until").get() == ("succeeded", 2, None)
+
+
+def test_two_cron_passes_of_one_minute_fork_one_run_between_them(db_url, tmp_path):
+    """The crontab line's pass on two hosts at the same minute: the first claims the due slot and
+    forks its run; the second sends one statement, says why in one line, and forks nothing."""
+    faketime_or_skip()
+    (tmp_path / "log").mkdir()
+    env = project_env(
+        DATABASE_URL=db_url,
+        HOSTPROJECT_VAR=str(tmp_path),
+        HOSTPROJECT_JOBS="record",
+        HOSTPROJECT_CHECK_JOBS="0",
+    )
+    env["DJANGO_SETTINGS_MODULE"] = "tests.hostproject.settings"
+    slot = Schedule("*/5 * * * *").slot_at_or_before(datetime.now(UTC)) - timedelta(minutes=5)  # its schedule
+    log = str(tmp_path / "log")
+    code = "import django; django.setup(); from locks.crontab import run_due; run_due('record', log_dir=%r)"
+    passes = [
+        subprocess.run(
+            [
+                "faketime",
+                "-f",
+                offset_to(slot + timedelta(seconds=seconds)),
+                sys.executable,
+                "-c",
+                code % log,
+            ],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        for seconds in (1, 2)
+    ]
+
+    assert [ran.returncode for ran in passes] == [0, 0], [ran.stderr for ran in passes]
+    assert "claimed by another copy" not in passes[0].stdout
+    assert f"job=record tick={slot.isoformat()} " in passes[1].stdout, passes[1].stdout
+    assert "outcome=skipped reason=claimed by another copy" in passes[1].stdout
+    assert JobRun.objects.filter(job_name="record", tick=slot).count() == 1
+    log = (tmp_path / "log" / "record.log").read_text()
+    assert log.count("outcome=") == 1, log  # one run forked, by the first pass
+    assert Tick.objects.values_list("job_name", "tick", "status").get() == ("record", slot, "asked")
