@@ -1,9 +1,11 @@
 import logging
 from datetime import datetime, timedelta
+from functools import reduce
+from operator import or_
 from typing import NamedTuple
 
 from django.db import IntegrityError, ProgrammingError, connections, models, transaction
-from django.db.models import DateTimeField, ExpressionWrapper, F, Max, Q, Value
+from django.db.models import Case, DateTimeField, ExpressionWrapper, F, Max, Q, Value, When
 from django.db.models.functions import Now
 from django.utils import timezone
 
@@ -445,11 +447,17 @@ class TickQuerySet(models.QuerySet):
             cursor.execute(sql, values)
             return {job for (job,) in cursor.fetchall()}
 
-    def close(self, job: str, tick: datetime, *, holder: str, status: str, again: bool) -> int:
-        """After ``holder``'s ask of ``(job, tick)`` ended in ``status``: its claim ends now when the
-        scheduler asks again (a retry, a lease held elsewhere), or for good (empty ``until``)."""
-        mine = self.filter(job_name=job, tick=tick, holder=holder)
-        return mine.update(status=status, until=Now() if again else None)
+    def close(self, ends: list[tuple[str, datetime, str, bool]], *, holder: str) -> int:
+        """After ``holder``'s asks ended, each ``(job, tick, status, again)``: its claim ends now when
+        a copy may ask for it again (a retry, a lease held elsewhere), else for good (empty
+        ``until``); one statement."""
+        if not ends:
+            return 0
+        keys = [(Q(job_name=job, tick=tick), status, again) for job, tick, status, again in ends]
+        return self.filter(reduce(or_, (key for key, _status, _again in keys)), holder=holder).update(
+            status=Case(*(When(key, then=Value(status)) for key, status, _again in keys)),
+            until=Case(*(When(key, then=Now()) for key, _status, again in keys if again), default=None),
+        )
 
 
 class Tick(models.Model):

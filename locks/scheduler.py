@@ -253,8 +253,8 @@ class Scheduler:
                 self._queue(plan)  # looked at on the next wake
             elif self._look(plan, self.now()):
                 asking.append(plan)
-        for plan in self._claimed(asking):
-            self._ask(plan)
+        # Asks run here (``Inline``) end at once: their claims are closed together, as a collect's.
+        self._settle_all([(plan, ended) for plan in self._claimed(asking) if (ended := self._ask(plan))])
 
     def _claimed(self, plans: list[_Plan]) -> list[_Plan]:
         """The plans whose due tick this copy claimed (all of them without ``claim``, or when the claim
@@ -365,31 +365,36 @@ class Scheduler:
             done += 1
         self._finish()
 
-    def _ask(self, plan: _Plan) -> None:
+    def _ask(self, plan: _Plan) -> RunResult | None:
         # A connection idle since the last tick may have been closed by the server, and
         # with DEBUG on every query would be kept: what a request's end does for a view.
         close_old_connections()
         reset_queries()
         plan.running = True
         outcome = self.executor.start(plan, due=plan.tick)
-        if outcome is not None:
-            self._settle(plan, outcome)
-        else:
+        if outcome is None:
             self._queue(plan, self.now())
+        return outcome
 
     def _settle_all(self, finished: list[tuple[_Plan, RunResult]]) -> None:
-        for plan, outcome in finished:
-            self._settle(plan, outcome)
+        """Each ended ask's plan, then the claims of those this copy claimed, in one statement."""
+        ends = [end for plan, outcome in finished if (end := self._settle(plan, outcome))]
+        if not ends:
+            return
+        try:
+            Tick.objects.close(ends, holder=self.holder)
+        except DBError as exc:  # each claim ends at its own time
+            logger.warning(
+                "scheduler: the claims of %d ticks were not closed (%s)", len(ends), error_text(exc)
+            )
 
-    def _settle(self, plan: _Plan, outcome: RunResult) -> None:
+    def _settle(self, plan: _Plan, outcome: RunResult) -> tuple | None:
         plan.running = False
         plan.paused = outcome.skip is not None and outcome.skip.reason == "paused"
         if outcome.skip is not None and outcome.skip.reason == "tick_ahead":  # before the time to ask again
             self.skew = min(timedelta(0), self.skew + outcome.skip.db_now - self.now())
         plan.again_at = self._again_at(plan, outcome)
         self._queue(plan, self.now())
-        if plan.claimed:
-            self._close(plan, outcome)
         if plan.again_at is not None:
             logger.info(
                 "scheduler: job=%s tick=%s outcome=%s; asking again at %s",
@@ -398,26 +403,19 @@ class Scheduler:
                 outcome.outcome.recorded,
                 plan.again_at.isoformat(timespec="seconds"),
             )
+        return self._end(plan, outcome) if plan.claimed else None
 
-    def _close(self, plan: _Plan, outcome: RunResult) -> None:
-        """Its tick's claim ends: for good when the tick needs no ask of any copy again (it
-        succeeded, is settled elsewhere, or had its last attempt), else at once."""
+    def _end(self, plan: _Plan, outcome: RunResult) -> tuple:
+        """How its tick's claim ends: ``(job, tick, status, again)``; for good (not ``again``) when the
+        tick needs no ask of any copy again (it succeeded, is settled elsewhere, or had its last
+        attempt), else at once."""
         plan.claimed = False
         skip, recorded = outcome.skip, outcome.outcome.recorded
         final = skip.reason in FINAL if skip is not None else recorded == Outcome.SUCCEEDED
         final = final or (recorded in {"failed", "lost_lock", "unknown"} and plan.again_at is None)
         # Under catch_up "all" the run may have been of an earlier slot, with this one still to come.
         final = final and outcome.tick == plan.tick and not outcome.next_due_now
-        status = skip.reason if skip is not None else recorded
-        try:
-            Tick.objects.close(plan.job.name, plan.tick, holder=self.holder, status=status, again=not final)
-        except DBError as exc:  # its claim ends at its own time
-            logger.warning(
-                "scheduler: job=%s tick=%s: its claim was not closed (%s)",
-                plan.job.name,
-                plan.tick.isoformat(),
-                error_text(exc),
-            )
+        return plan.job.name, plan.tick, skip.reason if skip is not None else recorded, not final
 
     def _again_at(self, plan: _Plan, outcome: RunResult) -> datetime | None:
         """When to ask for the job again before its next slot, or None; never past the
