@@ -423,6 +423,36 @@ def test_tick_claims_refuse_a_collection_without_its_index_every_time(mongodb_ur
     assert result["commands"] == {"listCollections": 2}
 
 
+def test_the_tick_migration_backfills_the_run_history_in_plain_values(mongodb_uri):
+    """locks 0014 on a database with runs: a Tick row per (job, tick), inserted without Now()
+    (MongoDB cannot insert an expression): a succeeded tick closed, any other open."""
+    url = with_database(mongodb_uri, f"cfsync_backfill_{secrets.token_hex(4)}")
+    env = project_env(DATABASE_URL=url)
+    try:
+        before = manage("migrate", "locks", "0013", "--noinput", env=env, timeout=300)
+        assert before.returncode == 0, before.stderr
+        step(url, "job_runs")
+        after = manage("migrate", "locks", "--noinput", env=env, timeout=300)
+        assert after.returncode == 0, after.stderr
+        from pymongo import MongoClient
+
+        client = MongoClient(url, serverSelectionTimeoutMS=5000)
+        try:
+            rows = list(client.get_default_database()["locks_tick"].find({}, {"_id": 0}).sort("tick"))
+        finally:
+            client.close()
+    finally:
+        drop_database(url)
+
+    at = datetime(2026, 1, 1, 10)  # naive: as the server stores dates (UTC)
+    assert rows == [
+        {"job_name": "backfill", "tick": at, "holder": "h2", "status": "succeeded", "until": None}
+        | {"claims": 2, "created_at": at + timedelta(seconds=1)},
+        {"job_name": "backfill", "tick": at + timedelta(minutes=1), "holder": "h3", "status": "failed"}
+        | {"until": datetime(1970, 1, 1), "claims": 1, "created_at": at + timedelta(minutes=1, seconds=1)},
+    ]
+
+
 # --- the operator: pause, resume, run now, status, the tick ledger ---------------------
 
 
@@ -1059,6 +1089,22 @@ def step_tick_claim_bare() -> dict:
         except ProgrammingError as exc:
             errors.append(f"ProgrammingError: {exc}")
     return {"errors": errors, "commands": counter.take()}
+
+
+def step_job_runs() -> dict:
+    """Runs of two ticks: the first failed then succeeded, the second failed."""
+    from locks.models import JobRun
+
+    at = datetime(2026, 1, 1, 10, tzinfo=UTC)
+    for token, tick, started, status in [
+        (1, at, at + timedelta(seconds=1), "failed"),
+        (2, at, at + timedelta(seconds=30), "succeeded"),
+        (3, at + timedelta(minutes=1), at + timedelta(minutes=1, seconds=1), "failed"),
+    ]:
+        JobRun.objects.create(
+            job_name="backfill", holder=f"h{token}", token=token, tick=tick, started_at=started, status=status
+        )
+    return {}
 
 
 def main() -> None:
