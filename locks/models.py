@@ -388,6 +388,8 @@ class TaskOutbox(models.Model):
 
 # The tick's word while a copy of run_scheduler has claimed it and its ask has not ended.
 CLAIMED = "claimed"
+# The (database alias, table) pairs whose Tick table this process has seen (ORM path).
+TICK_TABLES_SEEN: set[tuple[str, str]] = set()
 # The database's now, and now plus %s seconds, in the SQL of the backends whose claim is one statement.
 CLAIM_NOW = {
     "postgresql": ("STATEMENT_TIMESTAMP()", "STATEMENT_TIMESTAMP() + make_interval(secs => %s)"),
@@ -402,42 +404,56 @@ class TickQuerySet(models.QuerySet):
     def claim(self, asks: list[tuple[str, datetime, timedelta]], *, holder: str) -> set[str]:
         """Claim each ``(job, tick, ttl)`` for ``holder`` until the database's now plus ``ttl``; the
         jobs whose tick this holder won: it has no row yet, its claim ended, or ``holder`` claimed it
-        already (an answer lost, asked again). One statement on PostgreSQL and SQLite, else at most
-        two an ask; the unique key on (job, tick) decides between copies."""
+        already (an answer lost, asked again). One statement on PostgreSQL and SQLite; else, an ask: a
+        conditional update, and if it matched nothing the insert of the tick's row (the unique key on
+        (job, tick) refuses all but one copy's) and the update again: a loser's two commands, or three
+        when the slot's time plus ``ttl`` has passed (the new row is then anyone's claim)."""
         if not asks:
             return set()
         connection = connections[self.db]
         if connection.vendor in CLAIM_NOW:
             return self._claim_in_one(connection, asks, holder)
-        if self.model._meta.db_table not in connection.introspection.table_names():
-            # MongoDB would create the collection on insert, without the unique index that decides.
-            raise ProgrammingError(
-                f"the table {self.model._meta.db_table} is missing: run `manage.py migrate`"
-            )
+        self._refuse_a_missing_table(connection)
         won = set()
         for job, tick, ttl in asks:
             mine = self.filter(Q(until__lte=Now()) | Q(holder=holder), job_name=job, tick=tick)
-            if mine.update(holder=holder, until=now_plus(ttl), claims=F("claims") + 1, status=CLAIMED):
+            first = Case(When(claims=0, then=Now()), default=F("created_at"))  # a new row's first claim
+            claimed = {"holder": holder, "until": now_plus(ttl), "claims": F("claims") + 1, "status": CLAIMED}
+            if mine.update(**claimed, created_at=first):
                 won.add(job)
                 continue
-            try:
+            try:  # a new tick's row in plain values (MongoDB cannot insert an expression): this holder's
+                # until the slot's time plus ``ttl`` (if it stops here, the tick is not lost), then claimed
                 with transaction.atomic(using=self.db):
-                    self.create(job_name=job, tick=tick, holder=holder, until=now_plus(ttl))
+                    self.create(
+                        job_name=job, tick=tick, holder=holder, until=tick + ttl, claims=0, created_at=tick
+                    )
             except IntegrityError:
-                continue  # another copy's claim stands
-            won.add(job)
+                continue  # another copy's row: its claim stands
+            if mine.update(**claimed, created_at=first):
+                won.add(job)
         return won
+
+    def _refuse_a_missing_table(self, connection) -> None:
+        """MongoDB would create the collection on insert, without the unique index that decides; a
+        table seen once stays (no listCollections on every wake)."""
+        table = (connection.alias, self.model._meta.db_table)
+        if table in TICK_TABLES_SEEN:
+            return
+        if table[1] not in connection.introspection.table_names():
+            raise ProgrammingError(f"the table {table[1]} is missing: run `manage.py migrate`")
+        TICK_TABLES_SEEN.add(table)
 
     def _claim_in_one(self, connection, asks, holder: str) -> set[str]:
         now, plus = CLAIM_NOW[connection.vendor]
         table = connection.ops.quote_name(self.model._meta.db_table)
-        values, rows = [], f"(%s, %s, %s, %s, {plus}, 1)"
+        values, rows = [], f"(%s, %s, %s, %s, {plus}, 1, {now})"
         for job, tick, ttl in asks:
             seconds = ttl.total_seconds()
             until = seconds if connection.vendor == "postgresql" else f"{seconds:+f} seconds"
             values += [job, connection.ops.adapt_datetimefield_value(tick), holder, CLAIMED, until]
         sql = (
-            f"INSERT INTO {table} (job_name, tick, holder, status, until, claims) VALUES "
+            f"INSERT INTO {table} (job_name, tick, holder, status, until, claims, created_at) VALUES "
             f"{', '.join([rows] * len(asks))} ON CONFLICT (job_name, tick) DO UPDATE SET "
             "holder = excluded.holder, until = excluded.until, status = excluded.status, "
             f"claims = {table}.claims + 1 WHERE {table}.until <= {now} OR {table}.holder = excluded.holder "
@@ -475,7 +491,8 @@ class Tick(models.Model):
         help_text="Another copy may claim it from here (database clock); empty: no copy asks for it again.",
     )
     claims = models.PositiveIntegerField(default=1, help_text="How many times a copy claimed it.")
-    created_at = models.DateTimeField("first claimed", db_default=Now())
+    # No db_default=Now(): MongoDB has no expression defaults (fields.E011); a claim sets the database's now.
+    created_at = models.DateTimeField("first claimed", default=timezone.now)
 
     objects = TickQuerySet.as_manager()
 

@@ -294,6 +294,19 @@ def succeeded_ticks(url: str) -> list[datetime]:
         client.close()
 
 
+def tick_rows(url: str) -> list[dict]:
+    """The sync's Tick rows by tick, read straight from the server."""
+    from pymongo import MongoClient
+
+    client = MongoClient(url, serverSelectionTimeoutMS=5000)
+    try:
+        found = client.get_default_database()["locks_tick"].find({"job_name": "sync_contests"})
+        rows = [{**row, "tick": row["tick"].replace(tzinfo=UTC)} for row in found]
+        return sorted(rows, key=lambda row: row["tick"])
+    finally:
+        client.close()
+
+
 def test_three_schedulers_run_each_slot_once(mongo, standin):
     env = project_env(
         DATABASE_URL=mongo,
@@ -324,6 +337,120 @@ def test_three_schedulers_run_each_slot_once(mongo, standin):
         len(ticks) - 1
     )
     assert standin.calls == len(ticks)
+    # Claim before spawn: one Tick row per slot, closed for good by the copy that ran it.
+    rows = tick_rows(mongo)
+    assert len({row["tick"] for row in rows}) == len(rows), f"a slot has two Tick rows: {rows}"
+    succeeded = [row for row in rows if row["status"] == "succeeded"]
+    assert [row["tick"] for row in succeeded] == ticks, rows
+    assert all(row["until"] is None for row in succeeded), succeeded
+
+
+# --- claim before spawn: a Tick row per (job, tick), its unique index deciding ----------
+
+CLAIM_ASKS = 20
+
+
+def test_tick_claims_the_first_holder_wins_and_the_index_refuses_a_second_row(mongo):
+    """TickQuerySet.claim's ORM path (a conditional update, then the insert of an open row the
+    unique index may refuse, then the update again) across three holders, 20 asks each."""
+    result = step(mongo, "tick_claims", asks=CLAIM_ASKS)
+    jobs = [f"job{index:02}" for index in range(CLAIM_ASKS)]
+
+    assert result["duplicate"] == "IntegrityError: True"  # the backend's, from pymongo's E11000
+    assert result["won"] == {"a": jobs, "b": [], "c": []}
+    assert result["again"] == jobs, "a holder asking again wins its own claim again"
+    assert result["rows"] == {"count": CLAIM_ASKS, "holders": ["a"], "claims": [2]}
+    first = result["first"]
+    assert first["created_at"] is not None and first["created_at"] > "2000"  # the open row's value is gone
+    assert first["created_at"] == first["created_after_again"], "first claimed: kept on a claim again"
+    assert 0 <= first["age"] < 60, first
+    assert result["expiry"] == {"a": ["expiring"], "b_during": [], "b_after": ["expiring"], "claims": 2}
+    assert result["closed"] == {"b_after_final": [], "c_after_again": ["job01"], "job01_claims": 3}
+    # What a claim sends (pymongo's command monitoring): the first claim of the process lists the
+    # collections once; a loser pays two commands an ask, a holder asking again one.
+    assert result["commands"]["a"] == {"listCollections": 1, "update": 40, "insert": 20}
+    assert result["commands"]["b"] == {"update": 20, "insert": 20}
+    assert result["commands"]["again"] == {"update": 20}
+
+
+def test_tick_claims_racing_from_three_processes_win_each_tick_once(mongo):
+    start = time.time() + 6  # each process is set up and connected by then
+    tick = datetime.now(UTC).replace(microsecond=0).isoformat()
+    racers = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "tests.test_mongodb",
+                "tick_race",
+                json.dumps({"asks": CLAIM_ASKS, "tick": tick, "start": start}),
+            ],
+            cwd=ROOT,
+            env=project_env(DATABASE_URL=mongo),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(3)
+    ]
+    answers = [racer.communicate(timeout=120) for racer in racers]
+    assert [racer.returncode for racer in racers] == [0, 0, 0], [err for _, err in answers]
+    won = [json.loads(out.splitlines()[-1]) for out, _ in answers]
+
+    every = sorted(job for answer in won for job in answer["won"])
+    assert every == [f"job{index:02}" for index in range(CLAIM_ASKS)], won  # each once, none lost
+    rows = step(mongo, "tick_rows")
+    assert len(rows) == CLAIM_ASKS
+    assert {row["holder"] for row in rows} <= {answer["holder"] for answer in won}
+    assert {row["claims"] for row in rows} == {1}
+    # Each ask: the update, the insert, and the update again for the one copy whose insert went in.
+    for answer in won:
+        assert answer["commands"] == {"update": CLAIM_ASKS + len(answer["won"]), "insert": CLAIM_ASKS}, answer
+
+
+def test_tick_claims_refuse_a_collection_without_its_index_every_time(mongodb_uri):
+    """Without the migration the collection would appear on the first insert, unindexed: every claim
+    refuses until the table is there (only its presence is remembered)."""
+    bare = with_database(mongodb_uri, f"cfsync_bare_{secrets.token_hex(4)}")
+    try:
+        result = step(bare, "tick_claim_bare")
+    finally:
+        drop_database(bare)
+
+    assert (
+        result["errors"] == ["ProgrammingError: the table locks_tick is missing: run `manage.py migrate`"] * 2
+    )
+    assert result["commands"] == {"listCollections": 2}
+
+
+def test_the_tick_migration_backfills_the_run_history_in_plain_values(mongodb_uri):
+    """locks 0014 on a database with runs: a Tick row per (job, tick), inserted without Now()
+    (MongoDB cannot insert an expression): a succeeded tick closed, any other open."""
+    url = with_database(mongodb_uri, f"cfsync_backfill_{secrets.token_hex(4)}")
+    env = project_env(DATABASE_URL=url)
+    try:
+        before = manage("migrate", "locks", "0013", "--noinput", env=env, timeout=300)
+        assert before.returncode == 0, before.stderr
+        step(url, "job_runs")
+        after = manage("migrate", "locks", "--noinput", env=env, timeout=300)
+        assert after.returncode == 0, after.stderr
+        from pymongo import MongoClient
+
+        client = MongoClient(url, serverSelectionTimeoutMS=5000)
+        try:
+            rows = list(client.get_default_database()["locks_tick"].find({}, {"_id": 0}).sort("tick"))
+        finally:
+            client.close()
+    finally:
+        drop_database(url)
+
+    at = datetime(2026, 1, 1, 10)  # naive: as the server stores dates (UTC)
+    assert rows == [
+        {"job_name": "backfill", "tick": at, "holder": "h2", "status": "succeeded", "until": None}
+        | {"claims": 2, "created_at": at + timedelta(seconds=1)},
+        {"job_name": "backfill", "tick": at + timedelta(minutes=1), "holder": "h3", "status": "failed"}
+        | {"until": datetime(1970, 1, 1), "claims": 1, "created_at": at + timedelta(minutes=1, seconds=1)},
+    ]
 
 
 # --- the operator: pause, resume, run now, status, the tick ledger ---------------------
@@ -830,6 +957,154 @@ def step_write_concern() -> dict:
 
     connection.ensure_connection()
     return {"write_concern": connection.connection.write_concern.document}
+
+
+def command_counter():
+    """A counter of the commands this process sends (pymongo's command monitoring), by name, while
+    its ``on`` is set; registered before the backend's client is made (the step's first query)."""
+    from collections import Counter
+
+    from pymongo import monitoring
+
+    class CommandCounter(monitoring.CommandListener):
+        def __init__(self) -> None:
+            self.counts, self.on = Counter(), False
+
+        def started(self, event) -> None:
+            if self.on and event.command_name != "buildinfo":  # the server's version, once a connection
+                self.counts[event.command_name] += 1
+
+        def succeeded(self, event) -> None:
+            pass
+
+        def failed(self, event) -> None:
+            pass
+
+        def take(self) -> dict[str, int]:
+            counts, self.counts = dict(self.counts), Counter()
+            return counts
+
+    counter = CommandCounter()
+    monitoring.register(counter)
+    return counter
+
+
+def _asks(count: int, tick: str) -> list:
+    """``count`` jobs' asks for ``tick``, 60 s each."""
+    return [(f"job{index:02}", datetime.fromisoformat(tick), timedelta(seconds=60)) for index in range(count)]
+
+
+def step_tick_claims(*, asks: int) -> dict:
+    from django.db import IntegrityError
+
+    from locks.models import Tick, database_now
+
+    counter = command_counter()
+    now = database_now().replace(microsecond=0)  # a slot of now: as the scheduler claims
+    counter.on = True
+    claims, commands, won = _asks(asks, now.isoformat()), {}, {}
+    for holder in ["a", "b", "c"]:
+        won[holder] = sorted(Tick.objects.claim(claims, holder=holder))
+        commands[holder] = counter.take()
+    again = sorted(Tick.objects.claim(claims, holder="a"))
+    commands["again"] = counter.take()
+    counter.on = False
+    job, tick = claims[0][0], claims[0][1]
+    first = Tick.objects.get(job_name=job, tick=tick).created_at
+    rows = Tick.objects.filter(job_name__startswith="job")
+    summary = {
+        "count": rows.count(),
+        "holders": sorted(set(rows.values_list("holder", flat=True))),
+        "claims": sorted(set(rows.values_list("claims", flat=True))),
+    }
+    try:
+        Tick.objects.create(job_name=job, tick=tick, holder="d", until=tick, created_at=tick)
+        duplicate = "inserted"
+    except IntegrityError as exc:
+        duplicate = f"{type(exc).__name__}: {'E11000 duplicate key error' in str(exc.__cause__)}"
+
+    short = [("expiring", tick, timedelta(seconds=1))]
+    expiry = {"a": sorted(Tick.objects.claim(short, holder="a"))}
+    expiry["b_during"] = sorted(Tick.objects.claim(short, holder="b"))
+    time.sleep(1.5)  # a's claim ran out (by the database clock)
+    expiry["b_after"] = sorted(Tick.objects.claim(short, holder="b"))
+    expiry["claims"] = Tick.objects.get(job_name="expiring").claims
+
+    Tick.objects.close(job, tick, holder="a", status="succeeded", again=False)
+    Tick.objects.close("job01", tick, holder="a", status="failed", again=True)
+    closed = {
+        "b_after_final": sorted(Tick.objects.claim(claims[:1], holder="b")),
+        "c_after_again": sorted(Tick.objects.claim(claims[1:2], holder="c")),
+        "job01_claims": Tick.objects.get(job_name="job01").claims,
+    }
+    return {
+        "won": won,
+        "again": again,
+        "rows": summary,
+        "duplicate": duplicate,
+        "first": {
+            "created_at": _iso(first),
+            "created_after_again": _iso(Tick.objects.get(job_name=job, tick=tick).created_at),
+            "age": (database_now() - first).total_seconds(),
+        },
+        "expiry": expiry,
+        "closed": closed,
+        "commands": commands,
+    }
+
+
+def step_tick_race(*, asks: int, tick: str, start: float) -> dict:
+    from django.db import connection
+
+    from locks.lease import make_holder
+    from locks.models import Tick
+
+    counter = command_counter()
+    connection.ensure_connection()
+    Tick.objects.claim([("warm-up", datetime(2026, 1, 1, tzinfo=UTC), timedelta(0))], holder="warm-up")
+    holder = make_holder()
+    time.sleep(max(0.0, start - time.time()))
+    counter.on = True
+    won = sorted(Tick.objects.claim(_asks(asks, tick), holder=holder))
+    return {"holder": holder, "won": won, "commands": counter.take()}
+
+
+def step_tick_rows() -> list[dict]:
+    from locks.models import Tick
+
+    return list(Tick.objects.filter(job_name__startswith="job").values("job_name", "holder", "claims"))
+
+
+def step_tick_claim_bare() -> dict:
+    from django.db import ProgrammingError
+
+    from locks.models import Tick
+
+    counter = command_counter()
+    counter.on = True
+    errors = []
+    for _ in range(2):
+        try:
+            Tick.objects.claim(_asks(1, "2026-01-01T10:00:00+00:00"), holder="a")
+        except ProgrammingError as exc:
+            errors.append(f"ProgrammingError: {exc}")
+    return {"errors": errors, "commands": counter.take()}
+
+
+def step_job_runs() -> dict:
+    """Runs of two ticks: the first failed then succeeded, the second failed."""
+    from locks.models import JobRun
+
+    at = datetime(2026, 1, 1, 10, tzinfo=UTC)
+    for token, tick, started, status in [
+        (1, at, at + timedelta(seconds=1), "failed"),
+        (2, at, at + timedelta(seconds=30), "succeeded"),
+        (3, at + timedelta(minutes=1), at + timedelta(minutes=1, seconds=1), "failed"),
+    ]:
+        JobRun.objects.create(
+            job_name="backfill", holder=f"h{token}", token=token, tick=tick, started_at=started, status=status
+        )
+    return {}
 
 
 def main() -> None:

@@ -4,9 +4,9 @@
 # is asked for as before. Reversed, the table goes and nothing else changes (the lease row still
 # holds every rule; run_scheduler then asks without claiming first).
 
-import django.db.models.functions.datetime
+import django.utils.timezone
 from django.db import migrations, models
-from django.db.models import Count, Max, Q
+from django.db.models import Count, Max, Min, Q
 from django.db.models.functions import Now
 
 
@@ -18,7 +18,10 @@ def backfill(apps, schema_editor):
         .filter(tick__isnull=False)
         .values("job_name", "tick")
         .annotate(
-            runs=Count("id"), succeeded=Count("id", filter=Q(status="succeeded")), last=Max("started_at")
+            runs=Count("id"),
+            succeeded=Count("id", filter=Q(status="succeeded")),
+            last=Max("started_at"),
+            first=Min("started_at"),
         )
     )
     for row in ticks.iterator():
@@ -35,6 +38,7 @@ def backfill(apps, schema_editor):
             status="succeeded" if done else last.status,
             until=None if done else Now(),
             claims=row["runs"],
+            created_at=row["first"],
         )
 
 
@@ -82,9 +86,7 @@ class Migration(migrations.Migration):
                 ),
                 (
                     "created_at",
-                    models.DateTimeField(
-                        db_default=django.db.models.functions.datetime.Now(), verbose_name="first claimed"
-                    ),
+                    models.DateTimeField(default=django.utils.timezone.now, verbose_name="first claimed"),
                 ),
             ],
             options={

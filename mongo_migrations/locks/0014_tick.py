@@ -4,11 +4,15 @@
 # is asked for as before. Reversed, the table goes and nothing else changes (the lease row still
 # holds every rule; run_scheduler then asks without claiming first).
 
-import django.db.models.functions.datetime
+from datetime import UTC, datetime
+
+import django.utils.timezone
 import django_mongodb_backend.fields
 from django.db import migrations, models
-from django.db.models import Count, Max, Q
-from django.db.models.functions import Now
+from django.db.models import Count, Max, Min, Q
+
+# An open tick's until: a plain value in the past (MongoDB cannot insert Now()).
+OPEN = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def backfill(apps, schema_editor):
@@ -19,7 +23,10 @@ def backfill(apps, schema_editor):
         .filter(tick__isnull=False)
         .values("job_name", "tick")
         .annotate(
-            runs=Count("id"), succeeded=Count("id", filter=Q(status="succeeded")), last=Max("started_at")
+            runs=Count("id"),
+            succeeded=Count("id", filter=Q(status="succeeded")),
+            last=Max("started_at"),
+            first=Min("started_at"),
         )
     )
     for row in ticks.iterator():
@@ -34,8 +41,9 @@ def backfill(apps, schema_editor):
             tick=row["tick"],
             holder=last.holder,
             status="succeeded" if done else last.status,
-            until=None if done else Now(),
+            until=None if done else OPEN,
             claims=row["runs"],
+            created_at=row["first"],
         )
 
 
@@ -83,9 +91,7 @@ class Migration(migrations.Migration):
                 ),
                 (
                     "created_at",
-                    models.DateTimeField(
-                        db_default=django.db.models.functions.datetime.Now(), verbose_name="first claimed"
-                    ),
+                    models.DateTimeField(default=django.utils.timezone.now, verbose_name="first claimed"),
                 ),
             ],
             options={
