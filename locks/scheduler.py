@@ -253,8 +253,8 @@ def _reuse_connections() -> None:
     for conn in connections.all(initialized_only=True):
         conn.close_at = None
         conn.close_if_unusable_or_obsolete()
-        fileno = getattr(conn.connection, "fileno", None)
-        if callable(fileno) and select.select([fileno()], [], [], 0)[0]:
+        raw = conn.connection  # a socket's (psycopg), not a client that answers any name (pymongo)
+        if hasattr(type(raw), "fileno") and select.select([raw], [], [], 0)[0]:
             conn.close()
 
 
