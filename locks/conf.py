@@ -18,6 +18,8 @@ settings.LOCKS_RUN_RETENTION_DAYS = getattr(settings, "LOCKS_RUN_RETENTION_DAYS"
 settings.LOCKS_MAX_CLOCK_SKEW = getattr(settings, "LOCKS_MAX_CLOCK_SKEW", 120)
 # Seconds a running job gets to finish after run_scheduler is told to stop.
 settings.LOCKS_SCHEDULER_GRACE = getattr(settings, "LOCKS_SCHEDULER_GRACE", 30)
+# run_scheduler's worker processes, which keep their connections between runs; 0: a process per run.
+settings.LOCKS_SCHEDULER_WORKERS = getattr(settings, "LOCKS_SCHEDULER_WORKERS", 4)
 # The HTTP trigger's bearer token; empty: the trigger answers 404.
 settings.LOCKS_TRIGGER_TOKEN = getattr(settings, "LOCKS_TRIGGER_TOKEN", "")
 # Seconds: one trigger request per job and client address per window.

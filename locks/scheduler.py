@@ -1,15 +1,17 @@
 """``run_scheduler``: run every registered job at its slots, in every replica. The lease decides
 which copy runs a slot; this loop decides *when* to ask (each slot, a retry, a lease expiring
-elsewhere, a backoff, catch-up), each ask in a child process of its own, and never raises for a
-job's sake (docs/architecture.md, "The scheduler")."""
+elsewhere, a backoff, catch-up), each ask in a pool's worker process (or a child of its own), and
+never raises for a job's sake (docs/architecture.md, "The scheduler")."""
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import heapq
 import logging
 import multiprocessing
 import os
+import select
 import signal
 import threading
 import time
@@ -20,7 +22,7 @@ from functools import partial
 from multiprocessing.connection import wait as wait_for_any
 
 from django.db import Error as DBError
-from django.db import close_old_connections, connections, reset_queries, router
+from django.db import connections, reset_queries
 from django.utils import timezone
 
 from locks.db import error_text
@@ -158,15 +160,20 @@ class Forked:
                     os.read(wake, 64)
                 continue
             plan, child, _reader = self.children.pop(reader.fileno())
+            answered = True
             try:
                 outcome = reader.recv()
             except (EOFError, OSError):
+                answered = False
                 logger.warning("scheduler: job=%s: its run's process ended without an answer", plan.job.name)
                 outcome = _broke(plan.job.name, None, "its run's process ended without an answer")
-            reader.close()
-            child.join(timeout=5)
+            self._done(child, reader, answered=answered)
             finished.append((plan, outcome))
         return finished
+
+    def _done(self, child: multiprocessing.Process, reader, *, answered: bool) -> None:
+        reader.close()
+        child.join(timeout=5)
 
     def running(self) -> list[_Plan]:
         return [plan for plan, _child, _reader in self.children.values()]
@@ -177,17 +184,100 @@ class Forked:
                 os.kill(child.pid, signum)
 
 
-def _child(run: Callable[..., RunResult], name: str, due: datetime, writer) -> None:
+class Pool(Forked):
+    """Each ask in one of ``size`` long-lived worker processes (forked on demand, one that died
+    forked again), which keep their database connections between asks; when none is idle, in a
+    child of its own (``Forked``), so that a job that hangs never holds another's slot."""
+
+    def __init__(self, run: Callable[..., RunResult], size: int) -> None:
+        super().__init__(run)
+        self.size, self.stopping = size, False
+        self.workers: set[multiprocessing.Process] = set()
+        self.idle: list[tuple[multiprocessing.Process, object]] = []
+        atexit.register(self.retire)
+
+    def start(self, plan: _Plan, *, due: datetime) -> None:
+        if not self.idle and len(self.workers) < self.size:
+            pipe, theirs = self.context.Pipe()
+            connections.close_all()  # no connection of this process is shared with the worker
+            worker = self.context.Process(target=_worker, args=(self.run, theirs, os.getpid()), name="worker")
+            worker.start()
+            theirs.close()
+            self.workers.add(worker)
+            self.idle.append((worker, pipe))
+        if not self.idle:
+            super().start(plan, due=due)  # every worker is busy: a child of its own
+            return
+        worker, pipe = self.idle.pop()
+        pipe.send((plan.job.name, due))
+        self.children[pipe.fileno()] = (plan, worker, pipe)
+
+    def _done(self, child: multiprocessing.Process, reader, *, answered: bool) -> None:
+        """A worker that answered is idle again, until the pool stops; one that did not is dropped,
+        and forked again when an ask finds no worker idle."""
+        if child in self.workers and answered and not self.stopping:
+            self.idle.append((child, reader))
+            return
+        self.workers.discard(child)
+        super()._done(child, reader, answered=answered)
+
+    def retire(self) -> None:
+        """At this process's exit (which waits for its children): each worker exits once it has
+        answered, the idle ones at once."""
+        self.stopping = True
+        busy = [(child, pipe) for _plan, child, pipe in self.children.values() if child in self.workers]
+        for _worker, pipe in [*self.idle, *busy]:
+            with contextlib.suppress(OSError):
+                pipe.send(None)
+        while self.idle:
+            self._done(*self.idle.pop(), answered=True)
+
+
+def _worker(run: Callable[..., RunResult], pipe, parent: int) -> None:
+    """A pool's worker: an ask for each ``(name, due)`` it receives, as ``_child``'s, until it
+    receives None or its parent is gone; between asks it keeps its connections (``_reuse_connections``)."""
+    _ignore_stops()
+    with contextlib.suppress(EOFError, OSError):
+        while True:
+            while not pipe.poll(1):
+                if os.getppid() != parent:
+                    return
+            message = pipe.recv()
+            if message is None:
+                return
+            _reuse_connections()
+            reset_queries()
+            _child(run, *message, pipe, keep=True)
+
+
+def _reuse_connections() -> None:
+    """What a request's start does to a persistent connection (``CONN_MAX_AGE`` None), with no
+    age limit: a connection an error left unusable, or that the server closed (its socket is
+    readable while idle: a termination notice or the end), is closed; the next query opens one."""
+    for conn in connections.all(initialized_only=True):
+        conn.close_at = None
+        conn.close_if_unusable_or_obsolete()
+        raw = conn.connection  # a socket's (psycopg), not a client that answers any name (pymongo)
+        if hasattr(type(raw), "fileno") and select.select([raw], [], [], 0)[0]:
+            conn.close()
+
+
+def _ignore_stops() -> None:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGUSR1, _interrupt)
+
+
+def _child(run: Callable[..., RunResult], name: str, due: datetime, writer, keep: bool = False) -> None:
+    _ignore_stops()
     outcome = _broke(name, due, "its run's process was interrupted")
     try:
         outcome = ask(run, name=name, due=due)
     except SystemExit:
         return  # interrupted after the grace: run_locked recorded the run and released its lease
     finally:
-        connections.close_all()
+        if not keep:  # a pool's worker keeps its connections for its next ask
+            connections.close_all()
         with contextlib.suppress(OSError):
             writer.send(replace(outcome, exception=None))
 
@@ -198,7 +288,7 @@ def _interrupt(signum, frame) -> None:
 
 class Scheduler:
     """The loop, with its clock, its waiting and how it runs an ask injected, so that tests
-    can run it fast (``Inline``); ``run_scheduler`` runs each ask in a child (``Forked``)."""
+    can run it fast (``Inline``); ``run_scheduler`` runs each ask in a worker (``Pool``) or a child (``Forked``)."""
 
     def __init__(
         self,
@@ -207,7 +297,7 @@ class Scheduler:
         now: Callable[[], datetime] = timezone.now,
         run: Callable[..., RunResult] = RUN_SCHEDULED,
         stop: threading.Event | None = None,
-        forked: bool = False,
+        workers: int | None = None,
         grace: float = 0.0,
         paused: Callable[[str], bool] = paused_in_database,
         claim: bool = False,
@@ -224,7 +314,8 @@ class Scheduler:
         # The database clock minus this host's, learned from a slot refused as ahead of it (a fast
         # host): the loop names and asks for slots on the database's time (issue 35, item 13).
         self.skew = timedelta(0)
-        self.executor = Forked(run) if forked else Inline(run)
+        # None: each ask in this process; 0: in a child of its own; else in a pool of that many workers.
+        self.executor = Inline(run) if workers is None else Pool(run, workers) if workers else Forked(run)
         self.stop = stop or threading.Event()
         self.grace = grace
         # Claim before spawn: each wake's due ticks are claimed in one statement (locks.models.Tick)
@@ -262,22 +353,17 @@ class Scheduler:
         claim may have ended (its lease's TTL), within its slot's chance."""
         if not self.claim or not plans:
             return plans
+        _reuse_connections()  # this process's connection is kept from wake to wake
         reset_queries()
-        asks = [(plan.job.name, plan.tick, plan.job.ttl) for plan in plans]
-        # An open connection may have been closed by the server since the last wake: once more on a new one.
-        reused = connections[router.db_for_write(Tick)].connection is not None
-        for last in (not reused, True):
-            try:
-                won = Tick.objects.claim(asks, holder=self.holder)
-                break
-            except DBError as exc:
-                connections.close_all()
-                if last:
-                    # INFO: each ask says why it cannot run (an unreachable database is its WARNING).
-                    logger.info(
-                        "scheduler: the due ticks were not claimed (%s); each is asked for", error_text(exc)
-                    )
-                    return plans
+        try:
+            won = Tick.objects.claim(
+                [(plan.job.name, plan.tick, plan.job.ttl) for plan in plans], holder=self.holder
+            )
+        except DBError as exc:
+            connections.close_all()
+            # INFO: each ask says why it cannot run (an unreachable database is its WARNING).
+            logger.info("scheduler: the due ticks were not claimed (%s); each is asked for", error_text(exc))
+            return plans
         now = self.now()
         for plan in plans:
             plan.claimed = plan.job.name in won
@@ -368,7 +454,7 @@ class Scheduler:
     def _ask(self, plan: _Plan) -> RunResult | None:
         # A connection idle since the last tick may have been closed by the server, and
         # with DEBUG on every query would be kept: what a request's end does for a view.
-        close_old_connections()
+        _reuse_connections()
         reset_queries()
         plan.running = True
         outcome = self.executor.start(plan, due=plan.tick)

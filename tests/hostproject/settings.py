@@ -192,6 +192,8 @@ LOCKS_HEALTHZ_JOB = "write_slot"  # /healthz repeats its fields at the top level
 # The processes a test starts may set these; left out, each keeps its default.
 if os.environ.get("LOCKS_SCHEDULER_GRACE"):
     LOCKS_SCHEDULER_GRACE = int(os.environ["LOCKS_SCHEDULER_GRACE"])
+if os.environ.get("LOCKS_SCHEDULER_WORKERS"):
+    LOCKS_SCHEDULER_WORKERS = int(os.environ["LOCKS_SCHEDULER_WORKERS"])
 if os.environ.get("LOCKS_TRIGGER_TOKEN"):
     LOCKS_TRIGGER_TOKEN = os.environ["LOCKS_TRIGGER_TOKEN"]
 if os.environ.get("LOCKS_HEALTHZ_TOKEN"):

@@ -1,0 +1,241 @@
+"""``run_scheduler``'s pool of workers (issue 36, item 3), as real processes on a real database.
+
+Each run's holder names its process (``host:pid:suffix``): over many slots the runs of a
+replica come from at most ``LOCKS_SCHEDULER_WORKERS`` processes, and on PostgreSQL the
+replica opens about that many connections, not one per slot.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections import Counter
+from datetime import timedelta
+from itertools import pairwise
+from pathlib import Path
+
+import pytest
+from django.db import connection
+
+from locks.models import JobRun, SyncLock
+from tests.conftest import project_env
+from tests.locks.conftest import wait_for
+from tests.locks.test_scheduler_processes import parent_of, start, succeeded_ticks
+
+EVERY_2_S = "* * * * * */2"  # croniter's sixth field: seconds
+
+
+def pid_of(holder: str) -> int:
+    return int(holder.split(":")[1])
+
+
+def holders(job: str) -> list[str]:
+    return list(JobRun.objects.filter(job_name=job).order_by("tick").values_list("holder", flat=True))
+
+
+def stop(scheduler: subprocess.Popen, *, timeout: float = 30) -> tuple[str, float]:
+    """SIGTERM; its stderr and how long it took to exit (killed if not within ``timeout``)."""
+    scheduler.send_signal(signal.SIGTERM)
+    began = time.monotonic()
+    try:
+        _out, err = scheduler.communicate(timeout=timeout)
+    finally:
+        if scheduler.poll() is None:
+            scheduler.kill()
+            scheduler.communicate()
+    return err, time.monotonic() - began
+
+
+def gone(pid: int) -> bool:
+    """No such process, or only its exit status left (a zombie)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return True
+    return "\nState:\tZ" in status
+
+
+def assert_each_slot_once(job: str, *, at_least: int) -> None:
+    ticks = Counter(JobRun.objects.filter(job_name=job, status="succeeded").values_list("tick", flat=True))
+    assert set(ticks.values()) == {1}, ticks
+    ordered = sorted(ticks)
+    assert len(ordered) >= at_least, ordered
+    assert all(later - earlier == timedelta(seconds=2) for earlier, later in pairwise(ordered)), ordered
+
+
+def two_jobs_every_2_s(db_url: str, *, slots: int) -> str:
+    """One scheduler with two workers, write_slot and slow_write (0.5 s of work) every 2 s,
+    stopped once each ran ``slots`` slots; its stderr."""
+    env = project_env(
+        DATABASE_URL=db_url,
+        WRITE_SLOT_SCHEDULE=EVERY_2_S,
+        SLOW_WRITE_SCHEDULE=EVERY_2_S,
+        SLOW_WRITE_SECONDS="0.5",
+        LOCKS_SCHEDULER_WORKERS="2",
+    )
+    scheduler = start(env, "write_slot", "slow_write")
+    try:
+        for job in ("write_slot", "slow_write"):
+            wait_for(
+                lambda job=job: len(succeeded_ticks(job)) >= slots, timeout=60, what=f"{slots} slots of {job}"
+            )
+    finally:
+        err, _took = stop(scheduler)
+    assert scheduler.returncode == 0 and "Traceback" not in err, err
+    return err
+
+
+@pytest.mark.slow
+def test_the_runs_of_many_slots_come_from_at_most_the_pools_workers(db_url):
+    two_jobs_every_2_s(db_url, slots=8)
+
+    assert_each_slot_once("write_slot", at_least=8)
+    assert_each_slot_once("slow_write", at_least=8)
+    pids = {pid_of(holder) for job in ("write_slot", "slow_write") for holder in holders(job)}
+    assert len(pids) <= 2, pids  # a child per ask: one process per run, 16 or more
+
+
+@pytest.mark.slow
+def test_on_postgresql_a_replica_opens_about_a_connection_per_worker_not_per_slot(db_url):
+    if connection.vendor != "postgresql":
+        pytest.skip("pg_stat_database.sessions is PostgreSQL's")
+
+    def sessions() -> int:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_stat_clear_snapshot()")
+            cursor.execute("SELECT sessions FROM pg_stat_database WHERE datname = current_database()")
+            return cursor.fetchone()[0]
+
+    before = sessions()
+    two_jobs_every_2_s(db_url, slots=8)
+    time.sleep(1.5)  # a backend's statistics reach the shared counters within a second of its end
+    opened = sessions() - before
+
+    asks = JobRun.objects.count()
+    assert asks >= 16
+    # The two workers', and the scheduler's own for its checks on start; a child per ask: 16 or more.
+    assert opened <= 2 + 2, (opened, asks)
+
+
+@pytest.mark.slow
+def test_a_worker_killed_in_the_middle_of_a_run_is_replaced_and_the_next_slots_run(db_url):
+    env = project_env(
+        DATABASE_URL=db_url,
+        SLOW_WRITE_SCHEDULE="* * * * * */3",
+        SLOW_WRITE_SECONDS="1",
+        SLOW_WRITE_TTL="3",
+        LOCKS_SCHEDULER_WORKERS="1",
+    )
+    scheduler = start(env, "slow_write")
+    try:
+        wait_for(lambda: len(succeeded_ticks("slow_write")) >= 2, timeout=30, what="two slots of slow_write")
+        running = JobRun.objects.filter(job_name="slow_write", status="running")
+        wait_for(running.exists, timeout=10, what="a run of slow_write")
+        victim = running.get()
+        worker = pid_of(victim.holder)
+        assert parent_of(worker) == scheduler.pid
+        assert worker in {pid_of(holder) for holder in holders("slow_write")[:-1]}  # it ran earlier slots too
+        os.kill(worker, signal.SIGKILL)
+        later = JobRun.objects.filter(job_name="slow_write", status="succeeded", tick__gt=victim.tick)
+        wait_for(lambda: later.count() >= 3, timeout=30, what="three slots after the kill")
+        replacement = pid_of(later.order_by("-tick").first().holder)
+        alive = parent_of(replacement) == scheduler.pid  # a worker: still there after its run
+    finally:
+        err, _took = stop(scheduler)
+
+    assert scheduler.returncode == 0 and "Traceback" not in err, err
+    assert "job=slow_write: its run's process ended without an answer" in err
+    assert alive and replacement != worker
+    ticks = sorted(later.values_list("tick", flat=True))
+    assert all(b - a == timedelta(seconds=3) for a, b in pairwise(ticks)), ticks
+    succeeded = Counter(JobRun.objects.filter(status="succeeded").values_list("tick", flat=True))
+    assert set(succeeded.values()) == {1}, succeeded
+
+
+@pytest.mark.slow
+def test_a_hanging_job_in_the_only_worker_never_holds_another_jobs_slot(db_url):
+    env = project_env(
+        DATABASE_URL=db_url,
+        WRITE_SLOT_SCHEDULE=EVERY_2_S,
+        LOCKS_SCHEDULER_WORKERS="1",
+        LOCKS_SCHEDULER_GRACE="1",
+    )
+    scheduler = start(env, "linger", "write_slot")  # linger first: on start it catches up its slot
+    try:
+        hanging = JobRun.objects.filter(job_name="linger", status="running")
+        wait_for(hanging.exists, timeout=30, what="linger to start")
+        wait_for(lambda: len(succeeded_ticks("write_slot")) >= 4, timeout=30, what="four slots of write_slot")
+        still = hanging.exists()
+    finally:
+        err, took = stop(scheduler)
+
+    assert scheduler.returncode == 0 and "Traceback" not in err, err
+    assert still
+    assert_each_slot_once("write_slot", at_least=4)
+    worker = pid_of(JobRun.objects.get(job_name="linger").holder)
+    others = [pid_of(holder) for holder in holders("write_slot")]
+    assert worker not in others and len(set(others)) == len(others)  # each in a child of its own
+    assert took < 10  # the 1 s grace, then SIGUSR1: not linger's 60 s
+    run = JobRun.objects.get(job_name="linger")
+    assert run.status == "failed" and "SystemExit: 0" in run.error
+
+
+@pytest.mark.slow
+def test_sigterm_lets_a_workers_run_finish_within_the_grace_and_the_idle_workers_exit(db_url):
+    env = project_env(
+        DATABASE_URL=db_url,
+        SLOW_WRITE_SCHEDULE="* * * * * */3",
+        SLOW_WRITE_SECONDS="2",
+        WRITE_SLOT_SCHEDULE=EVERY_2_S,
+        LOCKS_SCHEDULER_WORKERS="4",
+        LOCKS_SCHEDULER_GRACE="5",
+    )
+    scheduler = start(env, "slow_write", "write_slot")
+    try:
+        wait_for(lambda: len(succeeded_ticks("slow_write")) >= 1, timeout=30, what="a slot of slow_write")
+        running = JobRun.objects.filter(job_name="slow_write", status="running")
+        wait_for(running.exists, timeout=10, what="a run of slow_write")
+        last = running.get()
+    finally:
+        err, took = stop(scheduler)
+
+    assert scheduler.returncode == 0 and "Traceback" not in err, err
+    assert "scheduler: stopped" in err
+    assert took < 5  # the run's 2 s, and no wait for the idle workers
+    assert JobRun.objects.get(pk=last.pk).status == "succeeded"  # it finished within the grace
+    assert not JobRun.objects.filter(status="running").exists()
+    assert SyncLock.objects.get(job_name="slow_write").locked_until is None
+    pids = {pid_of(holder) for holder in JobRun.objects.values_list("holder", flat=True)}
+    assert all(gone(pid) for pid in pids), pids
+
+
+@pytest.mark.slow
+def test_on_postgresql_a_workers_connection_the_server_ended_is_replaced_before_its_next_run(db_url):
+    """The server ends the idle worker's connection (an administrator, a restart, an idle
+    timeout): its next run opens a new one at once, not after an ask that failed on the old."""
+    if connection.vendor != "postgresql":
+        pytest.skip("pg_terminate_backend is PostgreSQL's")
+    env = project_env(DATABASE_URL=db_url, WRITE_SLOT_SCHEDULE="* * * * * */3", LOCKS_SCHEDULER_WORKERS="1")
+    scheduler = start(env, "write_slot")
+    others = "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+    try:
+        wait_for(lambda: len(succeeded_ticks("write_slot")) >= 1, timeout=30, what="a slot of write_slot")
+        released = SyncLock.objects.filter(job_name="write_slot", locked_until=None)
+        wait_for(released.exists, timeout=10, what="the run to release its lease")  # the worker is idle
+        with connection.cursor() as cursor:
+            cursor.execute(others)
+            backends = [pid for (pid,) in cursor.fetchall()]
+            assert len(backends) == 1, backends  # the worker's: the scheduler closed its own to fork it
+            cursor.execute("SELECT pg_terminate_backend(%s)", backends)
+        ended = succeeded_ticks("write_slot")[-1]
+        wait_for(lambda: len(succeeded_ticks("write_slot")) >= 3, timeout=30, what="two more slots")
+    finally:
+        err, _took = stop(scheduler)
+
+    assert scheduler.returncode == 0 and "Traceback" not in err, err
+    assert "unreachable" not in err and "WARNING" not in err, err
+    after = JobRun.objects.filter(job_name="write_slot", tick__gt=ended).order_by("tick")
+    assert [(run.status, run.attempt) for run in after[:2]] == [("succeeded", 1)] * 2
+    assert len({pid_of(run.holder) for run in JobRun.objects.all()}) == 1  # the same worker
