@@ -6,8 +6,9 @@ has asked for each job once (its start-up burst is outside it). Per window:
 
 - CPU: each replica's utime + stime + cutime + cstime from /proc/<pid>/stat (its children
   are waited for, so their CPU is in cutime/cstime);
-- forks: each ask runs in a forked child that logs one line ``job=… tick=… holder=… outcome=…``
-  (locks.api, INFO): those lines with a time inside the window, across replicas;
+- forks: each run logs one line ``job=… tick=… holder=HOST:PID:… outcome=…`` (locks.api, INFO) in
+  the process that ran it (a forked child, or a pool's worker): the PIDs of those lines with a time
+  inside the window that no line before the window had, across replicas;
 - connections: the delta of ``pg_stat_database.sessions`` for the database (PostgreSQL 14+);
 - statements: ``sum(calls)`` of ``pg_stat_statements`` for the database (reset at the window's
   start; the bench's own reads left out), BEGIN/COMMIT/SAVEPOINT/RELEASE included;
@@ -31,7 +32,13 @@ from bench.backends import ROOT, Backend
 
 # libpq's statements of the bench itself (the snapshots) are left out of the count.
 OWN = "query NOT ILIKE '%pg_stat%' AND query NOT ILIKE '%pg_database%'"
-ASK_LINE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),\d+ \w+ locks\.\S+ job=(\S+) tick=\S+ holder=")
+ASK_LINE = re.compile(
+    r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),\d+ \w+ locks\.\S+ job=(\S+) tick=\S+ holder=[^:\s]*:(\d+):"
+)
+# A replica that lost a tick's claim (locks.scheduler) runs nothing, and says so in this line.
+LOST_LINE = re.compile(
+    r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),\d+ \w+ locks\.scheduler scheduler: job=\S+ .*claimed by another copy"
+)
 CONTROL = ("BEGIN", "COMMIT", "ROLLBACK", "SAVEPOINT", "RELEASE")
 
 
@@ -123,7 +130,7 @@ def _measure_with(backend: Backend, logs: list, *, jobs: int, minutes: int, stat
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
-    asks = sum(_asks(out, start=start, end=end) for out in logs)
+    forks = sum(len(_pids(out, start=start, end=end) - _pids(out, end=start)) for out in logs)
     slots = jobs * minutes
     row = {
         "jobs": jobs,
@@ -132,7 +139,7 @@ def _measure_with(backend: Backend, logs: list, *, jobs: int, minutes: int, stat
         "window": [start.isoformat(), end.isoformat()],
         "cpu": [round(seconds, 2) for seconds in cpu],
         "cpu_per_replica_minute": sum(cpu) / replicas / minutes,
-        "forks_per_minute": asks / minutes,
+        "forks_per_minute": forks / minutes,
         "connections_per_minute": sessions / minutes,
         "slots": slots,
         **once,
@@ -151,7 +158,7 @@ def _wait_for_start(processes, logs, *, jobs: int, limit: float = 300) -> None:
         for process in processes:
             if process.poll() is not None:
                 raise RuntimeError(f"run_scheduler exited {process.returncode}: {_text(logs[0])[-3000:]}")
-        if all(_asks(out) >= jobs for out in logs):
+        if all(_asks(out) >= jobs for out in logs):  # asked, and won or lost
             return
         time.sleep(0.5)
     raise RuntimeError("run_scheduler replicas did not ask for every job within 300 s")
@@ -163,10 +170,10 @@ def _text(out) -> str:
 
 
 def _asks(out, *, start: datetime | None = None, end: datetime | None = None) -> int:
-    """The runs a replica asked for (one forked child each), logged within [start, end)."""
+    """The ticks a replica ran or lost the claim of, logged within [start, end)."""
     count = 0
     for line in _text(out).splitlines():
-        found = ASK_LINE.match(line)
+        found = ASK_LINE.match(line) or LOST_LINE.match(line)
         if not found:
             continue
         if start is not None:
@@ -175,6 +182,20 @@ def _asks(out, *, start: datetime | None = None, end: datetime | None = None) ->
                 continue
         count += 1
     return count
+
+
+def _pids(out, *, start: datetime | None = None, end: datetime) -> set[str]:
+    """The processes that ran a run logged within [start, end) (from the start without ``start``)."""
+    pids = set()
+    for line in _text(out).splitlines():
+        found = ASK_LINE.match(line)
+        if found and (start is None or start <= _when(found)) and _when(found) < end:
+            pids.add(found[3])
+    return pids
+
+
+def _when(found: re.Match) -> datetime:
+    return datetime.strptime(found[1], "%Y-%m-%d %H:%M:%S").replace(tzinfo=UTC)
 
 
 def _next_minute(moment: datetime) -> datetime:
