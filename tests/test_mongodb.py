@@ -1030,8 +1030,7 @@ def step_tick_claims(*, asks: int) -> dict:
     expiry["b_after"] = sorted(Tick.objects.claim(short, holder="b"))
     expiry["claims"] = Tick.objects.get(job_name="expiring").claims
 
-    Tick.objects.close(job, tick, holder="a", status="succeeded", again=False)
-    Tick.objects.close("job01", tick, holder="a", status="failed", again=True)
+    Tick.objects.close([(job, tick, "succeeded", False), ("job01", tick, "failed", True)], holder="a")
     closed = {
         "b_after_final": sorted(Tick.objects.claim(claims[:1], holder="b")),
         "c_after_again": sorted(Tick.objects.claim(claims[1:2], holder="c")),
