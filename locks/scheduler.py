@@ -45,6 +45,9 @@ RUN_SCHEDULED = partial(run_job, requested_by="scheduler")
 PAUSED_POLL = timedelta(seconds=5)
 # Asked again after an unreachable database or a locked lock row: 1 s, doubling, at most 30 s.
 BACKOFF_FIRST, BACKOFF_MOST = timedelta(seconds=1), timedelta(seconds=30)
+# The longest an ask waits for one of run_scheduler's workers while all are busy, before it runs in
+# a child of its own: a burst of short runs waits, a hung job never holds another's slot for long.
+BUSY = 1.0
 # After the grace, how long an interrupted run has to record itself before it is killed.
 INTERRUPTED_WAIT = 10.0
 EARLIEST = datetime.min.replace(tzinfo=UTC)
@@ -186,31 +189,64 @@ class Forked:
 
 class Pool(Forked):
     """Each ask in one of ``size`` long-lived worker processes (forked on demand, one that died
-    forked again), which keep their database connections between asks; when none is idle, in a
-    child of its own (``Forked``), so that a job that hangs never holds another's slot."""
+    forked again), which keep their database connections between asks. An ask waits for an idle
+    worker at most ``BUSY`` seconds, then runs in a child of its own (``Forked``), so that a job
+    that hangs never holds another's slot."""
 
     def __init__(self, run: Callable[..., RunResult], size: int) -> None:
         super().__init__(run)
         self.size, self.stopping = size, False
         self.workers: set[multiprocessing.Process] = set()
         self.idle: list[tuple[multiprocessing.Process, object]] = []
+        self.waiting: list[tuple[_Plan, datetime, float]] = []  # (plan, due, since): oldest first
         atexit.register(self.retire)
 
     def start(self, plan: _Plan, *, due: datetime) -> None:
-        if not self.idle and len(self.workers) < self.size:
-            pipe, theirs = self.context.Pipe()
-            connections.close_all()  # no connection of this process is shared with the worker
-            worker = self.context.Process(target=_worker, args=(self.run, theirs, os.getpid()), name="worker")
-            worker.start()
-            theirs.close()
-            self.workers.add(worker)
-            self.idle.append((worker, pipe))
-        if not self.idle:
-            super().start(plan, due=due)  # every worker is busy: a child of its own
-            return
-        worker, pipe = self.idle.pop()
-        pipe.send((plan.job.name, due))
-        self.children[pipe.fileno()] = (plan, worker, pipe)
+        self.waiting.append((plan, due, time.monotonic()))
+        self._dispatch()
+
+    def _dispatch(self) -> None:
+        """The waiting asks to idle workers (forked up to ``size``); one that waited ``BUSY`` s while
+        every worker was busy, to a child of its own."""
+        while self.waiting:
+            if not self.idle and len(self.workers) < self.size:
+                pipe, theirs = self.context.Pipe()
+                connections.close_all()  # no connection of this process is shared with the worker
+                worker = self.context.Process(
+                    target=_worker, args=(self.run, theirs, os.getpid()), name="worker"
+                )
+                worker.start()
+                theirs.close()
+                self.workers.add(worker)
+                self.idle.append((worker, pipe))
+            if self.idle:
+                plan, due, _since = self.waiting.pop(0)
+                worker, pipe = self.idle.pop()
+                pipe.send((plan.job.name, due))
+                self.children[pipe.fileno()] = (plan, worker, pipe)
+            elif time.monotonic() - self.waiting[0][2] >= BUSY:
+                plan, due, _since = self.waiting.pop(0)
+                super().start(plan, due=due)
+            else:
+                return
+
+    def collect(self, seconds: float, *, wake: int | None = None) -> list[tuple[_Plan, RunResult]]:
+        if self.waiting:  # back by the time the oldest waiting ask may have a child of its own
+            seconds = min(seconds, BUSY - (time.monotonic() - self.waiting[0][2]))
+        finished = super().collect(seconds, wake=wake)
+        self._dispatch()
+        return finished
+
+    def running(self) -> list[_Plan]:
+        return super().running() + [plan for plan, _due, _since in self.waiting]
+
+    def drop_waiting(self) -> list[tuple[_Plan, RunResult]]:
+        """The asks still waiting for a worker, not started (the scheduler stops)."""
+        dropped, self.waiting = self.waiting, []
+        return [
+            (plan, _broke(plan.job.name, due, "not started: the scheduler stopped"))
+            for plan, due, _s in dropped
+        ]
 
     def _done(self, child: multiprocessing.Process, reader, *, answered: bool) -> None:
         """A worker that answered is idle again, until the pool stops; one that did not is dropped,
@@ -554,6 +590,8 @@ class Scheduler:
         executor = self.executor
         if not isinstance(executor, Forked):
             return
+        if isinstance(executor, Pool):  # no run starts once the loop has stopped
+            self._settle_all(executor.drop_waiting())
         for seconds, then in ((self.grace, signal.SIGUSR1), (INTERRUPTED_WAIT, signal.SIGKILL)):
             deadline = time.monotonic() + seconds
             while executor.running() and time.monotonic() < deadline:
