@@ -381,16 +381,22 @@ class Styled:
     """The badges (``locks.admin.badge``) and layout of locks/static/locks/admin.css; an
     app's own badge kinds go in a stylesheet of its own, added by its admin's ``Media``."""
 
+    empty_value_display = "—"
+
     class Media:
         css = {"all": ["locks/admin.css"]}
 
 
-def timestamp(field: str, description: str):
-    """A list column showing ``field`` as "2026-11-30 14:00:00 UTC", sortable."""
+def timestamp(field: str, description: str, *, relative: bool = False):
+    """A list column showing ``field`` as "2026-11-30 14:00:00 UTC", sortable; ``relative``: under
+    how long ago it was (the database clock, ``db_now``)."""
 
     @admin.display(description=description, ordering=field)
     def show(self, obj) -> str:
-        return nowrap(absolute(getattr(obj, field), zone_of(obj)))
+        when = getattr(obj, field)
+        if relative:
+            return "—" if when is None else stacked(ago(when, now=obj.db_now), absolute(when, zone_of(obj)))
+        return nowrap(absolute(when, zone_of(obj)))
 
     return show
 
@@ -444,16 +450,11 @@ class ReadOnlyAdminMixin:
     def has_add_permission(self, request: HttpRequest, obj=None) -> bool:
         return False
 
-    def has_change_permission(self, request: HttpRequest, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj=None) -> bool:
-        return False
+    has_change_permission = has_delete_permission = has_add_permission
 
 
 @admin.register(SyncLock)
 class SyncLockAdmin(OperatorAdminMixin, ReadOnlyAdminMixin, Styled, admin.ModelAdmin):
-    empty_value_display = "—"
     # Fits 1,400 px (tests/test_browser.py): the key columns first, the last run in one cell.
     list_display = ("job_name", "state", "holder_token", "lease", "tick_at", "last_outcome")
     list_display_links = ("job_name",)
@@ -489,6 +490,8 @@ class SyncLockAdmin(OperatorAdminMixin, ReadOnlyAdminMixin, Styled, admin.ModelA
 
     acquired = timestamp("acquired_at", _("acquired"))
     last_started = timestamp("last_started_at", _("last started"))
+    heartbeat = timestamp("heartbeat_at", _("last heartbeat"), relative=True)
+    last_finished = timestamp("last_finished_at", _("last finished"), relative=True)
 
     @admin.display(description=_("tick"), ordering="tick")
     def tick_at(self, lock: SyncLock) -> str:
@@ -527,23 +530,9 @@ class SyncLockAdmin(OperatorAdminMixin, ReadOnlyAdminMixin, Styled, admin.ModelA
             text = gettext("in %(time)s") % {"time": timeuntil(lock.locked_until, lock.db_now)}
         return stacked(text, absolute(lock.locked_until, zone_of(lock)))
 
-    @admin.display(description=_("last heartbeat"), ordering="heartbeat_at")
-    def heartbeat(self, lock: SyncLock) -> str:
-        if lock.heartbeat_at is None:
-            return "—"
-        return stacked(ago(lock.heartbeat_at, now=lock.db_now), absolute(lock.heartbeat_at, zone_of(lock)))
-
     @admin.display(description=_("last run"), ordering="last_status")
     def last_run(self, lock: SyncLock) -> str:
         return status_badge(lock.last_status)
-
-    @admin.display(description=_("last finished"), ordering="last_finished_at")
-    def last_finished(self, lock: SyncLock) -> str:
-        if lock.last_finished_at is None:
-            return "—"
-        return stacked(
-            ago(lock.last_finished_at, now=lock.db_now), absolute(lock.last_finished_at, zone_of(lock))
-        )
 
     @admin.display(description=_("holder, fencing token"), ordering="holder")
     def holder_token(self, lock: SyncLock) -> str:
@@ -611,9 +600,7 @@ class SyncLockAdmin(OperatorAdminMixin, ReadOnlyAdminMixin, Styled, admin.ModelA
                 can_run=self.has_run_permission(request, lock) and ledger is not None,
                 control_urls=urls,
                 recent_runs=[_run_row(run, lock.shown_zone) for run in runs],
-                runs_url=reverse("admin:locks_jobrun_changelist")
-                + "?"
-                + urlencode({"job_name": lock.job_name}),
+                runs_url=f"{reverse('admin:locks_jobrun_changelist')}?{urlencode({'job_name': lock.job_name})}",
                 can_force_release=(
                     lock.state in {HELD, OVERDUE} and self.has_force_release_permission(request, lock)
                 ),
@@ -647,7 +634,6 @@ def _run_row(run: JobRun, zone: str) -> dict:
 
 @admin.register(JobRun)
 class JobRunAdmin(ReadOnlyAdminMixin, Styled, admin.ModelAdmin):
-    empty_value_display = "—"
     list_display = (
         "job_name",
         "tick_at",
@@ -721,7 +707,6 @@ class JobRunAdmin(ReadOnlyAdminMixin, Styled, admin.ModelAdmin):
 
 @admin.register(Tick)
 class TickAdmin(ReadOnlyAdminMixin, Styled, admin.ModelAdmin):
-    empty_value_display = "—"
     list_display = (
         "job_name",
         "tick_at",
@@ -754,7 +739,6 @@ class TickAdmin(ReadOnlyAdminMixin, Styled, admin.ModelAdmin):
 
 @admin.register(JobPause)
 class JobPauseAdmin(ReadOnlyAdminMixin, Styled, admin.ModelAdmin):
-    empty_value_display = "—"
     list_display = ("job_name", "paused", "paused_by", "note", "resumed", "resumed_by")
     list_filter = ("job_name",)
     fields = list_display
