@@ -33,17 +33,17 @@ def slot_error(exc: BaseException) -> str:
 @dataclass(frozen=True)
 class LockState:
     job: str
-    state: str
-    holder: str
-    token: int | None  # None: never run
-    locked_until: datetime | None
-    heartbeat_at: datetime | None
-    tick: datetime | None
-    last_status: str
-    last_started_at: datetime | None
-    last_finished_at: datetime | None
-    last_error: str
-    db_now: datetime | None
+    state: str  # NEVER_RUN: the defaults that follow
+    holder: str = ""
+    token: int | None = None
+    locked_until: datetime | None = None
+    heartbeat_at: datetime | None = None
+    tick: datetime | None = None
+    last_status: str = ""
+    last_started_at: datetime | None = None
+    last_finished_at: datetime | None = None
+    last_error: str = ""
+    db_now: datetime | None = None
     paused_at: datetime | None = None  # an operator's pause (locks.operator)
     paused_by: str = ""
     paused_note: str = ""
@@ -68,12 +68,8 @@ def job_states() -> list[LockState]:
     """Every lock, and every job in ``LOCKS_JOBS`` that never ran, by job name; one query."""
     states = {state.job: state for state in lock_states()}
     for name in registered_jobs():
-        states.setdefault(name, _never_run(name))
+        states.setdefault(name, LockState(name, NEVER_RUN))
     return [states[name] for name in sorted(states)]
-
-
-def _never_run(job: str) -> LockState:
-    return LockState(job, NEVER_RUN, "", None, None, None, None, "", None, None, "", None)
 
 
 def _lock_state_of(row: SyncLock) -> LockState:
@@ -172,15 +168,8 @@ class Freshness:
 
 
 def jobs_freshness() -> dict[str, Freshness]:
-    """Each job of ``LOCKS_JOBS``: fresh unless two of its slots passed without a
-    success, that is, its last success is at or after the slot before its latest
-    slot, which suits uneven schedules too (``0 8,9 * * *`` at 11:00, ``0 9 * * 1-5``
-    over a weekend).
-
-    Slots are taken at the database's now, like the lock's clock; two queries
-    whatever the number of jobs. Raises ``DatabaseError`` when the database cannot
-    be read.
-    """
+    """Each job of ``LOCKS_JOBS``: fresh unless two of its slots passed without a success (its last
+    success is at or after the slot before its latest, at the database's now); two queries."""
     registered = registered_jobs()
     health = jobs_health(jobs=registered)
     freshness = {}
@@ -341,16 +330,12 @@ class Ledger:
         return streak
 
 
-def ledger_slots() -> int:
-    return settings.LOCKS_LEDGER_SLOTS
-
-
 def job_ledgers(*, jobs: Iterable[Job], slots: int | None = None) -> dict[str, Ledger]:
     """Each job's ledger of its last ``slots`` slots (default ``LOCKS_LEDGER_SLOTS``), by name."""
     jobs = list(jobs)
     if not jobs:
         return {}
-    count = min(slots or ledger_slots(), MAX_LEDGER_SLOTS)
+    count = min(slots or settings.LOCKS_LEDGER_SLOTS, MAX_LEDGER_SLOTS)
     db_now = database_now()
     windows, broken = {}, {}
     for job in jobs:

@@ -59,11 +59,8 @@ def boolean(word: str) -> bool | None:
 
 
 def bearer_token_matches(request: HttpRequest, expected: str) -> bool:
-    """``Authorization: Bearer <expected>``, compared in constant time.
-
-    Both sides are hashed first so neither the content nor the length of the
-    token shows in the timing. An empty ``expected`` never matches.
-    """
+    """``Authorization: Bearer <expected>``, compared in constant time (both sides hashed: nor the
+    token's length shows); an empty ``expected`` never matches."""
     scheme, _, given = request.headers.get("Authorization", "").partition(" ")
     if scheme.lower() != "bearer":
         given = ""
@@ -81,15 +78,9 @@ MAX_ADDRESS_LENGTH = 64
 
 
 def client_address(request: HttpRequest) -> str:
-    """The address of the client, not spoofable by default.
-
-    With ``LOCKS_TRUSTED_PROXY_COUNT = 0`` it is the TCP peer (``REMOTE_ADDR``) and
-    X-Forwarded-For is ignored. With N trusted proxies, each appends the address
-    it saw, so the client is the N-th entry from the right; entries further left
-    were written by the client and are never used. That entry is parsed and
-    written in one canonical form, so one client is one rate-limit key; anything
-    that is not an address falls back to the TCP peer.
-    """
+    """The client's address: the TCP peer, or with N ``LOCKS_TRUSTED_PROXY_COUNT`` the N-th
+    X-Forwarded-For entry from the right, in its canonical form (one client, one rate-limit key);
+    an entry that is no address falls back to the TCP peer (docs/security.md)."""
     remote = request.META.get("REMOTE_ADDR", "")
     proxies = settings.LOCKS_TRUSTED_PROXY_COUNT
     if proxies > 0:
@@ -103,11 +94,8 @@ def client_address(request: HttpRequest) -> str:
 
 
 def canonical_address(value: str) -> str | None:
-    """``value`` as an address in its canonical form, or None if it is not one.
-
-    IPv6 zone ids (``fe80::1%eth0``) are dropped: they name an interface of the
-    proxy, not a different client. An IPv4-mapped IPv6 address is its IPv4 one.
-    """
+    """``value`` as an address in its canonical form (no IPv6 zone id: the proxy's interface; an
+    IPv4-mapped IPv6 address as IPv4), or None if it is not one."""
     if len(value) > MAX_ADDRESS_LENGTH:
         return None
     try:
@@ -145,10 +133,7 @@ THROTTLE_OPEN = datetime(1970, 1, 1, tzinfo=UTC)  # a new key's row: claimable a
 
 
 def throttle_claim(*, key: str, window: timedelta) -> Claim:
-    """Claim ``key`` for ``window`` if nobody claimed it within the last ``window``.
-
-    Raises ``DatabaseError`` when the database cannot be used.
-    """
+    """Claim ``key`` for ``window`` if nobody claimed it within the last ``window``."""
     claimable = Throttle.objects.filter(key=key, until__lte=Now())
     if claimable.update(until=now_plus(window)):
         return Claim(allowed=True)
@@ -276,14 +261,8 @@ def _run_payload(result: RunResult) -> dict:
 @require_safe
 @never_cache
 def healthz(request: HttpRequest) -> HttpResponse:
-    """200 while every job of ``LOCKS_JOBS`` succeeded within two slots of its schedule,
-    else 503; a paused job is reported ``paused`` and left out of that unless
-    ``LOCKS_HEALTHZ_PAUSED_UNHEALTHY``; a job whose slots cannot be computed is ``error``. ``jobs`` reports each one; the top-level fields repeat those of
-    ``LOCKS_HEALTHZ_JOB``, if set (the answer's shape before it reported every job).
-
-    Holder host names, error texts and who paused a job (and their note) only for a request that
-    carries ``LOCKS_HEALTHZ_TOKEN``.
-    """
+    """200 while every job of ``LOCKS_JOBS`` is fresh (or paused, unless
+    ``LOCKS_HEALTHZ_PAUSED_UNHEALTHY``), else 503; each job under ``jobs`` (docs/deployment.md)."""
     if settings.SECURE_SSL_REDIRECT and not request.is_secure() and "Authorization" in request.headers:
         # /healthz is exempt from the HTTPS redirect for plain probes (SECURE_REDIRECT_EXEMPT),
         # not for a request that sends credentials: it is redirected like every other.
