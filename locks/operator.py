@@ -86,13 +86,11 @@ class Change:
         return self.paused_at is not None
 
     def describe(self) -> str:
-        """How the job's pause stands after ``pause_job`` or ``resume_job``."""
-        return describe_pause(self.job, self.paused_by, self.paused_at, self.paused_note)
-
-
-def describe_pause(job: str, by: str, since: datetime | None, note: str) -> str:
-    """ "J is paused by X since T: note" (``pause_text``), or "J is not paused"."""
-    return f"{job} is {pause_text(by, since, note)}" if since is not None else f"{job} is not paused"
+        """How the job's pause stands: "J is paused by X since T: note" (``pause_text``), or "J is not
+        paused"."""
+        if not self.paused:
+            return f"{self.job} is not paused"
+        return f"{self.job} is {pause_text(self.paused_by, self.paused_at, self.paused_note)}"
 
 
 def _write(operation, *, job: str, what: str):
@@ -196,11 +194,8 @@ def resume_job(*, job: str, by: str) -> Change:
 
 
 def force_release(*, job: str, expected_token: int | None = None, by: str = "") -> Change:
-    """Clear the lease on ``job`` while it is held (by the database clock) and bump the fencing
-    token, so the old holder can neither renew nor release it. With ``expected_token``, only the
-    lease with that token: the holder an operator was shown, not one that took over since. The
-    released holder's running run is ``lost_lock``, or ``succeeded`` when its fenced write had
-    committed."""
+    """Clear the lease on ``job`` while it is held and bump the fencing token; with
+    ``expected_token``, only the lease with that token (docs/architecture.md, rule 9)."""
     by = by or "unknown"
     return _write(
         lambda rows, locked: _release(job, rows, locked, expected_token, by), job=job, what="force release"
@@ -262,12 +257,9 @@ def reset_tick(
     expected_done: bool | None = None,
     by: str = "",
 ) -> Change:
-    """Forget the tick ``job`` claimed last, its done mark and its attempts, so the next scheduled
-    run may claim any tick again (for example after a far-future ``--tick`` was stored). Only
-    while the row still shows what the operator saw (the claimed tick ``expected_tick`` and, when
-    given, the fencing token and whether the tick was done), while no lease is held and unless the
-    tick is done and not in the future (on the database clock): either would let that tick run
-    twice. Else nothing changes and ``detail`` says why."""
+    """Forget the tick ``job`` claimed last, its done mark and its attempts, while the row still
+    shows what the operator saw, no lease is held and the tick is not done and past (either would
+    let it run twice); else ``detail`` says why."""
     by = by or "unknown"
     shown = {"tick": expected_tick, "token": expected_token, "tick_done": expected_done}
     return _write(lambda rows, locked: _reset(job, rows, locked, shown, by), job=job, what="tick reset")
@@ -316,12 +308,9 @@ def _reset(job: str, rows, locked, shown: dict, by: str) -> Change:
 
 
 def run_now(*, job: str, by: str) -> Change:
-    """Ask for a forced run of the registered ``job`` in a background process of its own, so an
-    admin request answers at once and never runs a job itself. One compare-and-set records the
-    request on the lock row first (the job not paused, its lease free, no request pending), so a
-    second request while one is pending or running starts nothing and says why; a process that
-    cannot be started leaves a failed run with its error. The run itself is ``run_job NAME
-    --force --requested-by BY``: under the lease, stopped by a pause, recorded on its ``JobRun``."""
+    """A forced run of the registered ``job`` (``run_job NAME --force``) in a background process,
+    once the lock row records the request (``_request``); a process that cannot be started leaves
+    a failed run with its error."""
     get_job(job)
     ensure_lock_row(job=job)
 
@@ -363,9 +352,7 @@ def _request(job: str, rows, locked, by: str) -> Change:
     fields = ("state", "holder", "locked_until", "run_requested_by", "run_requested_at", *PAUSE_FIELDS)
     row = rows.with_state().values(*fields).get()
     if row["paused_at"] is not None:
-        why = (
-            f"{describe_pause(job, row['paused_by'], row['paused_at'], row['paused_note'])}: resume it first"
-        )
+        why = f"{Change(job, False, **{key: row[key] for key in PAUSE_FIELDS}).describe()}: resume it first"
     elif row["state"] in {HELD, OVERDUE}:
         why = f"{job} is running now (held by {row['holder']} until {iso(row['locked_until'])})"
     else:
@@ -401,10 +388,8 @@ def run_now_command(*, job: str, requested_by: str) -> list[str]:
 
 
 def _start(*, job: str, by: str) -> int:
-    """Start the run in the background and return its pid (``OSError`` when it cannot be). It
-    inherits this process's environment and import path (so it reaches the same database), runs in
-    a session of its own (a worker that restarts does not stop it), and writes its log line to this
-    process's stderr; a thread waits for it, so it leaves no zombie."""
+    """Start the run in a session of its own with this process's environment and import path; its
+    pid (``OSError`` when it cannot be). A thread waits for it: no zombie."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(path for path in sys.path if path)}
     process = subprocess.Popen(
         run_now_command(job=job, requested_by=by),
