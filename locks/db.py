@@ -17,12 +17,9 @@ from django.db.models import BigIntegerField, Func, QuerySet
 
 T = TypeVar("T")
 
-# PostgreSQL's SQLSTATE for "could not obtain lock on row" (NOWAIT, lock_timeout).
-LOCK_NOT_AVAILABLE = "55P03"
-
-
-# PostgreSQL's SQLSTATE for "relation does not exist".
-UNDEFINED_TABLE = "42P01"
+# PostgreSQL's SQLSTATEs for "could not obtain lock on row" (NOWAIT, lock_timeout) and "relation
+# does not exist".
+LOCK_NOT_AVAILABLE, UNDEFINED_TABLE = "55P03", "42P01"
 
 
 def missing_table(exc: BaseException) -> bool:
@@ -41,10 +38,8 @@ def row_locked(exc: BaseException) -> bool:
 
 
 def unlocked(rows: QuerySet, *, using: str, skip: bool) -> QuerySet:
-    """``rows`` as a filter that never waits for a row another transaction has locked, where
-    the database locks rows: ``skip``, such a row is left out (``FOR UPDATE SKIP LOCKED``);
-    otherwise the statement fails at once (``FOR UPDATE NOWAIT``: ``row_locked``). For an
-    UPDATE inside ``transaction.atomic()``. Elsewhere ``rows`` unchanged."""
+    """``rows`` as a filter that never waits for a row another transaction has locked (``skip``:
+    ``FOR UPDATE SKIP LOCKED``, else ``NOWAIT``: ``row_locked``), where the database locks rows."""
     features = connections[using].features
     if not (features.has_select_for_update_skip_locked and features.has_select_for_update_nowait):
         return rows
@@ -53,9 +48,8 @@ def unlocked(rows: QuerySet, *, using: str, skip: bool) -> QuerySet:
 
 
 def bound_transaction(*, using: str, seconds: float) -> None:
-    """On PostgreSQL, have the server end the current transaction when one of its statements,
-    a wait of one for a lock, or a pause between two of them (a frozen process: SIGSTOP, a
-    paused VM, a partition) lasts longer than ``seconds``. For this transaction only."""
+    """On PostgreSQL, have the server end the current transaction when a statement, a lock wait or
+    a pause between two statements (a frozen process) lasts longer than ``seconds``."""
     # (transaction_timeout, a bound on the whole transaction, needs PostgreSQL 17.)
     _set_local(using, ("statement_timeout", "lock_timeout", "idle_in_transaction_session_timeout"), seconds)
 
@@ -66,10 +60,8 @@ LEASE_IDLE = 5.0
 
 @contextmanager
 def lease_transaction(*, using: str, savepoint: bool = True) -> Iterator[None]:
-    """``transaction.atomic()`` for the lease's own writes (acquire, renew, release, the first
-    insert, an operator's write): on PostgreSQL the server ends it once it pauses longer than
-    ``LEASE_IDLE`` between statements (its process frozen inside it), so it never keeps its lock row
-    locked for ever. Joined into a caller's transaction, it leaves the caller's settings alone."""
+    """``transaction.atomic()`` for the lease's own writes: on PostgreSQL the server ends it once it
+    pauses longer than ``LEASE_IDLE`` between statements; a caller's transaction keeps its settings."""
     own = not connections[using].in_atomic_block
     with transaction.atomic(using=using, savepoint=savepoint):
         if own:
@@ -86,10 +78,8 @@ def mongodb_transactions(*, using: str) -> bool | None:
 
 @contextmanager
 def write_transaction(*, using: str) -> Iterator[None]:
-    """On a MongoDB replica set, django-mongodb-backend's own transaction (Django's ``atomic()``
-    does nothing there), so a fenced write commits with its lease's renewal or not at all; an
-    aborted one (a write conflict, the server's transaction lifetime) is a ``DatabaseError``.
-    Elsewhere nothing: SQL has ``atomic()``, a standalone MongoDB has no transactions."""
+    """On a MongoDB replica set, django-mongodb-backend's own transaction (Django's ``atomic()`` does
+    nothing there; an aborted one is a ``DatabaseError``); elsewhere nothing (docs/mongodb.md)."""
     if not mongodb_transactions(using=using):
         yield
         return
@@ -112,9 +102,8 @@ def bound_lock_wait(*, using: str, seconds: float) -> None:
 
 
 def _set_local(using: str, names: tuple[str, ...], seconds: float) -> None:
-    """Each server setting of ``names`` to ``seconds`` for the current transaction, on PostgreSQL.
-    No ORM way to set a server setting: set_config(name, value, true) is SET LOCAL, which lasts
-    until this transaction ends."""
+    """Each server setting of ``names`` to ``seconds`` for the current transaction, on PostgreSQL
+    (set_config(name, value, true) is SET LOCAL)."""
     connection = connections[using]
     if connection.vendor != "postgresql":
         return
@@ -141,10 +130,8 @@ class RowLocked(RuntimeError):
 
 
 def without_waiting(operation: Callable[[], T], *, using: str, within: float, what: str) -> T:
-    """``operation()``, its statements built with ``unlocked(..., skip=False)``: in a
-    transaction of its own where the database locks rows, tried again with a short backoff
-    while it meets a locked row, for at most ``within`` seconds (0: once); then
-    ``RowLocked``, naming ``what``. Elsewhere simply ``operation()``."""
+    """``operation()`` (built with ``unlocked(..., skip=False)``) in a transaction of its own, tried
+    again while it meets a locked row for at most ``within`` seconds; then ``RowLocked``."""
     if not connections[using].features.has_select_for_update_nowait:
         return operation()
     deadline = time.monotonic() + within
@@ -259,11 +246,8 @@ _WHITESPACE = re.compile(r"\s+")
 
 
 def safe_text(value: object, *, limit: int = LIMIT, quote: bool = False) -> str:
-    """``value`` with every non-printable character escaped (a newline as ``\\n``, ESC as
-    ``\\x1b``), cut to ``limit`` characters followed by "… (N more)".
-
-    ``quote``: in quotes, as ``repr()`` shows a string. A value that is not a string is
-    shown by a ``repr()`` whose size is bounded too (``reprlib``)."""
+    """``value`` with every non-printable character escaped, cut to ``limit`` characters followed by
+    "… (N more)"; ``quote``: as ``repr()`` shows it; not a string: a bounded ``repr()``."""
     if not isinstance(value, str):
         return _repr.repr(value)
     head, more = value[:limit], len(value) - limit
@@ -281,9 +265,8 @@ def error_text(exc: BaseException) -> str:
 
 
 def traceback_text(exc: BaseException, *, limit: int = TRACEBACK_LIMIT) -> str:
-    """``exc``'s formatted traceback, at most ``limit`` characters: when longer, its end
-    (the innermost frames and the exception itself), after a line saying how much was cut.
-    Control characters other than newlines are escaped (a message may come from outside)."""
+    """``exc``'s formatted traceback, control characters escaped; when longer than ``limit``, its end
+    after a line saying how much was cut."""
     text = "".join(traceback.format_exception(exc))
     text = "\n".join(safe_text(line, limit=len(line)) for line in text.splitlines())
     if len(text) <= limit:

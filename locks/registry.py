@@ -152,11 +152,8 @@ def job_settings() -> dict:
 
 
 def jobs() -> dict[str, Job]:
-    """Every registered job, by name, in the order of ``LOCKS_JOBS`` (read once per process).
-
-    Raises ``ImproperlyConfigured`` for a setting the system checks refuse (its first
-    problem; ``manage.py check`` lists them all).
-    """
+    """Every registered job, by name, in the order of ``LOCKS_JOBS`` (read once per process);
+    ``ImproperlyConfigured`` with the first problem the system checks find."""
     return dict(_registry())
 
 

@@ -55,8 +55,7 @@ def zone(tz: "str | tzinfo") -> tzinfo:
 @lru_cache(maxsize=256)
 def _tzdata(name: str) -> ZoneInfo:
     """The zone ``name`` of the pinned ``tzdata`` package, never this host's own zone files (which
-    ``ZoneInfo`` reads first): every host runs a local slot at the same instant (docs/jobs.md).
-    The rest of the process (``ZoneInfo``, Django's ``TIME_ZONE``) is left as it is."""
+    ``ZoneInfo`` reads first): every host runs a local slot at the same instant (docs/jobs.md)."""
     parts = name.split("/")
     if any(part in {"", ".", ".."} for part in parts):
         raise ValueError(f"{name!r} is not an IANA zone name")
@@ -304,10 +303,8 @@ class Schedule:
         return self.next_slot(now) - self.slot_at_or_before(now)
 
     def current(self, now: datetime, *, window: timedelta) -> datetime:
-        """The slot of now: the one a run at ``now`` claims. The upcoming slot if it is at most
-        ``window`` away, the window capped at a quarter of the gap around ``now`` (so a host a few
-        minutes fast names the slot its peers name); otherwise the latest slot at or before ``now``
-        (so a late or manual run claims the slot it follows, and catches it up if nobody ran it)."""
+        """The slot a run at ``now`` claims: the upcoming one if at most ``window`` (capped at a quarter
+        of the gap around ``now``) away, else the latest at or before ``now`` (docs/architecture.md)."""
         upcoming, latest = self.next_slot(now), self.slot_at_or_before(now)
         return upcoming if upcoming - _utc(now) <= min(window, (upcoming - latest) / 4) else latest
 
@@ -317,20 +314,17 @@ class Schedule:
         return min(window, (_utc(tick) - self.slot_before(tick)) / 4)
 
     def pending(self, *, claimed: datetime, settled: bool, due: datetime, oldest: datetime) -> datetime:
-        """Under catch_up "all", the slot a run up to ``due`` claims, given the tick ``claimed``
-        last: that one again while it is not ``settled`` (done, or out of attempts) and not older
-        than ``oldest`` (the catch-up window's start); else the slot after it, or the first at or
-        after ``oldest``. ``due`` itself when that lies beyond ``due`` (the lease then says why
-        there is nothing to run)."""
+        """Under catch_up "all", the slot a run up to ``due`` claims after ``claimed``: that one again
+        while not ``settled`` and not older than ``oldest`` (the window's start), else the next one
+        at or after ``oldest``; at most ``due``."""
         if not settled and claimed >= oldest:
             return min(claimed, due)
         first = oldest if self.is_slot(oldest) else self.next_slot(oldest)
         return min(max(self.next_slot(claimed), first), due)
 
     def check(self, tick: datetime) -> datetime:
-        """``tick`` in UTC, if it is a slot; else ``InvalidTick`` naming the nearest slots. How far
-        ahead a tick may lie is the lease's compare-and-set to judge, on the database clock
-        (``tick_ahead_message`` says why it refused)."""
+        """``tick`` in UTC, if it is a slot; else ``InvalidTick`` naming the nearest slots (how far
+        ahead it may lie, the lease judges: ``tick_ahead_message``)."""
         try:
             utc = _utc(tick)
             if self.is_slot(utc):
@@ -370,9 +364,7 @@ class Schedule:
         first, second = _instants(wall, tz)
         if first < second:
             return REPEAT
-        if (
-            _cron(self.expression, wall - _TINY).get_next(datetime) != wall
-        ):  # no matching wall time: moved here
+        if _cron_after(self.expression, wall - _TINY) != wall:  # no matching wall time: moved here
             return GAP
         return None
 
