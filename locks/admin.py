@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from datetime import datetime, timedelta
 from urllib.parse import urlencode
 from zoneinfo import ZoneInfo
@@ -209,19 +210,14 @@ class OperatorAdminMixin:
             "resume": "resume_jobs",
             "run_now": "run_now",
         }
-
-        def view(segment: str, operation: str):
-            def button(request: HttpRequest, object_id: str) -> HttpResponse:
-                return self.button_view(request, object_id, operation)
-
-            name = "force_release" if segment == "force-release" else segment
-            return path(
+        return [
+            path(
                 f"<path:object_id>/{segment}/",
-                self.admin_site.admin_view(button),
-                name=f"locks_synclock_{name}",
+                self.admin_site.admin_view(functools.partial(self.button_view, operation=operation)),
+                name=f"locks_synclock_{segment.replace('-', '_')}",
             )
-
-        return [*(view(segment, operation) for segment, operation in buttons.items()), *super().get_urls()]
+            for segment, operation in buttons.items()
+        ] + super().get_urls()
 
     def button_view(self, request: HttpRequest, object_id: str, operation: str) -> HttpResponse:
         """A button of a lock's page: the confirmation page on GET (where the operation asks first),
@@ -346,11 +342,8 @@ class OperatorAdminMixin:
                 self.message_user(request, str(exc), messages.ERROR)
                 continue
             if result.detail:
-                self.message_user(
-                    request,
-                    gettext("Nothing reset: %(detail)s.") % {"detail": result.detail},
-                    messages.WARNING,
-                )
+                message = gettext("Nothing reset: %(detail)s.") % {"detail": result.detail}
+                self.message_user(request, message, messages.WARNING)
             elif not result.changed:
                 untouched += 1
             else:

@@ -82,7 +82,7 @@ CANNOT_IMPORT = "{where}: {what} {path!r} cannot be imported: {error}."
 NOT_CALLABLE = "{where}: {key} {path!r} is not callable."
 NOT_AN_EXCEPTION = "{where}: expected error {path!r} is not an exception class."
 NOT_A_TASK = "{where}: task {path!r} is not a django.tasks Task (decorate it with @task)."
-PATH_ACCEPTS = {"task": (is_task, "locks.E036", NOT_A_TASK)}  # else callable, locks.E022
+PATH_ACCEPTS = {"task": (is_task, "locks.E036", NOT_A_TASK)}  # else callable, locks.E022 (_import_errors)
 SHORT_TOKEN = "{name} is {length} characters long; use at least {least}."  # noqa: S105
 SHORT_TOKEN_HINT = 'Generate one with: python -c "import secrets; print(secrets.token_urlsafe(32))"'  # noqa: S105
 NOT_COLLECTORS = "LOCKS_METRICS_COLLECTORS must be a list of dotted paths of functions, got {value!r}."
@@ -157,11 +157,7 @@ def check_metrics_collectors(app_configs=None, **kwargs) -> list[Error]:
     if settings.LOCKS_METRICS_TOKEN and importlib.util.find_spec("prometheus_client") is None:
         errors.append(Error(NO_PROMETHEUS, hint=NO_PROMETHEUS_HINT, id="locks.E034"))
     for path in paths:
-        errors.extend(
-            _import_errors(
-                "LOCKS_METRICS_COLLECTORS", "collector", path, callable, "locks.E022", NOT_CALLABLE
-            )
-        )
+        errors += _import_errors("LOCKS_METRICS_COLLECTORS", "collector", path)
     return errors
 
 
@@ -176,8 +172,7 @@ def check_jobs_setting(app_configs=None, **kwargs) -> list[Error]:
         where = f"LOCKS_JOBS[{name!r}]"
         for key in PATH_KEYS:
             if entry.get(key) is not None:
-                accept, code, refusal = PATH_ACCEPTS.get(key, (callable, "locks.E022", NOT_CALLABLE))
-                errors.extend(_import_errors(where, key, entry[key], accept, code, refusal))
+                errors += _import_errors(where, key, entry[key], *PATH_ACCEPTS.get(key, ()))
         for path in entry.get("expected_errors", ()):
             errors.extend(
                 _import_errors(where, "expected error", path, _is_exception, "locks.E023", NOT_AN_EXCEPTION)
@@ -185,7 +180,9 @@ def check_jobs_setting(app_configs=None, **kwargs) -> list[Error]:
     return errors
 
 
-def _import_errors(where: str, what: str, path: str, accept, code: str, refusal: str) -> list[Error]:
+def _import_errors(
+    where: str, what: str, path: str, accept=callable, code: str = "locks.E022", refusal: str = NOT_CALLABLE
+) -> list[Error]:
     """``path`` imported: E021 if it cannot be, ``code`` if what it names is not ``accept``ed."""
     try:
         target = import_string(path)

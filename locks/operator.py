@@ -215,12 +215,8 @@ def _release(job: str, rows, locked, expected_token: int | None, by: str) -> Cha
             return Change(job, False, f"lease on {job} is now token {token}{now}; nothing released", **seen)
         if row["state"] not in {HELD, OVERDUE}:
             quiet = expected_token is None and row["state"] == FREE
-            detail = (
-                ""
-                if quiet
-                else f"lease on {job} (token {token}) is not held any more {_not_held(row)}; nothing released"
-            )
-            return Change(job, False, detail, **seen)
+            detail = f"lease on {job} (token {token}) is not held any more {_not_held(row)}; nothing released"
+            return Change(job, False, "" if quiet else detail, **seen)
         # Compare-and-set on the token read, while still held: a new holder in between, or a
         # holder that finished meanwhile, is not released.
         if (

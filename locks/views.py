@@ -195,15 +195,11 @@ def _trigger(request: HttpRequest, job: str) -> JsonResponse:
         logger.warning("job=%s trigger from %s skipped: %s", job, address, reason)
         return JsonResponse({"job": job, "outcome": "skipped", "reason": reason}, status=503)
     if not claim.allowed:
-        response = JsonResponse(
-            {
-                "error": (
-                    f"rate limited: one request per {window.total_seconds():g} s per client; "
-                    f"retry in {claim.retry_after} s"
-                )
-            },
-            status=429,
+        error = (
+            f"rate limited: one request per {window.total_seconds():g} s per client; "
+            f"retry in {claim.retry_after} s"
         )
+        response = JsonResponse({"error": error}, status=429)
         response["Retry-After"] = str(claim.retry_after)
         return response
 
