@@ -130,15 +130,9 @@ def counts(stats: dict, *, zeros: bool = True) -> str:
     """ "created 3 · fetched 1758 · …", by name: the JSON column keeps no key order (PostgreSQL's
     jsonb sorts keys its own way), so one order on every backend. Without ``zeros``, only
     the counts that are not 0."""
-    stats = stats or {}
+    shown = [(key, value) for key, value in sorted((stats or {}).items()) if not isinstance(value, dict)]
     return format_html_join(
-        " · ",
-        '<span class="nowrap">{} {}</span>',
-        (
-            (key, stats[key])
-            for key in sorted(stats)
-            if not isinstance(stats[key], dict) and (zeros or stats[key])
-        ),
+        " · ", '<span class="nowrap">{} {}</span>', [(k, v) for k, v in shown if zeros or v]
     )
 
 
@@ -569,6 +563,7 @@ class SyncLockAdmin(OperatorAdminMixin, ReadOnlyAdminMixin, Styled, admin.ModelA
         if lock is not None:
             runs = list(JobRun.objects.for_job(lock.job_name).order_by("-started_at")[:RECENT_RUNS])
             ledger = ledgers_for([lock.job_name]).get(lock.job_name)
+            zone = lock.shown_zone  # the job's: every time on its page
             urls = {
                 name: reverse(f"admin:locks_synclock_{name}", args=[lock.pk])
                 for name in ("pause", "resume", "run_now")
@@ -577,22 +572,16 @@ class SyncLockAdmin(OperatorAdminMixin, ReadOnlyAdminMixin, Styled, admin.ModelA
                 ledger=ledger,
                 ledger_strip=ledger_strip(ledger) if ledger is not None else "",
                 ledger_rows=[
-                    {
-                        "slot": slot,
-                        "badge": outcome_badge(slot.outcome),
-                        "at": slot_time(slot.tick, lock.shown_zone),
-                    }
-                    for slot in ledger.slots
-                ]
-                if ledger
-                else [],
-                next_slots=[(slot_time(s.slot, lock.shown_zone), s.dst) for s in _next_five(lock.job_name)],
-                shown_zone=lock.shown_zone,
+                    {"slot": slot, "badge": outcome_badge(slot.outcome), "at": slot_time(slot.tick, zone)}
+                    for slot in (ledger.slots if ledger else [])
+                ],
+                next_slots=[(slot_time(s.slot, zone), s.dst) for s in _next_five(lock.job_name)],
+                shown_zone=zone,
                 paused=lock.paused_at is not None,
                 can_pause=self.has_pause_permission(request, lock),
                 can_run=self.has_run_permission(request, lock) and ledger is not None,
                 control_urls=urls,
-                recent_runs=[_run_row(run, lock.shown_zone) for run in runs],
+                recent_runs=[_run_row(run, zone) for run in runs],
                 runs_url=f"{reverse('admin:locks_jobrun_changelist')}?{urlencode({'job_name': lock.job_name})}",
                 can_force_release=(
                     lock.state in {HELD, OVERDUE} and self.has_force_release_permission(request, lock)

@@ -249,35 +249,29 @@ class Schedule:
     expression: str
     timezone: "str | tzinfo" = DEFAULT_TIMEZONE
 
-    def _prev(self, moment: datetime) -> datetime:
-        """The latest slot strictly before ``moment`` (aware UTC)."""
+    def _step(self, moment: datetime, *, forward: bool) -> datetime:
+        """The first slot strictly after ``moment`` (aware UTC), or the latest strictly before it."""
         tz = zone(self.timezone)
-        if _is_utc(tz):
-            # croniter marks some results fold=1; UTC has no fold, so drop it.
-            return _cron(self.expression, moment).get_prev(datetime).replace(fold=0)
-        return _prev_zoned(self.expression, tz, moment)
-
-    def _next(self, moment: datetime) -> datetime:
-        """The first slot strictly after ``moment`` (aware UTC)."""
-        tz = zone(self.timezone)
-        if _is_utc(tz):
-            return _cron(self.expression, moment).get_next(datetime).replace(fold=0)
-        return _next_zoned(self.expression, tz, moment)
+        if not _is_utc(tz):
+            return (_next_zoned if forward else _prev_zoned)(self.expression, tz, moment)
+        iterator = _cron(self.expression, moment)
+        # croniter marks some results fold=1; UTC has no fold, so drop it.
+        return (iterator.get_next if forward else iterator.get_prev)(datetime).replace(fold=0)
 
     def slot_at_or_before(self, now: datetime) -> datetime:
         """The latest slot at or before ``now`` (``now`` itself when it is a slot)."""
         now = _utc(now)
-        earlier = self._prev(now)  # strictly before now
-        following = self._next(earlier)
+        earlier = self._step(now, forward=False)  # strictly before now
+        following = self._step(earlier, forward=True)
         return following if following <= now else earlier
 
     def slot_before(self, moment: datetime) -> datetime:
         """The latest slot strictly before ``moment``."""
-        return self._prev(_utc(moment))
+        return self._step(_utc(moment), forward=False)
 
     def next_slot(self, after: datetime) -> datetime:
         """The first slot strictly after ``after``."""
-        return self._next(_utc(after))
+        return self._step(_utc(after), forward=True)
 
     def is_slot(self, moment: datetime) -> bool:
         return self.slot_at_or_before(moment) == _utc(moment)
@@ -293,7 +287,7 @@ class Schedule:
         """The ``count`` first slots strictly after ``after``, oldest first."""
         slots, moment = [], _utc(after)
         for _ in range(count):
-            moment = self._next(moment)
+            moment = self._step(moment, forward=True)
             slots.append(moment)
         return slots
 

@@ -38,7 +38,7 @@ from locks.status import OUTCOMES, Freshness, job_ledgers, jobs_freshness, jobs_
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
-    from prometheus_client.core import GaugeMetricFamily, Metric
+    from prometheus_client.core import Metric
 
     from locks.status import OpenIncident
 
@@ -371,14 +371,32 @@ def scrape_registry() -> CollectorRegistry:
     return registry
 
 
-def _gauge(name: str, documentation: str, labels: list[str]) -> GaugeMetricFamily:
-    from prometheus_client.core import GaugeMetricFamily
-
-    return GaugeMetricFamily(name, documentation, labels=labels)
+# The locks_* families, in the order a scrape shows them: name, documentation, labels.
+GAUGES = (
+    ("locks_job_last_success_timestamp_seconds", "When the job's last successful run ended.", ["job"]),
+    ("locks_job_next_tick_timestamp_seconds", "The job's next slot (UTC).", ["job"]),
+    ("locks_job_paused", "1 while an operator has paused the job.", ["job"]),
+    ("locks_job_incident_open", "1 while check_jobs has an incident open for the job.", ["job"]),
+    (
+        "locks_job_runs",
+        "Runs of the job in the run history (LOCKS_RUN_RETENTION_DAYS), by status.",
+        ["job", "status"],
+    ),
+    ("locks_job_last_duration_seconds", "How long the job's last finished run took.", ["job"]),
+    ("locks_lease_held", "1 while a holder's lease on the job is in force.", ["job"]),
+    (
+        "locks_ticks",
+        "The job's slots in the tick ledger (LOCKS_LEDGER_SLOTS), by outcome.",
+        ["job", "outcome"],
+    ),
+    ("locks_clock_skew_seconds", "This host's clock minus the database's.", []),
+)
 
 
 def job_metrics() -> list[Metric]:
     """The locks_* families, for every registered job."""
+    from prometheus_client.core import GaugeMetricFamily
+
     registered = registered_jobs()
     health = jobs_health(jobs=registered)
     ledgers = job_ledgers(jobs=registered.values())
@@ -390,28 +408,8 @@ def job_metrics() -> list[Metric]:
         .annotate(count=Count("pk"))
         .values_list("job_name", "status", "count")
     )
-    last_success = _gauge(
-        "locks_job_last_success_timestamp_seconds", "When the job's last successful run ended.", ["job"]
-    )
-    next_slot = _gauge("locks_job_next_tick_timestamp_seconds", "The job's next slot (UTC).", ["job"])
-    paused = _gauge("locks_job_paused", "1 while an operator has paused the job.", ["job"])
-    incident = _gauge(
-        "locks_job_incident_open", "1 while check_jobs has an incident open for the job.", ["job"]
-    )
-    run_counts = _gauge(
-        "locks_job_runs",
-        "Runs of the job in the run history (LOCKS_RUN_RETENTION_DAYS), by status.",
-        ["job", "status"],
-    )
-    duration = _gauge(
-        "locks_job_last_duration_seconds", "How long the job's last finished run took.", ["job"]
-    )
-    held = _gauge("locks_lease_held", "1 while a holder's lease on the job is in force.", ["job"])
-    ticks = _gauge(
-        "locks_ticks",
-        "The job's slots in the tick ledger (LOCKS_LEDGER_SLOTS), by outcome.",
-        ["job", "outcome"],
-    )
+    families = [GaugeMetricFamily(name, text, labels=labels) for name, text, labels in GAUGES]
+    last_success, next_slot, paused, incident, run_counts, duration, held, ticks, skew = families
     db_now = database_now()
     for name, job in registered.items():
         lock = health[name].lock
@@ -430,6 +428,5 @@ def job_metrics() -> list[Metric]:
     for name in registered:
         for status, _label in RECORDED:
             run_counts.add_metric([name, status], seen.get((name, status), 0))
-    skew = _gauge("locks_clock_skew_seconds", "This host's clock minus the database's.", [])
     skew.add_metric([], (timezone.now() - db_now).total_seconds())
-    return [last_success, next_slot, paused, incident, run_counts, duration, held, ticks, skew]
+    return families
