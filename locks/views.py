@@ -81,16 +81,10 @@ def client_address(request: HttpRequest) -> str:
     """The client's address: the TCP peer, or with N ``LOCKS_TRUSTED_PROXY_COUNT`` the N-th
     X-Forwarded-For entry from the right, in its canonical form (one client, one rate-limit key);
     an entry that is no address falls back to the TCP peer (docs/security.md)."""
-    remote = request.META.get("REMOTE_ADDR", "")
+    hops = [hop.strip() for hop in request.META.get("HTTP_X_FORWARDED_FOR", "").split(",") if hop.strip()]
     proxies = settings.LOCKS_TRUSTED_PROXY_COUNT
-    if proxies > 0:
-        hops = [hop.strip() for hop in request.META.get("HTTP_X_FORWARDED_FOR", "").split(",")]
-        hops = [hop for hop in hops if hop]
-        if hops:
-            candidate = canonical_address(hops[-min(proxies, len(hops))])
-            if candidate is not None:
-                return candidate
-    return remote
+    candidate = canonical_address(hops[-min(proxies, len(hops))]) if proxies > 0 and hops else None
+    return candidate or request.META.get("REMOTE_ADDR", "")
 
 
 def canonical_address(value: str) -> str | None:

@@ -143,9 +143,7 @@ class Command(BaseCommand):
             )
             return
         state = pause_job(job=job, by=by, note=note)
-        self.stdout.write(
-            f"Paused: {state.describe()}." if state.changed else f"Already paused: {state.describe()}."
-        )
+        self.stdout.write(f"{'Paused' if state.changed else 'Already paused'}: {state.describe()}.")
 
     def ticks(self, job: str, *, last: int | None, as_json: bool) -> None:
         ledger = job_ledgers(jobs=[get_job(job)], slots=last)[job]
