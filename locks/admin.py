@@ -108,9 +108,8 @@ def outcome_badge(outcome: str) -> str:
 
 
 def ledger_strip(ledger) -> str:
-    """A ``locks.status.Ledger`` as a strip of cells, oldest left, newest right: one per slot,
-    coloured by its outcome (locks/admin.css), the slot and outcome in its title; a slot a database
-    failover touched is outlined (``data-failover="yes"``)."""
+    """A ``locks.status.Ledger`` as a strip of cells, oldest left: one per slot, coloured by its
+    outcome (locks/admin.css), described in its title, outlined where a failover touched it."""
     cell = '<span class="tick-cell" data-outcome="{}" data-failover="{}" title="{}"></span>'
     slots = [(s.outcome, "yes" if s.failover else "no", s.describe(tz=ledger.timezone)) for s in ledger.slots]
     cells = format_html_join("", cell, reversed(slots))
@@ -127,9 +126,8 @@ def excerpt(text: str) -> str:
 
 
 def counts(stats: dict, *, zeros: bool = True) -> str:
-    """ "created 3 · fetched 1758 · …", by name: the JSON column keeps no key order (PostgreSQL's
-    jsonb sorts keys its own way), so one order on every backend. Without ``zeros``, only
-    the counts that are not 0."""
+    """ "created 3 · fetched 1758 · …", by name (jsonb keeps no key order: one order on every
+    backend); without ``zeros``, only the counts that are not 0."""
     shown = [(key, value) for key, value in sorted((stats or {}).items()) if not isinstance(value, dict)]
     return format_html_join(
         " · ", '<span class="nowrap">{} {}</span>', [(k, v) for k, v in shown if zeros or v]

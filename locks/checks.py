@@ -214,9 +214,8 @@ def check_tokens(app_configs=None, **kwargs) -> list[Warning]:
 
 @register(Tags.database, deploy=True)
 def check_replication(app_configs=None, databases=None, **kwargs) -> list[Warning]:
-    """On PostgreSQL, whether an acknowledged commit of a lock row survives a failover: it does
-    only when the primary waits for a synchronous standby (docs/faults.md, "Failover"). A
-    database check, as Django's own: ``check --deploy --database default`` asks the server."""
+    """On PostgreSQL, whether an acknowledged commit survives a failover: only with a synchronous
+    standby (docs/faults.md, "Failover"); ``check --deploy --database default`` asks the server."""
     using = router.db_for_write(SyncLock)
     if databases is None or using not in databases or connections[using].vendor != "postgresql":
         return []

@@ -137,9 +137,8 @@ def _not_held(row: dict) -> str:
 
 
 def pause_job(*, job: str, by: str, note: str = "") -> Change:
-    """Pause the registered ``job`` (``UnknownJob`` otherwise) with ``note``: acquire's
-    compare-and-set then refuses every contender (cron, the scheduler, ``run_job``, ``--force``,
-    the trigger); a run holding the lease finishes. A job already paused keeps its pause."""
+    """Pause the registered ``job`` with ``note``: acquire then refuses every contender (a run
+    holding the lease finishes); a job already paused keeps its pause."""
     get_job(job)
     note = safe_text(" ".join(note.split()), limit=NOTE_LIMIT)  # one line: it goes into log lines
     ensure_lock_row(job=job)
@@ -357,9 +356,8 @@ def _request(job: str, rows, locked, by: str) -> Change:
 
 
 def end_run_request(*, job: str, by: str) -> None:
-    """The requested run ended (or never started): another request may start one. Like every
-    operator write, it never waits on a row locked by a write in progress past ``OPERATOR_WAIT``;
-    a request it cannot end then goes stale by itself after ``REQUEST_STALE``."""
+    """The requested run ended (or never started): another request may start one (one it cannot
+    end within ``OPERATOR_WAIT`` goes stale by itself after ``REQUEST_STALE``)."""
     try:
         _write(
             lambda rows, locked: locked.filter(run_requested_by=by).update(

@@ -42,9 +42,8 @@ BUILTIN_JOBS = {
 
 
 def with_builtin_jobs(jobs, *, enabled: bool = True):
-    """``jobs`` (a ``LOCKS_JOBS`` value) with the app's own jobs added unless ``enabled`` is
-    false or ``jobs`` names them itself; anything but a dict is returned as it is (the checks
-    refuse it)."""
+    """``jobs`` (a ``LOCKS_JOBS`` value) with the app's own jobs it does not name, if ``enabled``;
+    anything but a dict as it is (the checks refuse it)."""
     if not enabled or not isinstance(jobs, dict):
         return jobs
     return {**jobs, **{name: entry for name, entry in BUILTIN_JOBS.items() if name not in jobs}}

@@ -348,9 +348,8 @@ class Schedule:
         )
 
     def dst_rule(self, slot: datetime) -> str | None:
-        """Where the DST rule made ``slot``: ``GAP``, run after a spring-forward gap in place of a
-        wall time that did not exist; ``REPEAT``, a wall time that occurred twice that night; None
-        elsewhere."""
+        """Where the DST rule made ``slot``: ``GAP``, after a spring-forward gap in place of a wall
+        time that did not exist; ``REPEAT``, a wall time that occurred twice; else None."""
         tz = zone(self.timezone)
         if _is_utc(tz):
             return None

@@ -383,10 +383,8 @@ def job_ledgers(*, jobs: Iterable[Job], slots: int | None = None) -> dict[str, L
 def build_ledger(
     job: Job, *, ticks: list[datetime], runs: dict, lock: dict, pauses: list, db_now: datetime
 ) -> Ledger:
-    """The ledger of ``job`` over ``ticks`` (newest first), from its runs by tick, its lock row's
-    ``token``, ``locked_until``, ``tick``, ``paused_at`` and ``created_at`` (when given, the slots
-    before the one current then are left out unless they have runs: the job did not exist), and its
-    pauses (``(paused_at, resumed_at or None)``), judged at ``db_now``: no query (tests inject every part)."""
+    """The ledger of ``job`` over ``ticks`` (newest first) from its runs by tick, its lock row (no
+    slot before its ``created_at`` without runs) and its pauses, judged at ``db_now``; no query."""
     if lock.get("created_at") is not None and ticks:
         first = job.cron.slot_at_or_before(lock["created_at"])
         ticks = [tick for tick in ticks if tick >= first or tick in runs]

@@ -102,9 +102,8 @@ def canonical_address(value: str) -> str | None:
 
 
 def operational(view):
-    """A view whose own 5xx answers report a state (a stale job, a database down, a failed run),
-    not a server error: Django logs them as WARNING, so its ``mail_admins`` handler does not mail
-    every probe. An exception in the view is still a 500 that Django logs and mails."""
+    """A view whose own 5xx answers report a state, not a server error: Django logs them as
+    WARNING (no ``mail_admins`` for every probe); an exception is still a 500 that is mailed."""
 
     @functools.wraps(view)
     def answer(request: HttpRequest, *args, **kwargs) -> HttpResponse:
