@@ -183,14 +183,10 @@ def _job(name: str, entry: dict) -> Job:
         retry_delays=tuple(timedelta(seconds=s) for s in entry.get("retry", {}).get("delays", ())),
         expected_errors=tuple(entry.get("expected_errors", ())),
         dry_run_path=entry.get("dry_run"),
-        catch_up=entry.get("catch_up", LATEST),
         catch_up_window=timedelta(seconds=entry.get("catch_up_window", DEFAULT_CATCH_UP_WINDOW)),
-        alert_after_failures=entry.get("alert_after_failures", 2),
         alert_after=timedelta(seconds=entry["alert_after"]) if "alert_after" in entry else None,
-        alert_after_recoveries=entry.get("alert_after_recoveries", 2),
-        on_failover=entry.get("on_failover", RERUN),
-        timezone=entry.get("timezone", schedule.DEFAULT_TIMEZONE),
         task_path=entry.get("task"),
+        **{key: entry[key] for key in PLAIN_KEYS if key in entry},  # else Job's defaults
     )
 
 
@@ -238,6 +234,8 @@ RERUN, PAUSE = "rerun", "pause"  # what a failover means to a job
 FAILOVER_POLICIES = (RERUN, PAUSE)
 DEFAULT_CATCH_UP_WINDOW = 86400  # seconds: a day of slots
 PATH_KEYS = ("callable", "dry_run", "task")  # dotted paths; one of callable and task is required
+# Keys a Job takes as they are.
+PLAIN_KEYS = ("catch_up", "alert_after_failures", "alert_after_recoveries", "on_failover", "timezone")
 
 # One id per problem (docs/jobs.md, Checks).
 NOT_A_DICT = "LOCKS_JOBS must be a dict of job name to job settings, got {type}."
