@@ -275,14 +275,10 @@ class OperatorAdminMixin:
 
     def _one(self, request: HttpRequest, lock: SyncLock, operation: str, by: str) -> None:
         job = lock.job_name
+        values = {"job": job}
         if operation == "force_release":
             done = force_release(job=job, expected_token=_shown(request, lock)["expected_token"], by=by)
-            values = {
-                "job": job,
-                "holder": done.previous_holder or "—",
-                "old": done.previous_token,
-                "new": done.token,
-            }
+            values.update(holder=done.previous_holder or "—", old=done.previous_token, new=done.token)
             ok = _(
                 "Released %(job)s: holder was %(holder)s (token %(old)s); new token %(new)s. "
                 "The old holder can no longer renew or release it."
@@ -291,13 +287,13 @@ class OperatorAdminMixin:
             idle = _("Nothing to release: %(job)s was not held.")
         elif operation == "pause_jobs":
             done = pause_job(job=job, by=by, note=request.POST.get(NOTE_FIELD, ""))
-            values = {"job": job, "state": done.describe(), "note": done.paused_note or gettext("no note")}
+            values.update(state=done.describe(), note=done.paused_note or gettext("no note"))
             ok = _(
                 "Paused %(job)s: no copy runs it (cron, scheduler, run_job, --force, trigger) until it is resumed."
             )
             log, idle = _("Paused: %(note)s"), _("Already paused: %(state)s.")
         elif operation == "resume_jobs":
-            done, values = resume_job(job=job, by=by), {"job": job}
+            done = resume_job(job=job, by=by)
             ok, log, idle = (
                 _("Resumed %(job)s: its next slot runs as usual."),
                 _("Resumed."),
@@ -305,7 +301,7 @@ class OperatorAdminMixin:
             )
         else:
             done = run_now(job=job, by=by)
-            values = {"job": job, "pid": done.pid}
+            values["pid"] = done.pid
             ok = _(
                 "Started a run of %(job)s in the background (pid %(pid)s): it runs under the lease; "
                 "its outcome appears in the run history."
