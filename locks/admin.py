@@ -413,8 +413,7 @@ def ledgers_for(names: list[str]) -> dict[str, Ledger]:
 
 
 class LockChangeList(ChangeList):
-    """The locks list, with each registered job's tick ledger on its row (``ticks`` column), read
-    for the whole page at once."""
+    """The locks list, each registered job's tick ledger on its row, read for the whole page at once."""
 
     def get_results(self, request: HttpRequest) -> None:
         super().get_results(request)
@@ -523,8 +522,7 @@ class SyncLockAdmin(OperatorAdminMixin, ReadOnlyAdminMixin, Styled, admin.ModelA
 
     @admin.display(description=_("last run, ticks"), ordering="last_status")
     def last_outcome(self, lock: SyncLock) -> str:
-        """The list's one cell for the last run: its outcome, when it finished and how long it took,
-        then the job's tick strip."""
+        """The list's one cell for the last run: outcome, when it finished, how long, the tick strip."""
         finished = lock.last_finished_at and lock.last_status != Outcome.RUNNING
         when = ago(lock.last_finished_at, now=lock.db_now) if finished else ""
         detail = " · ".join(part for part in (when, self.last_duration(lock)) if part not in {"", "—"})

@@ -131,8 +131,7 @@ def check_lock_settings(app_configs=None, **kwargs) -> list[Error]:
 
 @register(SCHEDULE_TAG)
 def check_schedules(app_configs=None, **kwargs) -> list[Error]:
-    """Each job's schedule has a slot within ``SLOT_HORIZON_YEARS`` (a valid expression may have
-    none: ``0 0 31 2 *``)."""
+    """Each job's schedule has a slot within ``SLOT_HORIZON_YEARS`` (``0 0 31 2 *`` has none)."""
     entries = job_settings()
     if job_setting_errors(entries):
         return []  # check_jobs_setting reports them; a schedule is judged once it is well formed

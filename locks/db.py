@@ -70,8 +70,7 @@ def lease_transaction(*, using: str, savepoint: bool = True) -> Iterator[None]:
 
 
 def mongodb_transactions(*, using: str) -> bool | None:
-    """On MongoDB, whether the server runs multi-document transactions (a replica set or a
-    sharded cluster: the backend asks ``hello``); None on other databases."""
+    """On MongoDB, whether the server runs multi-document transactions (a replica set); else None."""
     connection = connections[using]
     return connection.features._supports_transactions if connection.vendor == "mongodb" else None
 
@@ -102,8 +101,7 @@ def bound_lock_wait(*, using: str, seconds: float) -> None:
 
 
 def _set_local(using: str, names: tuple[str, ...], seconds: float) -> None:
-    """Each server setting of ``names`` to ``seconds`` for the current transaction, on PostgreSQL
-    (set_config(name, value, true) is SET LOCAL)."""
+    """Each server setting of ``names`` to ``seconds`` for this transaction (SET LOCAL), on PostgreSQL."""
     connection = connections[using]
     if connection.vendor != "postgresql":
         return
@@ -125,8 +123,7 @@ def transaction_aborted(*, using: str) -> bool:
 
 
 class RowLocked(RuntimeError):
-    """A lock row stayed locked by another transaction (a write in progress) for as long as
-    the caller may wait."""
+    """A lock row stayed locked by a write in progress for as long as the caller may wait."""
 
 
 def without_waiting(operation: Callable[[], T], *, using: str, within: float, what: str) -> T:
@@ -186,16 +183,14 @@ class SystemId(Func):
 
 
 def history(*, using: str) -> dict:
-    """The expressions naming the server's history, by the lock row's field names, where the
-    database has one to name (PostgreSQL); elsewhere none."""
+    """The expressions naming the server's history by lock-row field (PostgreSQL); elsewhere none."""
     if connections[using].vendor != "postgresql":
         return {}
     return {"timeline": Timeline(), "system_id": SystemId()}
 
 
 def replication_settings(*, using: str) -> dict | None:
-    """``synchronous_commit`` and ``synchronous_standby_names`` of a PostgreSQL server; None
-    elsewhere or when it cannot be asked."""
+    """``synchronous_commit`` and ``synchronous_standby_names`` of a PostgreSQL server, else None."""
     connection = connections[using]
     if connection.vendor != "postgresql":
         return None

@@ -354,8 +354,7 @@ def _entry_errors(where: str, entry) -> list[Error]:
 
 
 def next_slot_error(expression: str, *, now: datetime, tz: str = schedule.DEFAULT_TIMEZONE) -> str:
-    """Why ``expression`` (a valid cron expression) has no slot within ``SLOT_HORIZON_YEARS`` of
-    ``now``; empty when it has one."""
+    """Why ``expression`` has no slot within ``SLOT_HORIZON_YEARS`` of ``now``; empty when it has one."""
     try:
         upcoming = schedule.Schedule(expression, tz).next_slot(now)
     except SLOT_ERRORS as exc:

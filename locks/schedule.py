@@ -222,8 +222,7 @@ def local_label(moment: datetime, *, tz: "str | tzinfo" = DEFAULT_TIMEZONE) -> s
 
 @dataclass(frozen=True)
 class Upcoming:
-    """A slot to come: the UTC instant stored and compared, the wall clock of the job's zone,
-    and where the DST rule applied (``GAP``, ``REPEAT`` or None)."""
+    """A slot to come: its UTC instant, its wall clock in the job's zone and its DST mark (``dst_rule``)."""
 
     slot: datetime
     local: datetime

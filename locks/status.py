@@ -223,8 +223,7 @@ class Summary:
 
 
 def lock_summary() -> Summary:
-    """Last success and next tick of each job in ``LOCKS_JOBS``, and the number of
-    stuck locks; three queries whatever the number of jobs."""
+    """Each job's last success and next tick, and the number of stuck locks; three queries."""
     # An aggregate answers with one row even when there are no locks yet.
     locks = SyncLock.objects.aggregate(stuck=Count("pk", filter=STUCK_Q), db_now=Coalesce(Max(Now()), Now()))
     db_now = locks["db_now"]
@@ -314,8 +313,7 @@ class Ledger:
     timezone: str = "UTC"  # the job's: where its slots are shown
 
     def settled(self, *, since: datetime | None = None) -> list[Slot]:
-        """The slots whose outcome can no longer change (not pending, not running), newest
-        first; with ``since``, only those at or after it."""
+        """The slots whose outcome can no longer change, newest first; with ``since``, from it on."""
         return [
             slot for slot in self.slots if slot.outcome in SETTLED and (since is None or slot.tick >= since)
         ]

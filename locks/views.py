@@ -353,8 +353,7 @@ class _Families:
 
 
 def scrape_registry() -> CollectorRegistry:
-    """A registry holding this scrape's metrics; raises ``DatabaseError`` when the database
-    cannot be read."""
+    """A registry holding this scrape's metrics (``DatabaseError`` when the database cannot be read)."""
     from prometheus_client import CollectorRegistry
 
     registry = CollectorRegistry(auto_describe=True)
