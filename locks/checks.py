@@ -31,52 +31,27 @@ CHECK_TAG = "locks"
 SCHEDULE_TAG = "locks_schedules"
 MIN_TOKEN_LENGTH = 32
 
-# Settings that are whole numbers: id, the least value allowed, its unit, a hint.
+# Settings that are whole numbers: id, the least value allowed, its unit; a hint by id.
 WHOLE_NUMBER = "{name} must be a whole number of {unit}, {least} or more, got {value!r}."
 NUMBERS = {
-    "LOCKS_DEFAULT_TTL": (
-        "locks.E001",
-        1,
-        "seconds",
-        "A lease that expires at once would let every copy run.",
-    ),
-    "LOCKS_RUN_RETENTION_DAYS": ("locks.E002", 1, "days", "How long each job's run history is kept."),
-    "LOCKS_TICK_WINDOW": (
-        "locks.E003",
-        0,
-        "seconds",
-        "How early a run may claim the upcoming slot; 300 is the default.",
-    ),
-    "LOCKS_MAX_CLOCK_SKEW": (
-        "locks.E004",
-        0,
-        "seconds",
-        "A host clock further off than this gets a warning.",
-    ),
-    "LOCKS_SCHEDULER_GRACE": (
-        "locks.E005",
-        0,
-        "seconds",
-        "How long a running job may finish once run_scheduler stops.",
-    ),
-    "LOCKS_TRIGGER_RATE_WINDOW": (
-        "locks.E006",
-        1,
-        "seconds",
-        "Without it the trigger could start a job again and again.",
-    ),
-    "LOCKS_TRUSTED_PROXY_COUNT": (
-        "locks.E007",
-        0,
-        "proxies",
-        "The proxies in front of the app that append to X-Forwarded-For.",
-    ),
-    "LOCKS_LEDGER_SLOTS": (
-        "locks.E008",
-        1,
-        "slots",
-        "How many recent slots the tick ledger shows; 48 is the default.",
-    ),
+    "LOCKS_DEFAULT_TTL": ("locks.E001", 1, "seconds"),
+    "LOCKS_RUN_RETENTION_DAYS": ("locks.E002", 1, "days"),
+    "LOCKS_TICK_WINDOW": ("locks.E003", 0, "seconds"),
+    "LOCKS_MAX_CLOCK_SKEW": ("locks.E004", 0, "seconds"),
+    "LOCKS_SCHEDULER_GRACE": ("locks.E005", 0, "seconds"),
+    "LOCKS_TRIGGER_RATE_WINDOW": ("locks.E006", 1, "seconds"),
+    "LOCKS_TRUSTED_PROXY_COUNT": ("locks.E007", 0, "proxies"),
+    "LOCKS_LEDGER_SLOTS": ("locks.E008", 1, "slots"),
+}
+NUMBER_HINTS = {
+    "locks.E001": "A lease that expires at once would let every copy run.",
+    "locks.E002": "How long each job's run history is kept.",
+    "locks.E003": "How early a run may claim the upcoming slot; 300 is the default.",
+    "locks.E004": "A host clock further off than this gets a warning.",
+    "locks.E005": "How long a running job may finish once run_scheduler stops.",
+    "locks.E006": "Without it the trigger could start a job again and again.",
+    "locks.E007": "The proxies in front of the app that append to X-Forwarded-For.",
+    "locks.E008": "How many recent slots the tick ledger shows; 48 is the default.",
 }
 CANNOT_IMPORT = "{where}: {what} {path!r} cannot be imported: {error}."
 NOT_CALLABLE = "{where}: {key} {path!r} is not callable."
@@ -117,15 +92,15 @@ SAME_TOKENS_HINT = "Give monitors a token of their own: the trigger token can st
 @register(CHECK_TAG)
 def check_lock_settings(app_configs=None, **kwargs) -> list[Error]:
     errors = []
-    for name, (code, least, unit, hint) in NUMBERS.items():
+    for name, (code, least, unit) in NUMBERS.items():
         value = getattr(settings, name)
         if not isinstance(value, int) or isinstance(value, bool) or value < least:
             message = WHOLE_NUMBER.format(name=name, unit=unit, least=least, value=value)
-            errors.append(Error(message, hint=hint, id=code))
+            errors.append(Error(message, hint=NUMBER_HINTS[code], id=code))
     slots = settings.LOCKS_LEDGER_SLOTS
     if isinstance(slots, int) and slots > MAX_LEDGER_SLOTS:
         message = TOO_MANY_SLOTS.format(most=MAX_LEDGER_SLOTS, value=slots)
-        errors.append(Error(message, hint=NUMBERS["LOCKS_LEDGER_SLOTS"][3], id="locks.E008"))
+        errors.append(Error(message, hint=NUMBER_HINTS["locks.E008"], id="locks.E008"))
     return errors
 
 
