@@ -87,12 +87,6 @@ class JobHealth:
     last_success_at: datetime | None
     lock: LockState | None
 
-    @property
-    def last_success_age(self) -> timedelta | None:
-        if self.last_success_at is None or self.db_now is None:
-            return None
-        return self.db_now - self.last_success_at
-
 
 def jobs_health(*, jobs: Iterable[str]) -> dict[str, JobHealth]:
     """Two queries whatever the number of jobs: their lock rows, and each one's last

@@ -298,7 +298,7 @@ DETAILS = ("holder", "last_error", "paused_by", "paused_note")
 
 def _job_health(health: Freshness, *, trusted: bool) -> dict:
     job, lock = health.job, health.job.lock
-    age = job.last_success_age
+    age = job.db_now - job.last_success_at if job.last_success_at and job.db_now else None
     body = {
         "status": health.status,  # ok, stale, paused (not judged stale) or error (no slot computable)
         "schedule": health.cron.expression,
