@@ -269,7 +269,7 @@ def _reset(job: str, rows, locked, shown: dict, by: str) -> Change:
     if tick is None:
         return Change(job, False)
     state = "done" if done else "not done"
-    detail = ""
+    seen, detail = {"previous_tick": tick, "was_done": done}, ""
     if row["state"] in {HELD, OVERDUE}:
         detail = (
             f"the lease on {job} is held by {row['holder']} (token {row['token']}) until "
@@ -288,15 +288,9 @@ def _reset(job: str, rows, locked, shown: dict, by: str) -> Change:
     if detail or not rows.filter(**matched).free().update(
         tick=None, tick_done=False, tick_attempts=0, retry_at=None
     ):
-        return Change(
-            job,
-            False,
-            f"{detail or 'the lock row changed meanwhile'}; nothing reset",
-            previous_tick=tick,
-            was_done=done,
-        )
+        return Change(job, False, f"{detail or 'the lock row changed meanwhile'}; nothing reset", **seen)
     logger.warning("job=%s claimed tick reset by %s; it was %s (%s)", job, by, iso(tick), state)
-    return Change(job, True, previous_tick=tick, was_done=done)
+    return Change(job, True, **seen)
 
 
 # --- run now -----------------------------------------------------------------------------------
