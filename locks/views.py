@@ -9,8 +9,8 @@ import hmac
 import ipaddress
 import logging
 import math
+from collections import namedtuple
 from collections.abc import Iterable
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from itertools import islice
 from typing import TYPE_CHECKING
@@ -116,12 +116,8 @@ def operational(view):
     return answer
 
 
-@dataclass(frozen=True)
-class Claim:
-    allowed: bool
-    retry_after: int = 0  # whole seconds until the key can be claimed again
-
-
+# A throttle's answer; retry_after: whole seconds until the key can be claimed again.
+Claim = namedtuple("Claim", "allowed retry_after", defaults=(0,))
 THROTTLE_OPEN = datetime(1970, 1, 1, tzinfo=UTC)  # a new key's row: claimable at once
 
 
