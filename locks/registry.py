@@ -71,24 +71,15 @@ class Job:
     retry_delays: tuple[timedelta, ...]  # after a failed tick (the scheduler's business)
     expected_errors: tuple[str, ...] = ()  # logged without a traceback
     dry_run_path: str | None = None  # no arguments, returns what a run would do
-    # Which slots run (docs/architecture.md, "Catch-up"): "latest", a slot that has not
-    # succeeded when the next one comes is superseded (missed); "all", every slot within
-    # catch_up_window of now runs once, oldest first.
+    # Which slots run: "latest" or "all" within catch_up_window (docs/jobs.md, as for what follows).
     catch_up: str = "latest"
     catch_up_window: timedelta = timedelta(seconds=86400)
-    # check_jobs opens an incident after this many failed slots in a row, or this long
-    # without a success (None: two periods of the schedule and 10 minutes).
+    # check_jobs' incidents open and close after these (alert_after None: two periods + 10 minutes).
     alert_after_failures: int = 2
     alert_after: timedelta | None = None
-    # ... and closes it after this many succeeded slots in a row.
     alert_after_recoveries: int = 2
-    # What the first run after a database failover does (docs/jobs.md): "rerun", run as usual
-    # (a slot whose run vanished with the old primary runs again); "pause", pause the job for an
-    # operator to decide (a job whose body must not be repeated).
-    on_failover: str = "rerun"
-    # The IANA zone the schedule's fields are read in; its slots are UTC instants all the
-    # same (locks.schedule: the DST rule).
-    timezone: str = schedule.DEFAULT_TIMEZONE
+    on_failover: str = "rerun"  # the first run after a database failover: "rerun" or "pause"
+    timezone: str = schedule.DEFAULT_TIMEZONE  # where the fields are read; its slots are UTC instants
     # A django.tasks Task that the slot's winner enqueues and follows, instead of a callable.
     task_path: str | None = None
 
