@@ -490,10 +490,6 @@ class SyncLockAdmin(OperatorAdminMixin, ReadOnlyAdminMixin, Styled, admin.ModelA
             "note": note,
         }
 
-    @admin.display(description=_("holder"), ordering="holder")
-    def lock_holder(self, lock: SyncLock) -> str:
-        return nowrap(lock.holder) if lock.holder else "—"
-
     @admin.display(description=_("state"), ordering="locked_until")
     def state(self, lock: SyncLock) -> str:
         if lock.paused_at is not None:
@@ -516,9 +512,8 @@ class SyncLockAdmin(OperatorAdminMixin, ReadOnlyAdminMixin, Styled, admin.ModelA
 
     @admin.display(description=_("holder, fencing token"), ordering="holder")
     def holder_token(self, lock: SyncLock) -> str:
-        return stacked(
-            self.lock_holder(lock), format_html('{} <span class="token">{}</span>', _("token"), lock.token)
-        )
+        holder = nowrap(lock.holder) if lock.holder else "—"
+        return stacked(holder, format_html('{} <span class="token">{}</span>', _("token"), lock.token))
 
     @admin.display(description=_("last run, ticks"), ordering="last_status")
     def last_outcome(self, lock: SyncLock) -> str:
