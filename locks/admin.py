@@ -97,9 +97,7 @@ def tick_progress(lock) -> str:
 
 
 def status_badge(status: str) -> str:
-    if not status:
-        return "—"
-    return badge(Outcome(status).label, status)
+    return badge(Outcome(status).label, status) if status else "—"
 
 
 def outcome_badge(outcome: str) -> str:
@@ -475,9 +473,7 @@ class SyncLockAdmin(OperatorAdminMixin, ReadOnlyAdminMixin, Styled, admin.ModelA
 
     @admin.display(description=_("tick"), ordering="tick")
     def tick_at(self, lock: SyncLock) -> str:
-        if lock.tick is None:
-            return "—"
-        return stacked(slot_time(lock.tick, zone_of(lock)), tick_progress(lock))
+        return stacked(slot_time(lock.tick, zone_of(lock)), tick_progress(lock)) if lock.tick else "—"
 
     @admin.display(description=_("paused"))
     def pause(self, lock: SyncLock) -> str:

@@ -51,11 +51,7 @@ FALSE_WORDS = ("0", "false", "no", "off")
 def boolean(word: str) -> bool | None:
     """``word`` as yes (True) or no (False), case and spaces aside; None when it is neither."""
     word = word.strip().lower()
-    if word in TRUE_WORDS:
-        return True
-    if word in FALSE_WORDS:
-        return False
-    return None
+    return True if word in TRUE_WORDS else False if word in FALSE_WORDS else None
 
 
 def bearer_token_matches(request: HttpRequest, expected: str) -> bool:
