@@ -27,9 +27,7 @@ def missing_table(exc: BaseException) -> bool:
     SQLSTATE on PostgreSQL; SQLite gives only a generic error code, so by its text there."""
     if not isinstance(exc, ProgrammingError | OperationalError):
         return False
-    if getattr(exc.__cause__, "sqlstate", None) == UNDEFINED_TABLE:
-        return True
-    return "no such table" in str(exc).lower()
+    return getattr(exc.__cause__, "sqlstate", None) == UNDEFINED_TABLE or "no such table" in str(exc).lower()
 
 
 def row_locked(exc: BaseException) -> bool:
