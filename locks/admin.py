@@ -357,8 +357,7 @@ RECENT_RUNS = 20
 
 
 class Styled:
-    """The badges (``locks.admin.badge``) and layout of locks/static/locks/admin.css; an
-    app's own badge kinds go in a stylesheet of its own, added by its admin's ``Media``."""
+    """The badges and layout of locks/admin.css; an app adds its own badge kinds in its admin's ``Media``."""
 
     empty_value_display = "—"
 

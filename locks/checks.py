@@ -122,8 +122,7 @@ def check_schedules(app_configs=None, **kwargs) -> list[Error]:
 
 @register(CHECK_TAG)
 def check_metrics_collectors(app_configs=None, **kwargs) -> list[Error]:
-    """``LOCKS_METRICS_COLLECTORS``: each a dotted path of a function that ``/metrics`` calls;
-    ``/metrics`` enabled only with prometheus_client installed."""
+    """Each of ``LOCKS_METRICS_COLLECTORS`` a function; prometheus_client installed if /metrics is on."""
     paths = settings.LOCKS_METRICS_COLLECTORS
     if not isinstance(paths, list | tuple) or not all(isinstance(path, str) and path for path in paths):
         return [Error(NOT_COLLECTORS.format(value=paths), id="locks.E009")]

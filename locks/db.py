@@ -93,8 +93,7 @@ def write_transaction(*, using: str) -> Iterator[None]:
 
 
 def bound_lock_wait(*, using: str, seconds: float) -> None:
-    """On PostgreSQL, have a statement of the current transaction that waits for a lock (a row,
-    a unique key another transaction is inserting) fail after ``seconds`` (``row_locked``)."""
+    """On PostgreSQL, a statement of this transaction that waits for a lock fails after ``seconds``."""
     _set_local(using, ("lock_timeout",), seconds)
 
 
@@ -252,8 +251,7 @@ def safe_text(value: object, *, limit: int = LIMIT, quote: bool = False) -> str:
 
 
 def error_text(exc: BaseException) -> str:
-    """ "OperationalError: no such table: x": on one line, control characters escaped, at
-    most ``locks.db.LIMIT`` characters of the text (it may come from outside)."""
+    """ "OperationalError: no such table: x": one line, escaped, at most ``LIMIT`` characters of its text."""
     return f"{type(exc).__name__}: {safe_text(_WHITESPACE.sub(' ', str(exc)).strip()) or 'no details'}"
 
 

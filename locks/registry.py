@@ -118,8 +118,7 @@ class Job:
         return self.cron.preview(after or timezone.now(), count)
 
     def alert_delay(self, *, now: datetime) -> timedelta:
-        """How long without a success opens an incident: ``alert_after``, else two periods
-        of the schedule (around ``now``) and 10 minutes."""
+        """How long without a success opens an incident: ``alert_after``, else two periods and 10 minutes."""
         if self.alert_after is not None:
             return self.alert_after
         return 2 * self.cron.period(now) + timedelta(minutes=10)

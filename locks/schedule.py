@@ -242,8 +242,7 @@ class InvalidTick(ValueError):
 
 @dataclass(frozen=True)
 class Schedule:
-    """A cron expression read in a time zone (an IANA name or a tzinfo): its slots, aware UTC
-    instants. Every moment given must be aware."""
+    """A cron expression read in a time zone (an IANA name or a tzinfo); its slots are aware UTC instants."""
 
     expression: str
     timezone: "str | tzinfo" = DEFAULT_TIMEZONE

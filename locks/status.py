@@ -89,8 +89,7 @@ class JobHealth:
 
 
 def jobs_health(*, jobs: Iterable[str]) -> dict[str, JobHealth]:
-    """Two queries whatever the number of jobs: their lock rows, and each one's last
-    success (the newest end of a succeeded run: the one definition), with the database's now."""
+    """Each job's lock and last success (the newest end of a succeeded run), with the database's now."""
     jobs = list(jobs)
     locks = {
         row.job_name: _lock_state_of(row) for row in SyncLock.objects.filter(job_name__in=jobs).with_state()
@@ -142,8 +141,7 @@ class Freshness:
 
     @property
     def status(self) -> str:
-        """``error`` (no slot can be computed), ``paused`` (by an operator: not judged stale),
-        ``ok`` or ``stale``: what /healthz reports for the job."""
+        """/healthz's word: ``error`` (no slot computable), ``paused`` (not judged stale), ``ok``, ``stale``."""
         if self.error:
             return "error"
         if self.paused:
