@@ -546,6 +546,7 @@ class SyncLockAdmin(OperatorAdminMixin, ReadOnlyAdminMixin, Styled, admin.ModelA
             runs = list(JobRun.objects.for_job(lock.job_name).order_by("-started_at")[:RECENT_RUNS])
             ledger = ledgers_for([lock.job_name]).get(lock.job_name)
             zone = lock.shown_zone  # the job's: every time on its page
+            query = urlencode({"job_name": lock.job_name})  # the job's runs
             urls = {
                 name: reverse(f"admin:locks_synclock_{name}", args=[lock.pk])
                 for name in ("pause", "resume", "run_now")
@@ -564,7 +565,7 @@ class SyncLockAdmin(OperatorAdminMixin, ReadOnlyAdminMixin, Styled, admin.ModelA
                 can_run=self.has_run_permission(request, lock) and ledger is not None,
                 control_urls=urls,
                 recent_runs=[_run_row(run, zone) for run in runs],
-                runs_url=f"{reverse('admin:locks_jobrun_changelist')}?{urlencode({'job_name': lock.job_name})}",
+                runs_url=f"{reverse('admin:locks_jobrun_changelist')}?{query}",
                 can_force_release=(
                     lock.state in {HELD, OVERDUE} and self.has_force_release_permission(request, lock)
                 ),

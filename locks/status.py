@@ -141,7 +141,7 @@ class Freshness:
 
     @property
     def status(self) -> str:
-        """/healthz's word: ``error`` (no slot computable), ``paused`` (not judged stale), ``ok``, ``stale``."""
+        """What /healthz says: ``error`` (no slot computable), ``paused`` (not judged), ``ok``, ``stale``."""
         if self.error:
             return "error"
         if self.paused:
