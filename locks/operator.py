@@ -179,10 +179,7 @@ def resume_job(*, job: str, by: str) -> Change:
             )
             logger.warning(
                 "job=%s resumed by %s; it was paused by %s since %s",
-                job,
-                by,
-                row["paused_by"],
-                iso(row["paused_at"]),
+                *(job, by, row["paused_by"], iso(row["paused_at"])),
             )
         return Change(job, changed)
 

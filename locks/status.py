@@ -125,9 +125,7 @@ def jobs_health(*, jobs: Iterable[str]) -> dict[str, JobHealth]:
 class Freshness:
     job: JobHealth
     cron: Schedule  # the job's schedule, read in its time zone
-    # The oldest success that still counts as fresh: the slot before the latest
-    # slot at or before the database's now (None: the schedule's slots cannot be computed).
-    fresh_since: datetime | None
+    fresh_since: datetime | None  # the oldest success still fresh (None: no slot computable)
     error: str = ""  # why the slots cannot be computed (locks.registry.SLOT_ERRORS)
 
     @property
@@ -200,8 +198,7 @@ class ScheduledJob:
     last_success: datetime | None
     next_tick: datetime | None  # None: its schedule has no slot that can be computed (``error``)
     error: str = ""
-    # Paused while an incident is open for it (open_incidents): when that incident opened.
-    paused_incident_since: datetime | None = None
+    paused_incident_since: datetime | None = None  # paused with an incident open: since when
     paused_at: datetime | None = None  # paused by an operator (by whom): its next tick will not run
     paused_by: str = ""
 

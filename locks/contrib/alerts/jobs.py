@@ -171,9 +171,7 @@ def _close(job: Job, incident: Incident) -> int:
     closed = Incident.objects.filter(pk=incident.pk, closed_at__isnull=True).update(closed_at=Now())
     logger.warning(
         "job=%s incident closed: %s slots succeeded in a row (opened %s)",
-        job.name,
-        job.alert_after_recoveries,
-        iso(incident.opened_at),
+        *(job.name, job.alert_after_recoveries, iso(incident.opened_at)),
     )
     return closed
 
