@@ -279,7 +279,6 @@ def healthz(request: HttpRequest) -> HttpResponse:
 def _incident(incident: OpenIncident | None) -> dict | None:
     if incident is None:
         return None
-    # email: sent, claimed (being sent), uncertain (the server's answer was lost), no recipient, or pending
     fields = {"reason": incident.reason, "summary": incident.summary, "opened_at": iso(incident.opened_at)}
     return {**fields, "email": incident.email, "email_sent": incident.email == "sent"}
 
@@ -302,7 +301,6 @@ def _job_health(health: Freshness, *, trusted: bool) -> dict:
     if health.error:
         body["error"] = health.error
     if lock is not None:
-        # Holder host names, error texts and who paused, with their note: only for LOCKS_HEALTHZ_TOKEN.
         hidden = {"job", "db_now"} if trusted else {"job", "db_now", *DETAILS}
         body["lock"] = {key: value for key, value in lock.as_json().items() if key not in hidden}
     return body
