@@ -240,9 +240,12 @@ ABOVE = {
 # of the free functions taking (expression, tz=); one "slot of now" (Schedule.current), one chance end
 # (Job.chance_end) (-68). Issue 36, item 4, in part: a run settles the earlier runs in one UPDATE
 # (Case/When) and prunes about hourly by its token (registry.prune_every), paid for in shorter
-# docstrings and log calls (0). A ratchet, not the goal: lower it as code is cut; raise it only with a
-# reason in the commit.
-MAX_PRODUCT_LINES = 6951
+# docstrings and log calls (0). The claimed ticks (issue 36's tick rows and claims) brought it to 7,184;
+# issue 36, item 8's budget: accidental size cut from admin, views, status, operator, checks, db,
+# schedule, registry, alerts and the commands (repeats merged, docstrings that docs/ holds, one table
+# for the metric families and the number settings' hints; -267). A ratchet, not the goal: lower it as
+# code is cut; raise it only with a reason in the commit.
+MAX_PRODUCT_LINES = 6917
 # Its Python files with code (an empty package marker is not counted): 22 until issue 25 made alerts.py
 # an app of its own, locks.contrib.alerts: an app has its own apps.py, models.py and admin.py (and jobs.py).
 # 26 with issue 39's locks.tasks (the bridge to django.tasks, imported by the runner and the checks).
