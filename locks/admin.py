@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from datetime import datetime, timedelta
 from urllib.parse import urlencode
 from zoneinfo import ZoneInfo
@@ -96,9 +97,7 @@ def tick_progress(lock) -> str:
 
 
 def status_badge(status: str) -> str:
-    if not status:
-        return "—"
-    return badge(Outcome(status).label, status)
+    return badge(Outcome(status).label, status) if status else "—"
 
 
 def outcome_badge(outcome: str) -> str:
@@ -107,9 +106,8 @@ def outcome_badge(outcome: str) -> str:
 
 
 def ledger_strip(ledger) -> str:
-    """A ``locks.status.Ledger`` as a strip of cells, oldest left, newest right: one per slot,
-    coloured by its outcome (locks/admin.css), the slot and outcome in its title; a slot a database
-    failover touched is outlined (``data-failover="yes"``)."""
+    """A ``locks.status.Ledger`` as a strip of cells, oldest left: one per slot, coloured by its
+    outcome (locks/admin.css), described in its title, outlined where a failover touched it."""
     cell = '<span class="tick-cell" data-outcome="{}" data-failover="{}" title="{}"></span>'
     slots = [(s.outcome, "yes" if s.failover else "no", s.describe(tz=ledger.timezone)) for s in ledger.slots]
     cells = format_html_join("", cell, reversed(slots))
@@ -126,18 +124,11 @@ def excerpt(text: str) -> str:
 
 
 def counts(stats: dict, *, zeros: bool = True) -> str:
-    """ "created 3 · fetched 1758 · …", by name: the JSON column keeps no key order (PostgreSQL's
-    jsonb sorts keys its own way), so one order on every backend. Without ``zeros``, only
-    the counts that are not 0."""
-    stats = stats or {}
+    """ "created 3 · fetched 1758 · …", by name (jsonb keeps no key order: one order on every
+    backend); without ``zeros``, only the counts that are not 0."""
+    shown = [(key, value) for key, value in sorted((stats or {}).items()) if not isinstance(value, dict)]
     return format_html_join(
-        " · ",
-        '<span class="nowrap">{} {}</span>',
-        (
-            (key, stats[key])
-            for key in sorted(stats)
-            if not isinstance(stats[key], dict) and (zeros or stats[key])
-        ),
+        " · ", '<span class="nowrap">{} {}</span>', [(k, v) for k, v in shown if zeros or v]
     )
 
 
@@ -209,19 +200,14 @@ class OperatorAdminMixin:
             "resume": "resume_jobs",
             "run_now": "run_now",
         }
-
-        def view(segment: str, operation: str):
-            def button(request: HttpRequest, object_id: str) -> HttpResponse:
-                return self.button_view(request, object_id, operation)
-
-            name = "force_release" if segment == "force-release" else segment
-            return path(
+        return [
+            path(
                 f"<path:object_id>/{segment}/",
-                self.admin_site.admin_view(button),
-                name=f"locks_synclock_{name}",
+                self.admin_site.admin_view(functools.partial(self.button_view, operation=operation)),
+                name=f"locks_synclock_{segment.replace('-', '_')}",
             )
-
-        return [*(view(segment, operation) for segment, operation in buttons.items()), *super().get_urls()]
+            for segment, operation in buttons.items()
+        ] + super().get_urls()
 
     def button_view(self, request: HttpRequest, object_id: str, operation: str) -> HttpResponse:
         """A button of a lock's page: the confirmation page on GET (where the operation asks first),
@@ -287,14 +273,10 @@ class OperatorAdminMixin:
 
     def _one(self, request: HttpRequest, lock: SyncLock, operation: str, by: str) -> None:
         job = lock.job_name
+        values = {"job": job}
         if operation == "force_release":
             done = force_release(job=job, expected_token=_shown(request, lock)["expected_token"], by=by)
-            values = {
-                "job": job,
-                "holder": done.previous_holder or "—",
-                "old": done.previous_token,
-                "new": done.token,
-            }
+            values.update(holder=done.previous_holder or "—", old=done.previous_token, new=done.token)
             ok = _(
                 "Released %(job)s: holder was %(holder)s (token %(old)s); new token %(new)s. "
                 "The old holder can no longer renew or release it."
@@ -303,13 +285,13 @@ class OperatorAdminMixin:
             idle = _("Nothing to release: %(job)s was not held.")
         elif operation == "pause_jobs":
             done = pause_job(job=job, by=by, note=request.POST.get(NOTE_FIELD, ""))
-            values = {"job": job, "state": done.describe(), "note": done.paused_note or gettext("no note")}
+            values.update(state=done.describe(), note=done.paused_note or gettext("no note"))
             ok = _(
                 "Paused %(job)s: no copy runs it (cron, scheduler, run_job, --force, trigger) until it is resumed."
             )
             log, idle = _("Paused: %(note)s"), _("Already paused: %(state)s.")
         elif operation == "resume_jobs":
-            done, values = resume_job(job=job, by=by), {"job": job}
+            done = resume_job(job=job, by=by)
             ok, log, idle = (
                 _("Resumed %(job)s: its next slot runs as usual."),
                 _("Resumed."),
@@ -317,7 +299,7 @@ class OperatorAdminMixin:
             )
         else:
             done = run_now(job=job, by=by)
-            values = {"job": job, "pid": done.pid}
+            values["pid"] = done.pid
             ok = _(
                 "Started a run of %(job)s in the background (pid %(pid)s): it runs under the lease; "
                 "its outcome appears in the run history."
@@ -346,11 +328,8 @@ class OperatorAdminMixin:
                 self.message_user(request, str(exc), messages.ERROR)
                 continue
             if result.detail:
-                self.message_user(
-                    request,
-                    gettext("Nothing reset: %(detail)s.") % {"detail": result.detail},
-                    messages.WARNING,
-                )
+                message = gettext("Nothing reset: %(detail)s.") % {"detail": result.detail}
+                self.message_user(request, message, messages.WARNING)
             elif not result.changed:
                 untouched += 1
             else:
@@ -378,19 +357,24 @@ RECENT_RUNS = 20
 
 
 class Styled:
-    """The badges (``locks.admin.badge``) and layout of locks/static/locks/admin.css; an
-    app's own badge kinds go in a stylesheet of its own, added by its admin's ``Media``."""
+    """The badges and layout of locks/admin.css; an app adds its own badge kinds in its admin's ``Media``."""
+
+    empty_value_display = "—"
 
     class Media:
         css = {"all": ["locks/admin.css"]}
 
 
-def timestamp(field: str, description: str):
-    """A list column showing ``field`` as "2026-11-30 14:00:00 UTC", sortable."""
+def timestamp(field: str, description: str, *, relative: bool = False):
+    """A list column showing ``field`` as "2026-11-30 14:00:00 UTC", sortable; ``relative``: under
+    how long ago it was (the database clock, ``db_now``)."""
 
     @admin.display(description=description, ordering=field)
     def show(self, obj) -> str:
-        return nowrap(absolute(getattr(obj, field), zone_of(obj)))
+        when = getattr(obj, field)
+        if relative:
+            return "—" if when is None else stacked(ago(when, now=obj.db_now), absolute(when, zone_of(obj)))
+        return nowrap(absolute(when, zone_of(obj)))
 
     return show
 
@@ -426,8 +410,7 @@ def ledgers_for(names: list[str]) -> dict[str, Ledger]:
 
 
 class LockChangeList(ChangeList):
-    """The locks list, with each registered job's tick ledger on its row (``ticks`` column), read
-    for the whole page at once."""
+    """The locks list, each registered job's tick ledger on its row, read for the whole page at once."""
 
     def get_results(self, request: HttpRequest) -> None:
         super().get_results(request)
@@ -444,16 +427,11 @@ class ReadOnlyAdminMixin:
     def has_add_permission(self, request: HttpRequest, obj=None) -> bool:
         return False
 
-    def has_change_permission(self, request: HttpRequest, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj=None) -> bool:
-        return False
+    has_change_permission = has_delete_permission = has_add_permission
 
 
 @admin.register(SyncLock)
 class SyncLockAdmin(OperatorAdminMixin, ReadOnlyAdminMixin, Styled, admin.ModelAdmin):
-    empty_value_display = "—"
     # Fits 1,400 px (tests/test_browser.py): the key columns first, the last run in one cell.
     list_display = ("job_name", "state", "holder_token", "lease", "tick_at", "last_outcome")
     list_display_links = ("job_name",)
@@ -489,12 +467,12 @@ class SyncLockAdmin(OperatorAdminMixin, ReadOnlyAdminMixin, Styled, admin.ModelA
 
     acquired = timestamp("acquired_at", _("acquired"))
     last_started = timestamp("last_started_at", _("last started"))
+    heartbeat = timestamp("heartbeat_at", _("last heartbeat"), relative=True)
+    last_finished = timestamp("last_finished_at", _("last finished"), relative=True)
 
     @admin.display(description=_("tick"), ordering="tick")
     def tick_at(self, lock: SyncLock) -> str:
-        if lock.tick is None:
-            return "—"
-        return stacked(slot_time(lock.tick, zone_of(lock)), tick_progress(lock))
+        return stacked(slot_time(lock.tick, zone_of(lock)), tick_progress(lock)) if lock.tick else "—"
 
     @admin.display(description=_("paused"))
     def pause(self, lock: SyncLock) -> str:
@@ -506,10 +484,6 @@ class SyncLockAdmin(OperatorAdminMixin, ReadOnlyAdminMixin, Styled, admin.ModelA
             "since": absolute(lock.paused_at, zone_of(lock)),
             "note": note,
         }
-
-    @admin.display(description=_("holder"), ordering="holder")
-    def lock_holder(self, lock: SyncLock) -> str:
-        return nowrap(lock.holder) if lock.holder else "—"
 
     @admin.display(description=_("state"), ordering="locked_until")
     def state(self, lock: SyncLock) -> str:
@@ -527,34 +501,18 @@ class SyncLockAdmin(OperatorAdminMixin, ReadOnlyAdminMixin, Styled, admin.ModelA
             text = gettext("in %(time)s") % {"time": timeuntil(lock.locked_until, lock.db_now)}
         return stacked(text, absolute(lock.locked_until, zone_of(lock)))
 
-    @admin.display(description=_("last heartbeat"), ordering="heartbeat_at")
-    def heartbeat(self, lock: SyncLock) -> str:
-        if lock.heartbeat_at is None:
-            return "—"
-        return stacked(ago(lock.heartbeat_at, now=lock.db_now), absolute(lock.heartbeat_at, zone_of(lock)))
-
     @admin.display(description=_("last run"), ordering="last_status")
     def last_run(self, lock: SyncLock) -> str:
         return status_badge(lock.last_status)
 
-    @admin.display(description=_("last finished"), ordering="last_finished_at")
-    def last_finished(self, lock: SyncLock) -> str:
-        if lock.last_finished_at is None:
-            return "—"
-        return stacked(
-            ago(lock.last_finished_at, now=lock.db_now), absolute(lock.last_finished_at, zone_of(lock))
-        )
-
     @admin.display(description=_("holder, fencing token"), ordering="holder")
     def holder_token(self, lock: SyncLock) -> str:
-        return stacked(
-            self.lock_holder(lock), format_html('{} <span class="token">{}</span>', _("token"), lock.token)
-        )
+        holder = nowrap(lock.holder) if lock.holder else "—"
+        return stacked(holder, format_html('{} <span class="token">{}</span>', _("token"), lock.token))
 
     @admin.display(description=_("last run, ticks"), ordering="last_status")
     def last_outcome(self, lock: SyncLock) -> str:
-        """The list's one cell for the last run: its outcome, when it finished and how long it took,
-        then the job's tick strip."""
+        """The list's one cell for the last run: outcome, when it finished, how long, the tick strip."""
         finished = lock.last_finished_at and lock.last_status != Outcome.RUNNING
         when = ago(lock.last_finished_at, now=lock.db_now) if finished else ""
         detail = " · ".join(part for part in (when, self.last_duration(lock)) if part not in {"", "—"})
@@ -587,6 +545,8 @@ class SyncLockAdmin(OperatorAdminMixin, ReadOnlyAdminMixin, Styled, admin.ModelA
         if lock is not None:
             runs = list(JobRun.objects.for_job(lock.job_name).order_by("-started_at")[:RECENT_RUNS])
             ledger = ledgers_for([lock.job_name]).get(lock.job_name)
+            zone = lock.shown_zone  # the job's: every time on its page
+            query = urlencode({"job_name": lock.job_name})  # the job's runs
             urls = {
                 name: reverse(f"admin:locks_synclock_{name}", args=[lock.pk])
                 for name in ("pause", "resume", "run_now")
@@ -595,25 +555,17 @@ class SyncLockAdmin(OperatorAdminMixin, ReadOnlyAdminMixin, Styled, admin.ModelA
                 ledger=ledger,
                 ledger_strip=ledger_strip(ledger) if ledger is not None else "",
                 ledger_rows=[
-                    {
-                        "slot": slot,
-                        "badge": outcome_badge(slot.outcome),
-                        "at": slot_time(slot.tick, lock.shown_zone),
-                    }
-                    for slot in ledger.slots
-                ]
-                if ledger
-                else [],
-                next_slots=[(slot_time(s.slot, lock.shown_zone), s.dst) for s in _next_five(lock.job_name)],
-                shown_zone=lock.shown_zone,
+                    {"slot": slot, "badge": outcome_badge(slot.outcome), "at": slot_time(slot.tick, zone)}
+                    for slot in (ledger.slots if ledger else [])
+                ],
+                next_slots=[(slot_time(s.slot, zone), s.dst) for s in _next_five(lock.job_name)],
+                shown_zone=zone,
                 paused=lock.paused_at is not None,
                 can_pause=self.has_pause_permission(request, lock),
                 can_run=self.has_run_permission(request, lock) and ledger is not None,
                 control_urls=urls,
-                recent_runs=[_run_row(run, lock.shown_zone) for run in runs],
-                runs_url=reverse("admin:locks_jobrun_changelist")
-                + "?"
-                + urlencode({"job_name": lock.job_name}),
+                recent_runs=[_run_row(run, zone) for run in runs],
+                runs_url=f"{reverse('admin:locks_jobrun_changelist')}?{query}",
                 can_force_release=(
                     lock.state in {HELD, OVERDUE} and self.has_force_release_permission(request, lock)
                 ),
@@ -647,7 +599,6 @@ def _run_row(run: JobRun, zone: str) -> dict:
 
 @admin.register(JobRun)
 class JobRunAdmin(ReadOnlyAdminMixin, Styled, admin.ModelAdmin):
-    empty_value_display = "—"
     list_display = (
         "job_name",
         "tick_at",
@@ -721,7 +672,6 @@ class JobRunAdmin(ReadOnlyAdminMixin, Styled, admin.ModelAdmin):
 
 @admin.register(Tick)
 class TickAdmin(ReadOnlyAdminMixin, Styled, admin.ModelAdmin):
-    empty_value_display = "—"
     list_display = (
         "job_name",
         "tick_at",
@@ -754,7 +704,6 @@ class TickAdmin(ReadOnlyAdminMixin, Styled, admin.ModelAdmin):
 
 @admin.register(JobPause)
 class JobPauseAdmin(ReadOnlyAdminMixin, Styled, admin.ModelAdmin):
-    empty_value_display = "—"
     list_display = ("job_name", "paused", "paused_by", "note", "resumed", "resumed_by")
     list_filter = ("job_name",)
     fields = list_display

@@ -31,58 +31,33 @@ CHECK_TAG = "locks"
 SCHEDULE_TAG = "locks_schedules"
 MIN_TOKEN_LENGTH = 32
 
-# Settings that are whole numbers: id, the least value allowed, its unit, a hint.
+# Settings that are whole numbers: id, the least value allowed, its unit; a hint by id.
 WHOLE_NUMBER = "{name} must be a whole number of {unit}, {least} or more, got {value!r}."
 NUMBERS = {
-    "LOCKS_DEFAULT_TTL": (
-        "locks.E001",
-        1,
-        "seconds",
-        "A lease that expires at once would let every copy run.",
-    ),
-    "LOCKS_RUN_RETENTION_DAYS": ("locks.E002", 1, "days", "How long each job's run history is kept."),
-    "LOCKS_TICK_WINDOW": (
-        "locks.E003",
-        0,
-        "seconds",
-        "How early a run may claim the upcoming slot; 300 is the default.",
-    ),
-    "LOCKS_MAX_CLOCK_SKEW": (
-        "locks.E004",
-        0,
-        "seconds",
-        "A host clock further off than this gets a warning.",
-    ),
-    "LOCKS_SCHEDULER_GRACE": (
-        "locks.E005",
-        0,
-        "seconds",
-        "How long a running job may finish once run_scheduler stops.",
-    ),
-    "LOCKS_TRIGGER_RATE_WINDOW": (
-        "locks.E006",
-        1,
-        "seconds",
-        "Without it the trigger could start a job again and again.",
-    ),
-    "LOCKS_TRUSTED_PROXY_COUNT": (
-        "locks.E007",
-        0,
-        "proxies",
-        "The proxies in front of the app that append to X-Forwarded-For.",
-    ),
-    "LOCKS_LEDGER_SLOTS": (
-        "locks.E008",
-        1,
-        "slots",
-        "How many recent slots the tick ledger shows; 48 is the default.",
-    ),
+    "LOCKS_DEFAULT_TTL": ("locks.E001", 1, "seconds"),
+    "LOCKS_RUN_RETENTION_DAYS": ("locks.E002", 1, "days"),
+    "LOCKS_TICK_WINDOW": ("locks.E003", 0, "seconds"),
+    "LOCKS_MAX_CLOCK_SKEW": ("locks.E004", 0, "seconds"),
+    "LOCKS_SCHEDULER_GRACE": ("locks.E005", 0, "seconds"),
+    "LOCKS_TRIGGER_RATE_WINDOW": ("locks.E006", 1, "seconds"),
+    "LOCKS_TRUSTED_PROXY_COUNT": ("locks.E007", 0, "proxies"),
+    "LOCKS_LEDGER_SLOTS": ("locks.E008", 1, "slots"),
+}
+NUMBER_HINTS = {
+    "locks.E001": "A lease that expires at once would let every copy run.",
+    "locks.E002": "How long each job's run history is kept.",
+    "locks.E003": "How early a run may claim the upcoming slot; 300 is the default.",
+    "locks.E004": "A host clock further off than this gets a warning.",
+    "locks.E005": "How long a running job may finish once run_scheduler stops.",
+    "locks.E006": "Without it the trigger could start a job again and again.",
+    "locks.E007": "The proxies in front of the app that append to X-Forwarded-For.",
+    "locks.E008": "How many recent slots the tick ledger shows; 48 is the default.",
 }
 CANNOT_IMPORT = "{where}: {what} {path!r} cannot be imported: {error}."
 NOT_CALLABLE = "{where}: {key} {path!r} is not callable."
 NOT_AN_EXCEPTION = "{where}: expected error {path!r} is not an exception class."
 NOT_A_TASK = "{where}: task {path!r} is not a django.tasks Task (decorate it with @task)."
-PATH_ACCEPTS = {"task": (is_task, "locks.E036", NOT_A_TASK)}  # else callable, locks.E022
+PATH_ACCEPTS = {"task": (is_task, "locks.E036", NOT_A_TASK)}  # else callable, locks.E022 (_import_errors)
 SHORT_TOKEN = "{name} is {length} characters long; use at least {least}."  # noqa: S105
 SHORT_TOKEN_HINT = 'Generate one with: python -c "import secrets; print(secrets.token_urlsafe(32))"'  # noqa: S105
 NOT_COLLECTORS = "LOCKS_METRICS_COLLECTORS must be a list of dotted paths of functions, got {value!r}."
@@ -117,22 +92,21 @@ SAME_TOKENS_HINT = "Give monitors a token of their own: the trigger token can st
 @register(CHECK_TAG)
 def check_lock_settings(app_configs=None, **kwargs) -> list[Error]:
     errors = []
-    for name, (code, least, unit, hint) in NUMBERS.items():
+    for name, (code, least, unit) in NUMBERS.items():
         value = getattr(settings, name)
         if not isinstance(value, int) or isinstance(value, bool) or value < least:
             message = WHOLE_NUMBER.format(name=name, unit=unit, least=least, value=value)
-            errors.append(Error(message, hint=hint, id=code))
+            errors.append(Error(message, hint=NUMBER_HINTS[code], id=code))
     slots = settings.LOCKS_LEDGER_SLOTS
     if isinstance(slots, int) and slots > MAX_LEDGER_SLOTS:
         message = TOO_MANY_SLOTS.format(most=MAX_LEDGER_SLOTS, value=slots)
-        errors.append(Error(message, hint=NUMBERS["LOCKS_LEDGER_SLOTS"][3], id="locks.E008"))
+        errors.append(Error(message, hint=NUMBER_HINTS["locks.E008"], id="locks.E008"))
     return errors
 
 
 @register(SCHEDULE_TAG)
 def check_schedules(app_configs=None, **kwargs) -> list[Error]:
-    """Each job's schedule has a slot within ``SLOT_HORIZON_YEARS`` (a valid expression may have
-    none: ``0 0 31 2 *``)."""
+    """Each job's schedule has a slot within ``SLOT_HORIZON_YEARS`` (``0 0 31 2 *`` has none)."""
     entries = job_settings()
     if job_setting_errors(entries):
         return []  # check_jobs_setting reports them; a schedule is judged once it is well formed
@@ -148,8 +122,7 @@ def check_schedules(app_configs=None, **kwargs) -> list[Error]:
 
 @register(CHECK_TAG)
 def check_metrics_collectors(app_configs=None, **kwargs) -> list[Error]:
-    """``LOCKS_METRICS_COLLECTORS``: each a dotted path of a function that ``/metrics`` calls;
-    ``/metrics`` enabled only with prometheus_client installed."""
+    """Each of ``LOCKS_METRICS_COLLECTORS`` a function; prometheus_client installed if /metrics is on."""
     paths = settings.LOCKS_METRICS_COLLECTORS
     if not isinstance(paths, list | tuple) or not all(isinstance(path, str) and path for path in paths):
         return [Error(NOT_COLLECTORS.format(value=paths), id="locks.E009")]
@@ -157,11 +130,7 @@ def check_metrics_collectors(app_configs=None, **kwargs) -> list[Error]:
     if settings.LOCKS_METRICS_TOKEN and importlib.util.find_spec("prometheus_client") is None:
         errors.append(Error(NO_PROMETHEUS, hint=NO_PROMETHEUS_HINT, id="locks.E034"))
     for path in paths:
-        errors.extend(
-            _import_errors(
-                "LOCKS_METRICS_COLLECTORS", "collector", path, callable, "locks.E022", NOT_CALLABLE
-            )
-        )
+        errors += _import_errors("LOCKS_METRICS_COLLECTORS", "collector", path)
     return errors
 
 
@@ -176,8 +145,7 @@ def check_jobs_setting(app_configs=None, **kwargs) -> list[Error]:
         where = f"LOCKS_JOBS[{name!r}]"
         for key in PATH_KEYS:
             if entry.get(key) is not None:
-                accept, code, refusal = PATH_ACCEPTS.get(key, (callable, "locks.E022", NOT_CALLABLE))
-                errors.extend(_import_errors(where, key, entry[key], accept, code, refusal))
+                errors += _import_errors(where, key, entry[key], *PATH_ACCEPTS.get(key, ()))
         for path in entry.get("expected_errors", ()):
             errors.extend(
                 _import_errors(where, "expected error", path, _is_exception, "locks.E023", NOT_AN_EXCEPTION)
@@ -185,7 +153,9 @@ def check_jobs_setting(app_configs=None, **kwargs) -> list[Error]:
     return errors
 
 
-def _import_errors(where: str, what: str, path: str, accept, code: str, refusal: str) -> list[Error]:
+def _import_errors(
+    where: str, what: str, path: str, accept=callable, code: str = "locks.E022", refusal: str = NOT_CALLABLE
+) -> list[Error]:
     """``path`` imported: E021 if it cannot be, ``code`` if what it names is not ``accept``ed."""
     try:
         target = import_string(path)
@@ -217,9 +187,8 @@ def check_tokens(app_configs=None, **kwargs) -> list[Warning]:
 
 @register(Tags.database, deploy=True)
 def check_replication(app_configs=None, databases=None, **kwargs) -> list[Warning]:
-    """On PostgreSQL, whether an acknowledged commit of a lock row survives a failover: it does
-    only when the primary waits for a synchronous standby (docs/faults.md, "Failover"). A
-    database check, as Django's own: ``check --deploy --database default`` asks the server."""
+    """On PostgreSQL, whether an acknowledged commit survives a failover: only with a synchronous
+    standby (docs/faults.md, "Failover"); ``check --deploy --database default`` asks the server."""
     using = router.db_for_write(SyncLock)
     if databases is None or using not in databases or connections[using].vendor != "postgresql":
         return []

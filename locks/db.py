@@ -17,12 +17,9 @@ from django.db.models import BigIntegerField, Func, QuerySet
 
 T = TypeVar("T")
 
-# PostgreSQL's SQLSTATE for "could not obtain lock on row" (NOWAIT, lock_timeout).
-LOCK_NOT_AVAILABLE = "55P03"
-
-
-# PostgreSQL's SQLSTATE for "relation does not exist".
-UNDEFINED_TABLE = "42P01"
+# PostgreSQL's SQLSTATEs for "could not obtain lock on row" (NOWAIT, lock_timeout) and "relation
+# does not exist".
+LOCK_NOT_AVAILABLE, UNDEFINED_TABLE = "55P03", "42P01"
 
 
 def missing_table(exc: BaseException) -> bool:
@@ -30,9 +27,7 @@ def missing_table(exc: BaseException) -> bool:
     SQLSTATE on PostgreSQL; SQLite gives only a generic error code, so by its text there."""
     if not isinstance(exc, ProgrammingError | OperationalError):
         return False
-    if getattr(exc.__cause__, "sqlstate", None) == UNDEFINED_TABLE:
-        return True
-    return "no such table" in str(exc).lower()
+    return getattr(exc.__cause__, "sqlstate", None) == UNDEFINED_TABLE or "no such table" in str(exc).lower()
 
 
 def row_locked(exc: BaseException) -> bool:
@@ -41,10 +36,8 @@ def row_locked(exc: BaseException) -> bool:
 
 
 def unlocked(rows: QuerySet, *, using: str, skip: bool) -> QuerySet:
-    """``rows`` as a filter that never waits for a row another transaction has locked, where
-    the database locks rows: ``skip``, such a row is left out (``FOR UPDATE SKIP LOCKED``);
-    otherwise the statement fails at once (``FOR UPDATE NOWAIT``: ``row_locked``). For an
-    UPDATE inside ``transaction.atomic()``. Elsewhere ``rows`` unchanged."""
+    """``rows`` as a filter that never waits for a row another transaction has locked (``skip``:
+    ``FOR UPDATE SKIP LOCKED``, else ``NOWAIT``: ``row_locked``), where the database locks rows."""
     features = connections[using].features
     if not (features.has_select_for_update_skip_locked and features.has_select_for_update_nowait):
         return rows
@@ -53,9 +46,8 @@ def unlocked(rows: QuerySet, *, using: str, skip: bool) -> QuerySet:
 
 
 def bound_transaction(*, using: str, seconds: float) -> None:
-    """On PostgreSQL, have the server end the current transaction when one of its statements,
-    a wait of one for a lock, or a pause between two of them (a frozen process: SIGSTOP, a
-    paused VM, a partition) lasts longer than ``seconds``. For this transaction only."""
+    """On PostgreSQL, have the server end the current transaction when a statement, a lock wait or
+    a pause between two statements (a frozen process) lasts longer than ``seconds``."""
     # (transaction_timeout, a bound on the whole transaction, needs PostgreSQL 17.)
     _set_local(using, ("statement_timeout", "lock_timeout", "idle_in_transaction_session_timeout"), seconds)
 
@@ -66,10 +58,8 @@ LEASE_IDLE = 5.0
 
 @contextmanager
 def lease_transaction(*, using: str, savepoint: bool = True) -> Iterator[None]:
-    """``transaction.atomic()`` for the lease's own writes (acquire, renew, release, the first
-    insert, an operator's write): on PostgreSQL the server ends it once it pauses longer than
-    ``LEASE_IDLE`` between statements (its process frozen inside it), so it never keeps its lock row
-    locked for ever. Joined into a caller's transaction, it leaves the caller's settings alone."""
+    """``transaction.atomic()`` for the lease's own writes: on PostgreSQL the server ends it once it
+    pauses longer than ``LEASE_IDLE`` between statements; a caller's transaction keeps its settings."""
     own = not connections[using].in_atomic_block
     with transaction.atomic(using=using, savepoint=savepoint):
         if own:
@@ -78,18 +68,15 @@ def lease_transaction(*, using: str, savepoint: bool = True) -> Iterator[None]:
 
 
 def mongodb_transactions(*, using: str) -> bool | None:
-    """On MongoDB, whether the server runs multi-document transactions (a replica set or a
-    sharded cluster: the backend asks ``hello``); None on other databases."""
+    """On MongoDB, whether the server runs multi-document transactions (a replica set); else None."""
     connection = connections[using]
     return connection.features._supports_transactions if connection.vendor == "mongodb" else None
 
 
 @contextmanager
 def write_transaction(*, using: str) -> Iterator[None]:
-    """On a MongoDB replica set, django-mongodb-backend's own transaction (Django's ``atomic()``
-    does nothing there), so a fenced write commits with its lease's renewal or not at all; an
-    aborted one (a write conflict, the server's transaction lifetime) is a ``DatabaseError``.
-    Elsewhere nothing: SQL has ``atomic()``, a standalone MongoDB has no transactions."""
+    """On a MongoDB replica set, django-mongodb-backend's own transaction (Django's ``atomic()`` does
+    nothing there; an aborted one is a ``DatabaseError``); elsewhere nothing (docs/mongodb.md)."""
     if not mongodb_transactions(using=using):
         yield
         return
@@ -106,15 +93,12 @@ def write_transaction(*, using: str) -> Iterator[None]:
 
 
 def bound_lock_wait(*, using: str, seconds: float) -> None:
-    """On PostgreSQL, have a statement of the current transaction that waits for a lock (a row,
-    a unique key another transaction is inserting) fail after ``seconds`` (``row_locked``)."""
+    """On PostgreSQL, a statement of this transaction that waits for a lock fails after ``seconds``."""
     _set_local(using, ("lock_timeout",), seconds)
 
 
 def _set_local(using: str, names: tuple[str, ...], seconds: float) -> None:
-    """Each server setting of ``names`` to ``seconds`` for the current transaction, on PostgreSQL.
-    No ORM way to set a server setting: set_config(name, value, true) is SET LOCAL, which lasts
-    until this transaction ends."""
+    """Each server setting of ``names`` to ``seconds`` for this transaction (SET LOCAL), on PostgreSQL."""
     connection = connections[using]
     if connection.vendor != "postgresql":
         return
@@ -136,15 +120,12 @@ def transaction_aborted(*, using: str) -> bool:
 
 
 class RowLocked(RuntimeError):
-    """A lock row stayed locked by another transaction (a write in progress) for as long as
-    the caller may wait."""
+    """A lock row stayed locked by a write in progress for as long as the caller may wait."""
 
 
 def without_waiting(operation: Callable[[], T], *, using: str, within: float, what: str) -> T:
-    """``operation()``, its statements built with ``unlocked(..., skip=False)``: in a
-    transaction of its own where the database locks rows, tried again with a short backoff
-    while it meets a locked row, for at most ``within`` seconds (0: once); then
-    ``RowLocked``, naming ``what``. Elsewhere simply ``operation()``."""
+    """``operation()`` (built with ``unlocked(..., skip=False)``) in a transaction of its own, tried
+    again while it meets a locked row for at most ``within`` seconds; then ``RowLocked``."""
     if not connections[using].features.has_select_for_update_nowait:
         return operation()
     deadline = time.monotonic() + within
@@ -199,16 +180,14 @@ class SystemId(Func):
 
 
 def history(*, using: str) -> dict:
-    """The expressions naming the server's history, by the lock row's field names, where the
-    database has one to name (PostgreSQL); elsewhere none."""
+    """The expressions naming the server's history by lock-row field (PostgreSQL); elsewhere none."""
     if connections[using].vendor != "postgresql":
         return {}
     return {"timeline": Timeline(), "system_id": SystemId()}
 
 
 def replication_settings(*, using: str) -> dict | None:
-    """``synchronous_commit`` and ``synchronous_standby_names`` of a PostgreSQL server; None
-    elsewhere or when it cannot be asked."""
+    """``synchronous_commit`` and ``synchronous_standby_names`` of a PostgreSQL server, else None."""
     connection = connections[using]
     if connection.vendor != "postgresql":
         return None
@@ -259,11 +238,8 @@ _WHITESPACE = re.compile(r"\s+")
 
 
 def safe_text(value: object, *, limit: int = LIMIT, quote: bool = False) -> str:
-    """``value`` with every non-printable character escaped (a newline as ``\\n``, ESC as
-    ``\\x1b``), cut to ``limit`` characters followed by "… (N more)".
-
-    ``quote``: in quotes, as ``repr()`` shows a string. A value that is not a string is
-    shown by a ``repr()`` whose size is bounded too (``reprlib``)."""
+    """``value`` with every non-printable character escaped, cut to ``limit`` characters followed by
+    "… (N more)"; ``quote``: as ``repr()`` shows it; not a string: a bounded ``repr()``."""
     if not isinstance(value, str):
         return _repr.repr(value)
     head, more = value[:limit], len(value) - limit
@@ -275,15 +251,13 @@ def safe_text(value: object, *, limit: int = LIMIT, quote: bool = False) -> str:
 
 
 def error_text(exc: BaseException) -> str:
-    """ "OperationalError: no such table: x": on one line, control characters escaped, at
-    most ``locks.db.LIMIT`` characters of the text (it may come from outside)."""
+    """ "OperationalError: no such table: x": one line, escaped, at most ``LIMIT`` characters of its text."""
     return f"{type(exc).__name__}: {safe_text(_WHITESPACE.sub(' ', str(exc)).strip()) or 'no details'}"
 
 
 def traceback_text(exc: BaseException, *, limit: int = TRACEBACK_LIMIT) -> str:
-    """``exc``'s formatted traceback, at most ``limit`` characters: when longer, its end
-    (the innermost frames and the exception itself), after a line saying how much was cut.
-    Control characters other than newlines are escaped (a message may come from outside)."""
+    """``exc``'s formatted traceback, control characters escaped; when longer than ``limit``, its end
+    after a line saying how much was cut."""
     text = "".join(traceback.format_exception(exc))
     text = "\n".join(safe_text(line, limit=len(line)) for line in text.splitlines())
     if len(text) <= limit:

@@ -86,13 +86,11 @@ class Change:
         return self.paused_at is not None
 
     def describe(self) -> str:
-        """How the job's pause stands after ``pause_job`` or ``resume_job``."""
-        return describe_pause(self.job, self.paused_by, self.paused_at, self.paused_note)
-
-
-def describe_pause(job: str, by: str, since: datetime | None, note: str) -> str:
-    """ "J is paused by X since T: note" (``pause_text``), or "J is not paused"."""
-    return f"{job} is {pause_text(by, since, note)}" if since is not None else f"{job} is not paused"
+        """How the job's pause stands: "J is paused by X since T: note" (``pause_text``), or "J is not
+        paused"."""
+        if not self.paused:
+            return f"{self.job} is not paused"
+        return f"{self.job} is {pause_text(self.paused_by, self.paused_at, self.paused_note)}"
 
 
 def _write(operation, *, job: str, what: str):
@@ -139,9 +137,8 @@ def _not_held(row: dict) -> str:
 
 
 def pause_job(*, job: str, by: str, note: str = "") -> Change:
-    """Pause the registered ``job`` (``UnknownJob`` otherwise) with ``note``: acquire's
-    compare-and-set then refuses every contender (cron, the scheduler, ``run_job``, ``--force``,
-    the trigger); a run holding the lease finishes. A job already paused keeps its pause."""
+    """Pause the registered ``job`` with ``note``: acquire then refuses every contender (a run
+    holding the lease finishes); a job already paused keeps its pause."""
     get_job(job)
     note = safe_text(" ".join(note.split()), limit=NOTE_LIMIT)  # one line: it goes into log lines
     ensure_lock_row(job=job)
@@ -182,10 +179,7 @@ def resume_job(*, job: str, by: str) -> Change:
             )
             logger.warning(
                 "job=%s resumed by %s; it was paused by %s since %s",
-                job,
-                by,
-                row["paused_by"],
-                iso(row["paused_at"]),
+                *(job, by, row["paused_by"], iso(row["paused_at"])),
             )
         return Change(job, changed)
 
@@ -196,11 +190,8 @@ def resume_job(*, job: str, by: str) -> Change:
 
 
 def force_release(*, job: str, expected_token: int | None = None, by: str = "") -> Change:
-    """Clear the lease on ``job`` while it is held (by the database clock) and bump the fencing
-    token, so the old holder can neither renew nor release it. With ``expected_token``, only the
-    lease with that token: the holder an operator was shown, not one that took over since. The
-    released holder's running run is ``lost_lock``, or ``succeeded`` when its fenced write had
-    committed."""
+    """Clear the lease on ``job`` while it is held and bump the fencing token; with
+    ``expected_token``, only the lease with that token (docs/architecture.md, rule 9)."""
     by = by or "unknown"
     return _write(
         lambda rows, locked: _release(job, rows, locked, expected_token, by), job=job, what="force release"
@@ -220,12 +211,8 @@ def _release(job: str, rows, locked, expected_token: int | None, by: str) -> Cha
             return Change(job, False, f"lease on {job} is now token {token}{now}; nothing released", **seen)
         if row["state"] not in {HELD, OVERDUE}:
             quiet = expected_token is None and row["state"] == FREE
-            detail = (
-                ""
-                if quiet
-                else f"lease on {job} (token {token}) is not held any more {_not_held(row)}; nothing released"
-            )
-            return Change(job, False, detail, **seen)
+            detail = f"lease on {job} (token {token}) is not held any more {_not_held(row)}; nothing released"
+            return Change(job, False, "" if quiet else detail, **seen)
         # Compare-and-set on the token read, while still held: a new holder in between, or a
         # holder that finished meanwhile, is not released.
         if (
@@ -262,12 +249,9 @@ def reset_tick(
     expected_done: bool | None = None,
     by: str = "",
 ) -> Change:
-    """Forget the tick ``job`` claimed last, its done mark and its attempts, so the next scheduled
-    run may claim any tick again (for example after a far-future ``--tick`` was stored). Only
-    while the row still shows what the operator saw (the claimed tick ``expected_tick`` and, when
-    given, the fencing token and whether the tick was done), while no lease is held and unless the
-    tick is done and not in the future (on the database clock): either would let that tick run
-    twice. Else nothing changes and ``detail`` says why."""
+    """Forget the tick ``job`` claimed last, its done mark and its attempts, while the row still
+    shows what the operator saw, no lease is held and the tick is not done and past (either would
+    let it run twice); else ``detail`` says why."""
     by = by or "unknown"
     shown = {"tick": expected_tick, "token": expected_token, "tick_done": expected_done}
     return _write(lambda rows, locked: _reset(job, rows, locked, shown, by), job=job, what="tick reset")
@@ -282,7 +266,7 @@ def _reset(job: str, rows, locked, shown: dict, by: str) -> Change:
     if tick is None:
         return Change(job, False)
     state = "done" if done else "not done"
-    detail = ""
+    seen, detail = {"previous_tick": tick, "was_done": done}, ""
     if row["state"] in {HELD, OVERDUE}:
         detail = (
             f"the lease on {job} is held by {row['holder']} (token {row['token']}) until "
@@ -301,27 +285,18 @@ def _reset(job: str, rows, locked, shown: dict, by: str) -> Change:
     if detail or not rows.filter(**matched).free().update(
         tick=None, tick_done=False, tick_attempts=0, retry_at=None
     ):
-        return Change(
-            job,
-            False,
-            f"{detail or 'the lock row changed meanwhile'}; nothing reset",
-            previous_tick=tick,
-            was_done=done,
-        )
+        return Change(job, False, f"{detail or 'the lock row changed meanwhile'}; nothing reset", **seen)
     logger.warning("job=%s claimed tick reset by %s; it was %s (%s)", job, by, iso(tick), state)
-    return Change(job, True, previous_tick=tick, was_done=done)
+    return Change(job, True, **seen)
 
 
 # --- run now -----------------------------------------------------------------------------------
 
 
 def run_now(*, job: str, by: str) -> Change:
-    """Ask for a forced run of the registered ``job`` in a background process of its own, so an
-    admin request answers at once and never runs a job itself. One compare-and-set records the
-    request on the lock row first (the job not paused, its lease free, no request pending), so a
-    second request while one is pending or running starts nothing and says why; a process that
-    cannot be started leaves a failed run with its error. The run itself is ``run_job NAME
-    --force --requested-by BY``: under the lease, stopped by a pause, recorded on its ``JobRun``."""
+    """A forced run of the registered ``job`` (``run_job NAME --force``) in a background process,
+    once the lock row records the request (``_request``); a process that cannot be started leaves
+    a failed run with its error."""
     get_job(job)
     ensure_lock_row(job=job)
 
@@ -363,9 +338,7 @@ def _request(job: str, rows, locked, by: str) -> Change:
     fields = ("state", "holder", "locked_until", "run_requested_by", "run_requested_at", *PAUSE_FIELDS)
     row = rows.with_state().values(*fields).get()
     if row["paused_at"] is not None:
-        why = (
-            f"{describe_pause(job, row['paused_by'], row['paused_at'], row['paused_note'])}: resume it first"
-        )
+        why = f"{Change(job, False, **{key: row[key] for key in PAUSE_FIELDS}).describe()}: resume it first"
     elif row["state"] in {HELD, OVERDUE}:
         why = f"{job} is running now (held by {row['holder']} until {iso(row['locked_until'])})"
     else:
@@ -374,9 +347,8 @@ def _request(job: str, rows, locked, by: str) -> Change:
 
 
 def end_run_request(*, job: str, by: str) -> None:
-    """The requested run ended (or never started): another request may start one. Like every
-    operator write, it never waits on a row locked by a write in progress past ``OPERATOR_WAIT``;
-    a request it cannot end then goes stale by itself after ``REQUEST_STALE``."""
+    """The requested run ended (or never started): another request may start one (one it cannot
+    end within ``OPERATOR_WAIT`` goes stale by itself after ``REQUEST_STALE``)."""
     try:
         _write(
             lambda rows, locked: locked.filter(run_requested_by=by).update(
@@ -401,10 +373,8 @@ def run_now_command(*, job: str, requested_by: str) -> list[str]:
 
 
 def _start(*, job: str, by: str) -> int:
-    """Start the run in the background and return its pid (``OSError`` when it cannot be). It
-    inherits this process's environment and import path (so it reaches the same database), runs in
-    a session of its own (a worker that restarts does not stop it), and writes its log line to this
-    process's stderr; a thread waits for it, so it leaves no zombie."""
+    """Start the run in a session of its own with this process's environment and import path; its
+    pid (``OSError`` when it cannot be). A thread waits for it: no zombie."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(path for path in sys.path if path)}
     process = subprocess.Popen(
         run_now_command(job=job, requested_by=by),

@@ -42,9 +42,8 @@ BUILTIN_JOBS = {
 
 
 def with_builtin_jobs(jobs, *, enabled: bool = True):
-    """``jobs`` (a ``LOCKS_JOBS`` value) with the app's own jobs added unless ``enabled`` is
-    false or ``jobs`` names them itself; anything but a dict is returned as it is (the checks
-    refuse it)."""
+    """``jobs`` (a ``LOCKS_JOBS`` value) with the app's own jobs it does not name, if ``enabled``;
+    anything but a dict as it is (the checks refuse it)."""
     if not enabled or not isinstance(jobs, dict):
         return jobs
     return {**jobs, **{name: entry for name, entry in BUILTIN_JOBS.items() if name not in jobs}}
@@ -72,24 +71,15 @@ class Job:
     retry_delays: tuple[timedelta, ...]  # after a failed tick (the scheduler's business)
     expected_errors: tuple[str, ...] = ()  # logged without a traceback
     dry_run_path: str | None = None  # no arguments, returns what a run would do
-    # Which slots run (docs/architecture.md, "Catch-up"): "latest", a slot that has not
-    # succeeded when the next one comes is superseded (missed); "all", every slot within
-    # catch_up_window of now runs once, oldest first.
+    # Which slots run: "latest" or "all" within catch_up_window (docs/jobs.md, as for what follows).
     catch_up: str = "latest"
     catch_up_window: timedelta = timedelta(seconds=86400)
-    # check_jobs opens an incident after this many failed slots in a row, or this long
-    # without a success (None: two periods of the schedule and 10 minutes).
+    # check_jobs' incidents open and close after these (alert_after None: two periods + 10 minutes).
     alert_after_failures: int = 2
     alert_after: timedelta | None = None
-    # ... and closes it after this many succeeded slots in a row.
     alert_after_recoveries: int = 2
-    # What the first run after a database failover does (docs/jobs.md): "rerun", run as usual
-    # (a slot whose run vanished with the old primary runs again); "pause", pause the job for an
-    # operator to decide (a job whose body must not be repeated).
-    on_failover: str = "rerun"
-    # The IANA zone the schedule's fields are read in; its slots are UTC instants all the
-    # same (locks.schedule: the DST rule).
-    timezone: str = schedule.DEFAULT_TIMEZONE
+    on_failover: str = "rerun"  # the first run after a database failover: "rerun" or "pause"
+    timezone: str = schedule.DEFAULT_TIMEZONE  # where the fields are read; its slots are UTC instants
     # A django.tasks Task that the slot's winner enqueues and follows, instead of a callable.
     task_path: str | None = None
 
@@ -128,8 +118,7 @@ class Job:
         return self.cron.preview(after or timezone.now(), count)
 
     def alert_delay(self, *, now: datetime) -> timedelta:
-        """How long without a success opens an incident: ``alert_after``, else two periods
-        of the schedule (around ``now``) and 10 minutes."""
+        """How long without a success opens an incident: ``alert_after``, else two periods and 10 minutes."""
         if self.alert_after is not None:
             return self.alert_after
         return 2 * self.cron.period(now) + timedelta(minutes=10)
@@ -152,11 +141,8 @@ def job_settings() -> dict:
 
 
 def jobs() -> dict[str, Job]:
-    """Every registered job, by name, in the order of ``LOCKS_JOBS`` (read once per process).
-
-    Raises ``ImproperlyConfigured`` for a setting the system checks refuse (its first
-    problem; ``manage.py check`` lists them all).
-    """
+    """Every registered job, by name, in the order of ``LOCKS_JOBS`` (read once per process);
+    ``ImproperlyConfigured`` with the first problem the system checks find."""
     return dict(_registry())
 
 
@@ -187,14 +173,10 @@ def _job(name: str, entry: dict) -> Job:
         retry_delays=tuple(timedelta(seconds=s) for s in entry.get("retry", {}).get("delays", ())),
         expected_errors=tuple(entry.get("expected_errors", ())),
         dry_run_path=entry.get("dry_run"),
-        catch_up=entry.get("catch_up", LATEST),
         catch_up_window=timedelta(seconds=entry.get("catch_up_window", DEFAULT_CATCH_UP_WINDOW)),
-        alert_after_failures=entry.get("alert_after_failures", 2),
         alert_after=timedelta(seconds=entry["alert_after"]) if "alert_after" in entry else None,
-        alert_after_recoveries=entry.get("alert_after_recoveries", 2),
-        on_failover=entry.get("on_failover", RERUN),
-        timezone=entry.get("timezone", schedule.DEFAULT_TIMEZONE),
         task_path=entry.get("task"),
+        **{key: entry[key] for key in PLAIN_KEYS if key in entry},  # else Job's defaults
     )
 
 
@@ -242,6 +224,8 @@ RERUN, PAUSE = "rerun", "pause"  # what a failover means to a job
 FAILOVER_POLICIES = (RERUN, PAUSE)
 DEFAULT_CATCH_UP_WINDOW = 86400  # seconds: a day of slots
 PATH_KEYS = ("callable", "dry_run", "task")  # dotted paths; one of callable and task is required
+# Keys a Job takes as they are.
+PLAIN_KEYS = ("catch_up", "alert_after_failures", "alert_after_recoveries", "on_failover", "timezone")
 
 # One id per problem (docs/jobs.md, Checks).
 NOT_A_DICT = "LOCKS_JOBS must be a dict of job name to job settings, got {type}."
@@ -360,8 +344,7 @@ def _entry_errors(where: str, entry) -> list[Error]:
 
 
 def next_slot_error(expression: str, *, now: datetime, tz: str = schedule.DEFAULT_TIMEZONE) -> str:
-    """Why ``expression`` (a valid cron expression) has no slot within ``SLOT_HORIZON_YEARS`` of
-    ``now``; empty when it has one."""
+    """Why ``expression`` has no slot within ``SLOT_HORIZON_YEARS`` of ``now``; empty when it has one."""
     try:
         upcoming = schedule.Schedule(expression, tz).next_slot(now)
     except SLOT_ERRORS as exc:

@@ -55,8 +55,7 @@ def zone(tz: "str | tzinfo") -> tzinfo:
 @lru_cache(maxsize=256)
 def _tzdata(name: str) -> ZoneInfo:
     """The zone ``name`` of the pinned ``tzdata`` package, never this host's own zone files (which
-    ``ZoneInfo`` reads first): every host runs a local slot at the same instant (docs/jobs.md).
-    The rest of the process (``ZoneInfo``, Django's ``TIME_ZONE``) is left as it is."""
+    ``ZoneInfo`` reads first): every host runs a local slot at the same instant (docs/jobs.md)."""
     parts = name.split("/")
     if any(part in {"", ".", ".."} for part in parts):
         raise ValueError(f"{name!r} is not an IANA zone name")
@@ -223,8 +222,7 @@ def local_label(moment: datetime, *, tz: "str | tzinfo" = DEFAULT_TIMEZONE) -> s
 
 @dataclass(frozen=True)
 class Upcoming:
-    """A slot to come: the UTC instant stored and compared, the wall clock of the job's zone,
-    and where the DST rule applied (``GAP``, ``REPEAT`` or None)."""
+    """A slot to come: its UTC instant, its wall clock in the job's zone and its DST mark (``dst_rule``)."""
 
     slot: datetime
     local: datetime
@@ -244,41 +242,34 @@ class InvalidTick(ValueError):
 
 @dataclass(frozen=True)
 class Schedule:
-    """A cron expression read in a time zone (an IANA name or a tzinfo): its slots, aware UTC
-    instants. Every moment given must be aware."""
+    """A cron expression read in a time zone (an IANA name or a tzinfo); its slots are aware UTC instants."""
 
     expression: str
     timezone: "str | tzinfo" = DEFAULT_TIMEZONE
 
-    def _prev(self, moment: datetime) -> datetime:
-        """The latest slot strictly before ``moment`` (aware UTC)."""
+    def _step(self, moment: datetime, *, forward: bool) -> datetime:
+        """The first slot strictly after ``moment`` (aware UTC), or the latest strictly before it."""
         tz = zone(self.timezone)
-        if _is_utc(tz):
-            # croniter marks some results fold=1; UTC has no fold, so drop it.
-            return _cron(self.expression, moment).get_prev(datetime).replace(fold=0)
-        return _prev_zoned(self.expression, tz, moment)
-
-    def _next(self, moment: datetime) -> datetime:
-        """The first slot strictly after ``moment`` (aware UTC)."""
-        tz = zone(self.timezone)
-        if _is_utc(tz):
-            return _cron(self.expression, moment).get_next(datetime).replace(fold=0)
-        return _next_zoned(self.expression, tz, moment)
+        if not _is_utc(tz):
+            return (_next_zoned if forward else _prev_zoned)(self.expression, tz, moment)
+        iterator = _cron(self.expression, moment)
+        # croniter marks some results fold=1; UTC has no fold, so drop it.
+        return (iterator.get_next if forward else iterator.get_prev)(datetime).replace(fold=0)
 
     def slot_at_or_before(self, now: datetime) -> datetime:
         """The latest slot at or before ``now`` (``now`` itself when it is a slot)."""
         now = _utc(now)
-        earlier = self._prev(now)  # strictly before now
-        following = self._next(earlier)
+        earlier = self._step(now, forward=False)  # strictly before now
+        following = self._step(earlier, forward=True)
         return following if following <= now else earlier
 
     def slot_before(self, moment: datetime) -> datetime:
         """The latest slot strictly before ``moment``."""
-        return self._prev(_utc(moment))
+        return self._step(_utc(moment), forward=False)
 
     def next_slot(self, after: datetime) -> datetime:
         """The first slot strictly after ``after``."""
-        return self._next(_utc(after))
+        return self._step(_utc(after), forward=True)
 
     def is_slot(self, moment: datetime) -> bool:
         return self.slot_at_or_before(moment) == _utc(moment)
@@ -294,7 +285,7 @@ class Schedule:
         """The ``count`` first slots strictly after ``after``, oldest first."""
         slots, moment = [], _utc(after)
         for _ in range(count):
-            moment = self._next(moment)
+            moment = self._step(moment, forward=True)
             slots.append(moment)
         return slots
 
@@ -304,10 +295,8 @@ class Schedule:
         return self.next_slot(now) - self.slot_at_or_before(now)
 
     def current(self, now: datetime, *, window: timedelta) -> datetime:
-        """The slot of now: the one a run at ``now`` claims. The upcoming slot if it is at most
-        ``window`` away, the window capped at a quarter of the gap around ``now`` (so a host a few
-        minutes fast names the slot its peers name); otherwise the latest slot at or before ``now``
-        (so a late or manual run claims the slot it follows, and catches it up if nobody ran it)."""
+        """The slot a run at ``now`` claims: the upcoming one if at most ``window`` (capped at a quarter
+        of the gap around ``now``) away, else the latest at or before ``now`` (docs/architecture.md)."""
         upcoming, latest = self.next_slot(now), self.slot_at_or_before(now)
         return upcoming if upcoming - _utc(now) <= min(window, (upcoming - latest) / 4) else latest
 
@@ -317,20 +306,17 @@ class Schedule:
         return min(window, (_utc(tick) - self.slot_before(tick)) / 4)
 
     def pending(self, *, claimed: datetime, settled: bool, due: datetime, oldest: datetime) -> datetime:
-        """Under catch_up "all", the slot a run up to ``due`` claims, given the tick ``claimed``
-        last: that one again while it is not ``settled`` (done, or out of attempts) and not older
-        than ``oldest`` (the catch-up window's start); else the slot after it, or the first at or
-        after ``oldest``. ``due`` itself when that lies beyond ``due`` (the lease then says why
-        there is nothing to run)."""
+        """Under catch_up "all", the slot a run up to ``due`` claims after ``claimed``: that one again
+        while not ``settled`` and not older than ``oldest`` (the window's start), else the next one
+        at or after ``oldest``; at most ``due``."""
         if not settled and claimed >= oldest:
             return min(claimed, due)
         first = oldest if self.is_slot(oldest) else self.next_slot(oldest)
         return min(max(self.next_slot(claimed), first), due)
 
     def check(self, tick: datetime) -> datetime:
-        """``tick`` in UTC, if it is a slot; else ``InvalidTick`` naming the nearest slots. How far
-        ahead a tick may lie is the lease's compare-and-set to judge, on the database clock
-        (``tick_ahead_message`` says why it refused)."""
+        """``tick`` in UTC, if it is a slot; else ``InvalidTick`` naming the nearest slots (how far
+        ahead it may lie, the lease judges: ``tick_ahead_message``)."""
         try:
             utc = _utc(tick)
             if self.is_slot(utc):
@@ -360,9 +346,8 @@ class Schedule:
         )
 
     def dst_rule(self, slot: datetime) -> str | None:
-        """Where the DST rule made ``slot``: ``GAP``, run after a spring-forward gap in place of a
-        wall time that did not exist; ``REPEAT``, a wall time that occurred twice that night; None
-        elsewhere."""
+        """Where the DST rule made ``slot``: ``GAP``, after a spring-forward gap in place of a wall
+        time that did not exist; ``REPEAT``, a wall time that occurred twice; else None."""
         tz = zone(self.timezone)
         if _is_utc(tz):
             return None
@@ -370,9 +355,7 @@ class Schedule:
         first, second = _instants(wall, tz)
         if first < second:
             return REPEAT
-        if (
-            _cron(self.expression, wall - _TINY).get_next(datetime) != wall
-        ):  # no matching wall time: moved here
+        if _cron_after(self.expression, wall - _TINY) != wall:  # no matching wall time: moved here
             return GAP
         return None
 

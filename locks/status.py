@@ -33,17 +33,17 @@ def slot_error(exc: BaseException) -> str:
 @dataclass(frozen=True)
 class LockState:
     job: str
-    state: str
-    holder: str
-    token: int | None  # None: never run
-    locked_until: datetime | None
-    heartbeat_at: datetime | None
-    tick: datetime | None
-    last_status: str
-    last_started_at: datetime | None
-    last_finished_at: datetime | None
-    last_error: str
-    db_now: datetime | None
+    state: str  # NEVER_RUN: the defaults that follow
+    holder: str = ""
+    token: int | None = None
+    locked_until: datetime | None = None
+    heartbeat_at: datetime | None = None
+    tick: datetime | None = None
+    last_status: str = ""
+    last_started_at: datetime | None = None
+    last_finished_at: datetime | None = None
+    last_error: str = ""
+    db_now: datetime | None = None
     paused_at: datetime | None = None  # an operator's pause (locks.operator)
     paused_by: str = ""
     paused_note: str = ""
@@ -68,12 +68,8 @@ def job_states() -> list[LockState]:
     """Every lock, and every job in ``LOCKS_JOBS`` that never ran, by job name; one query."""
     states = {state.job: state for state in lock_states()}
     for name in registered_jobs():
-        states.setdefault(name, _never_run(name))
+        states.setdefault(name, LockState(name, NEVER_RUN))
     return [states[name] for name in sorted(states)]
-
-
-def _never_run(job: str) -> LockState:
-    return LockState(job, NEVER_RUN, "", None, None, None, None, "", None, None, "", None)
 
 
 def _lock_state_of(row: SyncLock) -> LockState:
@@ -91,16 +87,9 @@ class JobHealth:
     last_success_at: datetime | None
     lock: LockState | None
 
-    @property
-    def last_success_age(self) -> timedelta | None:
-        if self.last_success_at is None or self.db_now is None:
-            return None
-        return self.db_now - self.last_success_at
-
 
 def jobs_health(*, jobs: Iterable[str]) -> dict[str, JobHealth]:
-    """Two queries whatever the number of jobs: their lock rows, and each one's last
-    success (the newest end of a succeeded run: the one definition), with the database's now."""
+    """Each job's lock and last success (the newest end of a succeeded run), with the database's now."""
     jobs = list(jobs)
     locks = {
         row.job_name: _lock_state_of(row) for row in SyncLock.objects.filter(job_name__in=jobs).with_state()
@@ -136,9 +125,7 @@ def jobs_health(*, jobs: Iterable[str]) -> dict[str, JobHealth]:
 class Freshness:
     job: JobHealth
     cron: Schedule  # the job's schedule, read in its time zone
-    # The oldest success that still counts as fresh: the slot before the latest
-    # slot at or before the database's now (None: the schedule's slots cannot be computed).
-    fresh_since: datetime | None
+    fresh_since: datetime | None  # the oldest success still fresh (None: no slot computable)
     error: str = ""  # why the slots cannot be computed (locks.registry.SLOT_ERRORS)
 
     @property
@@ -152,8 +139,7 @@ class Freshness:
 
     @property
     def status(self) -> str:
-        """``error`` (no slot can be computed), ``paused`` (by an operator: not judged stale),
-        ``ok`` or ``stale``: what /healthz reports for the job."""
+        """What /healthz says: ``error`` (no slot computable), ``paused`` (not judged), ``ok``, ``stale``."""
         if self.error:
             return "error"
         if self.paused:
@@ -172,15 +158,8 @@ class Freshness:
 
 
 def jobs_freshness() -> dict[str, Freshness]:
-    """Each job of ``LOCKS_JOBS``: fresh unless two of its slots passed without a
-    success, that is, its last success is at or after the slot before its latest
-    slot, which suits uneven schedules too (``0 8,9 * * *`` at 11:00, ``0 9 * * 1-5``
-    over a weekend).
-
-    Slots are taken at the database's now, like the lock's clock; two queries
-    whatever the number of jobs. Raises ``DatabaseError`` when the database cannot
-    be read.
-    """
+    """Each job of ``LOCKS_JOBS``: fresh unless two of its slots passed without a success (its last
+    success is at or after the slot before its latest, at the database's now); two queries."""
     registered = registered_jobs()
     health = jobs_health(jobs=registered)
     freshness = {}
@@ -219,8 +198,7 @@ class ScheduledJob:
     last_success: datetime | None
     next_tick: datetime | None  # None: its schedule has no slot that can be computed (``error``)
     error: str = ""
-    # Paused while an incident is open for it (open_incidents): when that incident opened.
-    paused_incident_since: datetime | None = None
+    paused_incident_since: datetime | None = None  # paused with an incident open: since when
     paused_at: datetime | None = None  # paused by an operator (by whom): its next tick will not run
     paused_by: str = ""
 
@@ -234,8 +212,7 @@ class Summary:
 
 
 def lock_summary() -> Summary:
-    """Last success and next tick of each job in ``LOCKS_JOBS``, and the number of
-    stuck locks; three queries whatever the number of jobs."""
+    """Each job's last success and next tick, and the number of stuck locks; three queries."""
     # An aggregate answers with one row even when there are no locks yet.
     locks = SyncLock.objects.aggregate(stuck=Count("pk", filter=STUCK_Q), db_now=Coalesce(Max(Now()), Now()))
     db_now = locks["db_now"]
@@ -325,8 +302,7 @@ class Ledger:
     timezone: str = "UTC"  # the job's: where its slots are shown
 
     def settled(self, *, since: datetime | None = None) -> list[Slot]:
-        """The slots whose outcome can no longer change (not pending, not running), newest
-        first; with ``since``, only those at or after it."""
+        """The slots whose outcome can no longer change, newest first; with ``since``, from it on."""
         return [
             slot for slot in self.slots if slot.outcome in SETTLED and (since is None or slot.tick >= since)
         ]
@@ -341,16 +317,12 @@ class Ledger:
         return streak
 
 
-def ledger_slots() -> int:
-    return settings.LOCKS_LEDGER_SLOTS
-
-
 def job_ledgers(*, jobs: Iterable[Job], slots: int | None = None) -> dict[str, Ledger]:
     """Each job's ledger of its last ``slots`` slots (default ``LOCKS_LEDGER_SLOTS``), by name."""
     jobs = list(jobs)
     if not jobs:
         return {}
-    count = min(slots or ledger_slots(), MAX_LEDGER_SLOTS)
+    count = min(slots or settings.LOCKS_LEDGER_SLOTS, MAX_LEDGER_SLOTS)
     db_now = database_now()
     windows, broken = {}, {}
     for job in jobs:
@@ -398,10 +370,8 @@ def job_ledgers(*, jobs: Iterable[Job], slots: int | None = None) -> dict[str, L
 def build_ledger(
     job: Job, *, ticks: list[datetime], runs: dict, lock: dict, pauses: list, db_now: datetime
 ) -> Ledger:
-    """The ledger of ``job`` over ``ticks`` (newest first), from its runs by tick, its lock row's
-    ``token``, ``locked_until``, ``tick``, ``paused_at`` and ``created_at`` (when given, the slots
-    before the one current then are left out unless they have runs: the job did not exist), and its
-    pauses (``(paused_at, resumed_at or None)``), judged at ``db_now``: no query (tests inject every part)."""
+    """The ledger of ``job`` over ``ticks`` (newest first) from its runs by tick, its lock row (no
+    slot before its ``created_at`` without runs) and its pauses, judged at ``db_now``; no query."""
     if lock.get("created_at") is not None and ticks:
         first = job.cron.slot_at_or_before(lock["created_at"])
         ticks = [tick for tick in ticks if tick >= first or tick in runs]

@@ -83,9 +83,8 @@ def run_task(lease: Lease, *, task_path: str, wait: timedelta) -> dict:
 
 
 def _enqueue(lease: Lease, task):
-    """The slot's task, enqueued in one transaction with the lease's renewal and the run's record of
-    it: on a database backend, no task without its slot's lease, and the next attempt finds it.
-    Outside the database, that transaction writes the slot's outbox row, sent once it commits."""
+    """The slot's task, enqueued in the fenced transaction (a database backend), or through the
+    slot's outbox row written in it and sent once it commits (any other)."""
     outside = not any(cls.__name__ in IN_TRANSACTION for cls in type(task.get_backend()).__mro__)
     with fenced(lease, settle=False):
         if outside:
@@ -115,9 +114,8 @@ def _arm(lease: Lease) -> None:
 
 
 def dispatch(job: str, task, *, stale: timedelta) -> dict:
-    """Send ``job``'s outbox rows not sent yet, oldest first, each claimed by a conditional UPDATE (a
-    claim older than ``stale``: its dispatcher died, taken again); token -> the TaskResult sent.
-    Its rows sent more than LOCKS_RUN_RETENTION_DAYS ago are deleted first, as its runs are."""
+    """Send ``job``'s unsent outbox rows, oldest first, each claimed first (a claim older than
+    ``stale`` is taken again); token -> the TaskResult sent. Prunes rows as its runs are."""
     retained = now_plus(-timedelta(days=settings.LOCKS_RUN_RETENTION_DAYS))
     TaskOutbox.objects.filter(job_name=job, claimed_at__lt=retained).exclude(task_id="").delete()
     sent = {}
@@ -186,9 +184,8 @@ def _failure(result) -> str:
 
 
 def _settle_outlived(lease: Lease, task) -> None:
-    """Runs of this job's earlier slots that did not see their task end (``abandoned``: their process
-    died following it; ``unknown``: they stopped at their bound) and that no later attempt of their
-    slot followed take their task's outcome, once it has one: the ledger says what the task did."""
+    """Runs of earlier slots that stopped following their task (``abandoned``, ``unknown``), with no
+    later attempt of their slot, take their task's outcome once it has one."""
     if not task.get_backend().supports_get_result:
         return
     runs = JobRun.objects.for_job(lease.job).filter(token__lt=lease.token, stats__has_key="task")

@@ -9,8 +9,8 @@ import hmac
 import ipaddress
 import logging
 import math
+from collections import namedtuple
 from collections.abc import Iterable
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from itertools import islice
 from typing import TYPE_CHECKING
@@ -38,7 +38,7 @@ from locks.status import OUTCOMES, Freshness, job_ledgers, jobs_freshness, jobs_
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
-    from prometheus_client.core import GaugeMetricFamily, Metric
+    from prometheus_client.core import Metric
 
     from locks.status import OpenIncident
 
@@ -51,19 +51,12 @@ FALSE_WORDS = ("0", "false", "no", "off")
 def boolean(word: str) -> bool | None:
     """``word`` as yes (True) or no (False), case and spaces aside; None when it is neither."""
     word = word.strip().lower()
-    if word in TRUE_WORDS:
-        return True
-    if word in FALSE_WORDS:
-        return False
-    return None
+    return True if word in TRUE_WORDS else False if word in FALSE_WORDS else None
 
 
 def bearer_token_matches(request: HttpRequest, expected: str) -> bool:
-    """``Authorization: Bearer <expected>``, compared in constant time.
-
-    Both sides are hashed first so neither the content nor the length of the
-    token shows in the timing. An empty ``expected`` never matches.
-    """
+    """``Authorization: Bearer <expected>``, compared in constant time (both sides hashed: nor the
+    token's length shows); an empty ``expected`` never matches."""
     scheme, _, given = request.headers.get("Authorization", "").partition(" ")
     if scheme.lower() != "bearer":
         given = ""
@@ -81,33 +74,18 @@ MAX_ADDRESS_LENGTH = 64
 
 
 def client_address(request: HttpRequest) -> str:
-    """The address of the client, not spoofable by default.
-
-    With ``LOCKS_TRUSTED_PROXY_COUNT = 0`` it is the TCP peer (``REMOTE_ADDR``) and
-    X-Forwarded-For is ignored. With N trusted proxies, each appends the address
-    it saw, so the client is the N-th entry from the right; entries further left
-    were written by the client and are never used. That entry is parsed and
-    written in one canonical form, so one client is one rate-limit key; anything
-    that is not an address falls back to the TCP peer.
-    """
-    remote = request.META.get("REMOTE_ADDR", "")
+    """The client's address: the TCP peer, or with N ``LOCKS_TRUSTED_PROXY_COUNT`` the N-th
+    X-Forwarded-For entry from the right, in its canonical form (one client, one rate-limit key);
+    an entry that is no address falls back to the TCP peer (docs/security.md)."""
+    hops = [hop.strip() for hop in request.META.get("HTTP_X_FORWARDED_FOR", "").split(",") if hop.strip()]
     proxies = settings.LOCKS_TRUSTED_PROXY_COUNT
-    if proxies > 0:
-        hops = [hop.strip() for hop in request.META.get("HTTP_X_FORWARDED_FOR", "").split(",")]
-        hops = [hop for hop in hops if hop]
-        if hops:
-            candidate = canonical_address(hops[-min(proxies, len(hops))])
-            if candidate is not None:
-                return candidate
-    return remote
+    candidate = canonical_address(hops[-min(proxies, len(hops))]) if proxies > 0 and hops else None
+    return candidate or request.META.get("REMOTE_ADDR", "")
 
 
 def canonical_address(value: str) -> str | None:
-    """``value`` as an address in its canonical form, or None if it is not one.
-
-    IPv6 zone ids (``fe80::1%eth0``) are dropped: they name an interface of the
-    proxy, not a different client. An IPv4-mapped IPv6 address is its IPv4 one.
-    """
+    """``value`` as an address in its canonical form (no IPv6 zone id: the proxy's interface; an
+    IPv4-mapped IPv6 address as IPv4), or None if it is not one."""
     if len(value) > MAX_ADDRESS_LENGTH:
         return None
     try:
@@ -120,9 +98,8 @@ def canonical_address(value: str) -> str | None:
 
 
 def operational(view):
-    """A view whose own 5xx answers report a state (a stale job, a database down, a failed run),
-    not a server error: Django logs them as WARNING, so its ``mail_admins`` handler does not mail
-    every probe. An exception in the view is still a 500 that Django logs and mails."""
+    """A view whose own 5xx answers report a state, not a server error: Django logs them as
+    WARNING (no ``mail_admins`` for every probe); an exception is still a 500 that is mailed."""
 
     @functools.wraps(view)
     def answer(request: HttpRequest, *args, **kwargs) -> HttpResponse:
@@ -135,20 +112,13 @@ def operational(view):
     return answer
 
 
-@dataclass(frozen=True)
-class Claim:
-    allowed: bool
-    retry_after: int = 0  # whole seconds until the key can be claimed again
-
-
+# A throttle's answer; retry_after: whole seconds until the key can be claimed again.
+Claim = namedtuple("Claim", "allowed retry_after", defaults=(0,))
 THROTTLE_OPEN = datetime(1970, 1, 1, tzinfo=UTC)  # a new key's row: claimable at once
 
 
 def throttle_claim(*, key: str, window: timedelta) -> Claim:
-    """Claim ``key`` for ``window`` if nobody claimed it within the last ``window``.
-
-    Raises ``DatabaseError`` when the database cannot be used.
-    """
+    """Claim ``key`` for ``window`` if nobody claimed it within the last ``window``."""
     claimable = Throttle.objects.filter(key=key, until__lte=Now())
     if claimable.update(until=now_plus(window)):
         return Claim(allowed=True)
@@ -210,15 +180,11 @@ def _trigger(request: HttpRequest, job: str) -> JsonResponse:
         logger.warning("job=%s trigger from %s skipped: %s", job, address, reason)
         return JsonResponse({"job": job, "outcome": "skipped", "reason": reason}, status=503)
     if not claim.allowed:
-        response = JsonResponse(
-            {
-                "error": (
-                    f"rate limited: one request per {window.total_seconds():g} s per client; "
-                    f"retry in {claim.retry_after} s"
-                )
-            },
-            status=429,
+        error = (
+            f"rate limited: one request per {window.total_seconds():g} s per client; "
+            f"retry in {claim.retry_after} s"
         )
+        response = JsonResponse({"error": error}, status=429)
         response["Retry-After"] = str(claim.retry_after)
         return response
 
@@ -276,14 +242,8 @@ def _run_payload(result: RunResult) -> dict:
 @require_safe
 @never_cache
 def healthz(request: HttpRequest) -> HttpResponse:
-    """200 while every job of ``LOCKS_JOBS`` succeeded within two slots of its schedule,
-    else 503; a paused job is reported ``paused`` and left out of that unless
-    ``LOCKS_HEALTHZ_PAUSED_UNHEALTHY``; a job whose slots cannot be computed is ``error``. ``jobs`` reports each one; the top-level fields repeat those of
-    ``LOCKS_HEALTHZ_JOB``, if set (the answer's shape before it reported every job).
-
-    Holder host names, error texts and who paused a job (and their note) only for a request that
-    carries ``LOCKS_HEALTHZ_TOKEN``.
-    """
+    """200 while every job of ``LOCKS_JOBS`` is fresh (or paused, unless
+    ``LOCKS_HEALTHZ_PAUSED_UNHEALTHY``), else 503; each job under ``jobs`` (docs/deployment.md)."""
     if settings.SECURE_SSL_REDIRECT and not request.is_secure() and "Authorization" in request.headers:
         # /healthz is exempt from the HTTPS redirect for plain probes (SECURE_REDIRECT_EXEMPT),
         # not for a request that sends credentials: it is redirected like every other.
@@ -319,7 +279,6 @@ def healthz(request: HttpRequest) -> HttpResponse:
 def _incident(incident: OpenIncident | None) -> dict | None:
     if incident is None:
         return None
-    # email: sent, claimed (being sent), uncertain (the server's answer was lost), no recipient, or pending
     fields = {"reason": incident.reason, "summary": incident.summary, "opened_at": iso(incident.opened_at)}
     return {**fields, "email": incident.email, "email_sent": incident.email == "sent"}
 
@@ -330,7 +289,7 @@ DETAILS = ("holder", "last_error", "paused_by", "paused_note")
 
 def _job_health(health: Freshness, *, trusted: bool) -> dict:
     job, lock = health.job, health.job.lock
-    age = job.last_success_age
+    age = job.db_now - job.last_success_at if job.last_success_at and job.db_now else None
     body = {
         "status": health.status,  # ok, stale, paused (not judged stale) or error (no slot computable)
         "schedule": health.cron.expression,
@@ -342,7 +301,6 @@ def _job_health(health: Freshness, *, trusted: bool) -> dict:
     if health.error:
         body["error"] = health.error
     if lock is not None:
-        # Holder host names, error texts and who paused, with their note: only for LOCKS_HEALTHZ_TOKEN.
         hidden = {"job", "db_now"} if trusted else {"job", "db_now", *DETAILS}
         body["lock"] = {key: value for key, value in lock.as_json().items() if key not in hidden}
     return body
@@ -385,8 +343,7 @@ class _Families:
 
 
 def scrape_registry() -> CollectorRegistry:
-    """A registry holding this scrape's metrics; raises ``DatabaseError`` when the database
-    cannot be read."""
+    """A registry holding this scrape's metrics (``DatabaseError`` when the database cannot be read)."""
     from prometheus_client import CollectorRegistry
 
     registry = CollectorRegistry(auto_describe=True)
@@ -396,14 +353,32 @@ def scrape_registry() -> CollectorRegistry:
     return registry
 
 
-def _gauge(name: str, documentation: str, labels: list[str]) -> GaugeMetricFamily:
-    from prometheus_client.core import GaugeMetricFamily
-
-    return GaugeMetricFamily(name, documentation, labels=labels)
+# The locks_* families, in the order a scrape shows them: name, documentation, labels.
+GAUGES = (
+    ("locks_job_last_success_timestamp_seconds", "When the job's last successful run ended.", ["job"]),
+    ("locks_job_next_tick_timestamp_seconds", "The job's next slot (UTC).", ["job"]),
+    ("locks_job_paused", "1 while an operator has paused the job.", ["job"]),
+    ("locks_job_incident_open", "1 while check_jobs has an incident open for the job.", ["job"]),
+    (
+        "locks_job_runs",
+        "Runs of the job in the run history (LOCKS_RUN_RETENTION_DAYS), by status.",
+        ["job", "status"],
+    ),
+    ("locks_job_last_duration_seconds", "How long the job's last finished run took.", ["job"]),
+    ("locks_lease_held", "1 while a holder's lease on the job is in force.", ["job"]),
+    (
+        "locks_ticks",
+        "The job's slots in the tick ledger (LOCKS_LEDGER_SLOTS), by outcome.",
+        ["job", "outcome"],
+    ),
+    ("locks_clock_skew_seconds", "This host's clock minus the database's.", []),
+)
 
 
 def job_metrics() -> list[Metric]:
     """The locks_* families, for every registered job."""
+    from prometheus_client.core import GaugeMetricFamily
+
     registered = registered_jobs()
     health = jobs_health(jobs=registered)
     ledgers = job_ledgers(jobs=registered.values())
@@ -415,28 +390,8 @@ def job_metrics() -> list[Metric]:
         .annotate(count=Count("pk"))
         .values_list("job_name", "status", "count")
     )
-    last_success = _gauge(
-        "locks_job_last_success_timestamp_seconds", "When the job's last successful run ended.", ["job"]
-    )
-    next_slot = _gauge("locks_job_next_tick_timestamp_seconds", "The job's next slot (UTC).", ["job"])
-    paused = _gauge("locks_job_paused", "1 while an operator has paused the job.", ["job"])
-    incident = _gauge(
-        "locks_job_incident_open", "1 while check_jobs has an incident open for the job.", ["job"]
-    )
-    run_counts = _gauge(
-        "locks_job_runs",
-        "Runs of the job in the run history (LOCKS_RUN_RETENTION_DAYS), by status.",
-        ["job", "status"],
-    )
-    duration = _gauge(
-        "locks_job_last_duration_seconds", "How long the job's last finished run took.", ["job"]
-    )
-    held = _gauge("locks_lease_held", "1 while a holder's lease on the job is in force.", ["job"])
-    ticks = _gauge(
-        "locks_ticks",
-        "The job's slots in the tick ledger (LOCKS_LEDGER_SLOTS), by outcome.",
-        ["job", "outcome"],
-    )
+    families = [GaugeMetricFamily(name, text, labels=labels) for name, text, labels in GAUGES]
+    last_success, next_slot, paused, incident, run_counts, duration, held, ticks, skew = families
     db_now = database_now()
     for name, job in registered.items():
         lock = health[name].lock
@@ -455,6 +410,5 @@ def job_metrics() -> list[Metric]:
     for name in registered:
         for status, _label in RECORDED:
             run_counts.add_metric([name, status], seen.get((name, status), 0))
-    skew = _gauge("locks_clock_skew_seconds", "This host's clock minus the database's.", [])
     skew.add_metric([], (timezone.now() - db_now).total_seconds())
-    return [last_success, next_slot, paused, incident, run_counts, duration, held, ticks, skew]
+    return families

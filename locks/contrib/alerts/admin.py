@@ -7,7 +7,6 @@ from locks.contrib.alerts.models import Incident
 
 @admin.register(Incident)
 class IncidentAdmin(ReadOnlyAdminMixin, Styled, admin.ModelAdmin):
-    empty_value_display = "—"
     list_display = ("job_name", "reason", "summary", "opened", "closed", "opened_mail", "closed_mail")
     list_filter = ("job_name", "reason", ("closed_at", admin.EmptyFieldListFilter))
     search_fields = ("job_name", "summary", "last_error")

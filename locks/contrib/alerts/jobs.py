@@ -63,9 +63,7 @@ def job_problem(
     resumed: datetime | None = None,
 ) -> Problem | None:
     """What is wrong with ``job``, if anything: ``alert_after_failures`` failed or missed slots in
-    a row, no success for ``alert_after`` since ``since`` (when the job was first seen, or last
-    resumed), or a schedule without a slot. The ledger starts with the job; only slots at or after
-    ``resumed`` count (a resume does not alert for the slots before the pause)."""
+    a row (at or after ``resumed``), no success for ``alert_after`` since ``since``, or no slot."""
     if ledger.error:
         return Problem("error", ledger.error)
     streak = list(takewhile(lambda slot: slot.outcome in {FAILED, MISSED}, judged(ledger, since=resumed)))
@@ -104,8 +102,7 @@ def decide(
     failover: str = "",
 ) -> Problem | str | None:
     """What check_jobs does about ``job`` now: open an incident (its ``Problem``), ``CLOSE`` the
-    open one, or nothing. A paused job neither opens nor closes one, but one that paused itself on
-    a database failover (``failover``: its pause note, rule 16) opens one: an operator decides."""
+    open one, or nothing (paused: nothing, unless a ``failover`` paused it; rule 16)."""
     if paused:
         return Problem("failover", failover) if failover and not incident_open else None
     if incident_open:
@@ -114,10 +111,8 @@ def decide(
 
 
 def check_jobs(lease: Lease) -> dict[str, int]:
-    """Open an incident for each registered job that has a problem and none open (never for a
-    paused job, but for one a failover paused), close the open incidents of jobs that recovered
-    (never while paused); then send the emails due. The incidents are written in a fenced write of a copy of ``lease``: the run
-    succeeds only once its emails are out too (a run that failed is judged again; nothing doubles)."""
+    """Open or close each watched job's incident (``decide``) in a fenced write of a copy of
+    ``lease``, then send the emails due (docs/architecture.md, "Alerts")."""
     watched = {name: job for name, job in jobs().items() if name != SELF}
     rows = SyncLock.objects.filter(job_name__in=watched)
     for name in set(watched) - set(rows.values_list("job_name", flat=True)):
@@ -176,9 +171,7 @@ def _close(job: Job, incident: Incident) -> int:
     closed = Incident.objects.filter(pk=incident.pk, closed_at__isnull=True).update(closed_at=Now())
     logger.warning(
         "job=%s incident closed: %s slots succeeded in a row (opened %s)",
-        job.name,
-        job.alert_after_recoveries,
-        iso(incident.opened_at),
+        *(job.name, job.alert_after_recoveries, iso(incident.opened_at)),
     )
     return closed
 
@@ -192,9 +185,8 @@ def _due(kind: str) -> Q:
 
 
 def send_incident_emails(*, ledgers: dict[str, Ledger]) -> int:
-    """Each opening email due, then each recovery email (after its opening one settled); every
-    one claimed on its row before it is sent, so no two runs send the same. Raises
-    ``AlertNotSent`` for the first that the mail server refused or whose answer was lost."""
+    """Each opening email due, then each recovery email (after its opening one settled), each
+    claimed on its row first; ``AlertNotSent`` for the first refused or uncertain."""
     sent = 0
     for incident in Incident.objects.filter(_due("opened_mail")).order_by("opened_at"):
         sent += _send(incident, "opened_mail", *_opening(incident, ledgers.get(incident.job_name)))
@@ -284,9 +276,8 @@ class _AlertBackend(smtp.EmailBackend):
 
 
 def hand_over(message: EmailMessage) -> tuple[str, str]:
-    """Send ``message`` on a new connection of ``EMAIL_BACKEND`` (Django's SMTP backend on a
-    staged connection): ``(SENT, "")``, ``(UNCERTAIN, error)`` when the content went out and
-    the answer did not come, else ``("unsent", error)``."""
+    """Send ``message`` on a new connection of ``EMAIL_BACKEND``: ``(SENT, "")``, ``(UNCERTAIN,
+    error)`` when the content went out without an answer, else ``("unsent", error)``."""
     backend_class = import_string(settings.EMAIL_BACKEND)
     backend = (_AlertBackend if backend_class is smtp.EmailBackend else backend_class)(fail_silently=False)
     try:

@@ -143,9 +143,7 @@ class Command(BaseCommand):
             )
             return
         state = pause_job(job=job, by=by, note=note)
-        self.stdout.write(
-            f"Paused: {state.describe()}." if state.changed else f"Already paused: {state.describe()}."
-        )
+        self.stdout.write(f"{'Paused' if state.changed else 'Already paused'}: {state.describe()}.")
 
     def ticks(self, job: str, *, last: int | None, as_json: bool) -> None:
         ledger = job_ledgers(jobs=[get_job(job)], slots=last)[job]
@@ -206,26 +204,23 @@ class Command(BaseCommand):
             raise CommandError(exc.args[0]) from exc
 
 
-def _positive(value: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        number = 0
-    if not 1 <= number <= MAX_LEDGER_SLOTS:
-        raise argparse.ArgumentTypeError(
-            f"{value!r} is not a whole number of slots, 1 or more, at most {MAX_LEDGER_SLOTS}"
-        )
-    return number
+def _slots(most: int, refusal: str):
+    """An argument type: a whole number of slots from 1 to ``most``, else ``refusal``."""
+
+    def parse(value: str) -> int:
+        try:
+            number = int(value)
+        except ValueError:
+            number = 0
+        if not 1 <= number <= most:
+            raise argparse.ArgumentTypeError(refusal.format(value=value, most=most))
+        return number
+
+    return parse
 
 
-def _slot_count(value: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        number = 0
-    if not 1 <= number <= MAX_NEXT:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number of slots from 1 to {MAX_NEXT}")
-    return number
+_positive = _slots(MAX_LEDGER_SLOTS, "{value!r} is not a whole number of slots, 1 or more, at most {most}")
+_slot_count = _slots(MAX_NEXT, "{value!r} is not a whole number of slots from 1 to {most}")
 
 
 def _local(moment: datetime | None, zone: str) -> str | None:

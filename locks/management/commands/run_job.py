@@ -18,9 +18,8 @@ from locks.schedule import InvalidTick
 
 
 class Command(BaseCommand):
-    """``run_job NAME``; a project's own command for one job subclasses it and sets
-    ``job_name`` (as ``contests`` does for ``sync_contests``): the same options, exit codes
-    and log line, without the positional argument."""
+    """``run_job NAME``; a project's own command for one job subclasses it and sets ``job_name``
+    (as ``sync_contests`` does): the same options, exit codes and log line, without the argument."""
 
     help = (
         "Run one job of LOCKS_JOBS under its lease, at most once per scheduled tick across every host. "
