@@ -332,13 +332,8 @@ def job_ledgers(*, jobs: Iterable[Job], slots: int | None = None) -> dict[str, L
             windows[job.name], broken[job.name] = [], slot_error(exc)
     names = [job.name for job in jobs]
     oldest = {name: ticks[-1] for name, ticks in windows.items() if ticks}
-    if not oldest:
-        return {
-            job.name: Ledger(job.name, db_now, [], error=broken.get(job.name, ""), timezone=job.timezone)
-            for job in jobs
-        }
     runs_of = defaultdict(lambda: defaultdict(list))
-    in_window = Q()
+    in_window = Q(pk__in=[])  # no slot of any job: no run read, its lock row still is (its pause)
     for name, since in oldest.items():
         in_window |= Q(job_name=name, tick__gte=since)
     for run in JobRun.objects.filter(in_window).order_by("started_at").values(*RUN_FIELDS, "requested_by"):
@@ -351,7 +346,8 @@ def job_ledgers(*, jobs: Iterable[Job], slots: int | None = None) -> dict[str, L
     }
     pauses = defaultdict(list)
     for pause in JobPause.objects.filter(
-        Q(resumed_at__isnull=True) | Q(resumed_at__gte=min(oldest.values())), job_name__in=names
+        Q(resumed_at__isnull=True) | Q(resumed_at__gte=min(oldest.values(), default=db_now)),
+        job_name__in=names,
     ).values_list("job_name", "paused_at", "resumed_at"):
         pauses[pause[0]].append((pause[1], pause[2]))
     ledgers = {}

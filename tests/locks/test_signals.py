@@ -118,6 +118,14 @@ def test_an_impossible_schedule_beside_a_good_one_fails_alone(settings, admin_cl
         and b"no slot that can be computed" in page.content
     )
     assert job_ledgers(jobs=[get_job("feb31")])["feb31"].slots == []
+    # Paused, alone: its ledger (so /metrics) still reads its lock row's pause.
+    pause_job(job="feb31", by="cli:test", note="")
+    ledger = job_ledgers(jobs=[get_job("feb31")])["feb31"]
+    assert (ledger.paused, ledger.slots) == (True, [])
+    assert (
+        b'locks_job_paused{job="feb31"} 1.0'
+        in client.get("/metrics", HTTP_AUTHORIZATION=f"Bearer {TOKEN}").content
+    )
 
 
 # --- 2. alerts with a recipient, delivered like reminders --------------------------------
