@@ -4,8 +4,8 @@
 The window is M minutes of wall time that starts 2 s before a minute boundary, once every replica
 has asked for each job once (its start-up burst is outside it). Per window:
 
-- CPU: each replica's utime + stime + cutime + cstime from /proc/<pid>/stat (its children
-  are waited for, so their CPU is in cutime/cstime);
+- CPU: each replica's utime + stime + cutime + cstime from /proc/<pid>/stat (the children it
+  waited for are in cutime/cstime), plus its live descendants' (a pool's workers);
 - forks: each run logs one line ``job=… tick=… holder=HOST:PID:… outcome=…`` (locks.api, INFO) in
   the process that ran it (a forked child, or a pool's worker): the PIDs of those lines with a time
   inside the window that no line before the window had, across replicas;
@@ -209,10 +209,28 @@ def _sleep_until(moment: datetime) -> None:
 
 
 def _cpu(pid: int) -> float:
-    """CPU seconds of ``pid`` and of its children it waited for."""
-    with open(f"/proc/{pid}/stat") as stat:
-        fields = stat.read().rsplit(")", 1)[1].split()
-    return sum(int(value) for value in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+    """CPU seconds of ``pid``, of the children it waited for, and of its live descendants (a pool's
+    workers, which outlive the window)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+        children = [
+            int(child)
+            for task in os.listdir(f"/proc/{pid}/task")
+            for child in _read(f"/proc/{pid}/task/{task}/children")
+        ]
+    except FileNotFoundError:  # ended meanwhile
+        return 0.0
+    own = sum(int(value) for value in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+    return own + sum(_cpu(child) for child in children)
+
+
+def _read(path: str) -> list[str]:
+    try:
+        with open(path) as found:
+            return found.read().split()
+    except FileNotFoundError:
+        return []
 
 
 def _sessions(db) -> int:
