@@ -88,7 +88,8 @@ def run_due(*names: str, log_dir: str) -> None:
     from django.db import DatabaseError, connections
     from django.utils import timezone
 
-    due, holder = _claimed(due_jobs(names, now=timezone.now()))
+    now = timezone.now()
+    due, holder = _claimed(due_jobs(names, now=now), now=now)
     connections.close_all()  # no connection is shared with a child
     sys.stdout.flush()
     sys.stderr.flush()
@@ -103,18 +104,16 @@ def run_due(*names: str, log_dir: str) -> None:
         os._exit(status if status > 0 else 1)  # not SystemExit: django-crontab would log a traceback
 
 
-def _claimed(due: list[str]) -> tuple[list[str], str | None]:
-    """The due jobs whose slot this pass claimed (locks.models.Tick: one statement; a pass on another
-    host at the same minute claims none of them), and its holder; every one, and None, when the
-    claim cannot be made (their leases decide)."""
+def _claimed(due: list[str], *, now) -> tuple[list[str], str | None]:
+    """The due jobs (at ``now``) whose slot this pass claimed (locks.models.Tick, one statement), and
+    its holder; every one, and None, when the claim cannot be made (their leases decide)."""
     from django.db import DatabaseError
-    from django.utils import timezone
 
     from locks.lease import make_holder
     from locks.models import Tick
     from locks.registry import jobs
 
-    holder, now, registered = make_holder(), timezone.now(), jobs()
+    holder, registered = make_holder(), jobs()
     ticks = {name: registered[name].cron.slot_at_or_before(now) for name in due}
     try:
         won = Tick.objects.claim([(name, ticks[name], registered[name].ttl) for name in due], holder=holder)

@@ -402,12 +402,9 @@ CLAIM_NOW = {
 
 class TickQuerySet(models.QuerySet):
     def claim(self, asks: list[tuple[str, datetime, timedelta]], *, holder: str) -> set[str]:
-        """Claim each ``(job, tick, ttl)`` for ``holder`` until the database's now plus ``ttl``; the
-        jobs whose tick this holder won: it has no row yet, its claim ended, or ``holder`` claimed it
-        already (an answer lost, asked again). One statement on PostgreSQL and SQLite; else, an ask: a
-        conditional update, and if it matched nothing the insert of the tick's row (the unique key on
-        (job, tick) refuses all but one copy's) and the update again: a loser's two commands, or three
-        when the slot's time plus ``ttl`` has passed (the new row is then anyone's claim)."""
+        """Claim each ``(job, tick, ttl)`` for ``holder`` until the database's now plus ``ttl``; the jobs
+        whose tick it won (no row yet, its claim ended, or already ``holder``'s). One statement on
+        PostgreSQL and SQLite, else at most three an ask (docs/architecture.md, "Claim before spawn")."""
         if not asks:
             return set()
         connection = connections[self.db]

@@ -26,7 +26,7 @@ from django.db import connections, reset_queries
 from django.utils import timezone
 
 from locks.db import error_text
-from locks.lease import make_holder
+from locks.lease import RETRIED, make_holder
 from locks.models import Outcome, SyncLock, Tick
 from locks.registry import SLOT_ERRORS, Job
 from locks.runner import RunResult, interrupt, run_job
@@ -534,7 +534,7 @@ class Scheduler:
         plan.claimed = False
         skip, recorded = outcome.skip, outcome.outcome.recorded
         final = skip.reason in FINAL if skip is not None else recorded == Outcome.SUCCEEDED
-        final = final or (recorded in {"failed", "lost_lock", "unknown"} and plan.again_at is None)
+        final = final or (recorded in RETRIED and plan.again_at is None)
         # Under catch_up "all" the run may have been of an earlier slot, with this one still to come.
         final = final and outcome.tick == plan.tick and not outcome.next_due_now
         return plan.job.name, plan.tick, skip.reason if skip is not None else recorded, not final
@@ -568,7 +568,7 @@ class Scheduler:
         plan.backoff = timedelta(0)
         if result.next_due_now:
             return timedelta(0)  # catch_up "all": that slot is settled, the next one is due
-        if result.outcome.recorded in {"failed", "lost_lock", "unknown"}:
+        if result.outcome.recorded in RETRIED:
             return result.retry_after  # None: the tick had its last attempt
         if skip is None:
             return None  # succeeded

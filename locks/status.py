@@ -333,10 +333,11 @@ def job_ledgers(*, jobs: Iterable[Job], slots: int | None = None) -> dict[str, L
     names = [job.name for job in jobs]
     oldest = {name: ticks[-1] for name, ticks in windows.items() if ticks}
     runs_of = defaultdict(lambda: defaultdict(list))
-    in_window = Q(pk__in=[])  # no slot of any job: no run read, its lock row still is (its pause)
+    in_window = Q()
     for name, since in oldest.items():
         in_window |= Q(job_name=name, tick__gte=since)
-    for run in JobRun.objects.filter(in_window).order_by("started_at").values(*RUN_FIELDS, "requested_by"):
+    runs = JobRun.objects.filter(in_window) if oldest else JobRun.objects.none()  # no slot: no run read
+    for run in runs.order_by("started_at").values(*RUN_FIELDS, "requested_by"):
         runs_of[run["job_name"]][run["tick"]].append(run)
     locks = {
         row["job_name"]: row

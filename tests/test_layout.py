@@ -247,7 +247,7 @@ ABOVE = {
 # schedule, registry, alerts and the commands (repeats merged, docstrings that docs/ holds, one table
 # for the metric families and the number settings' hints; -267). A ratchet, not the goal: lower it as
 # code is cut; raise it only with a reason in the commit.
-MAX_PRODUCT_LINES = 7071
+MAX_PRODUCT_LINES = 7064
 # Its Python files with code (an empty package marker is not counted): 22 until issue 25 made alerts.py
 # an app of its own, locks.contrib.alerts: an app has its own apps.py, models.py and admin.py (and jobs.py).
 # 26 with issue 39's locks.tasks (the bridge to django.tasks, imported by the runner and the checks).
