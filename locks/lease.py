@@ -16,8 +16,8 @@ from typing import Literal
 
 from django.conf import settings
 from django.db import Error, IntegrityError, connections, router, transaction
-from django.db.models import Case, F, Q, Value, When
-from django.db.models.functions import Now
+from django.db.models import Case, Exists, F, OuterRef, Q, Value, When
+from django.db.models.functions import Coalesce, Now
 from django.db.models.lookups import Exact, GreaterThanOrEqual
 from django.utils import timezone
 
@@ -140,7 +140,8 @@ class Lease:
     says what acquire found when the row came from an older one (rule 16); ``failover_slot``, that
     or the last failover's when its tick is at or before it (it may have run on the old primary). ``unconfirmed``: the
     server said its fenced COMMIT did not wait for the synchronous standby; ``interrupted_commit``, a
-    signal (SIGTERM) came during it: its outcome is unknown until read back.
+    signal (SIGTERM) came during it: its outcome is unknown until read back. ``unsettled``: runs of
+    earlier tokens may still say ``running`` or ``unknown`` (the runner settles them; rule 15).
     """
 
     job: str
@@ -160,6 +161,7 @@ class Lease:
     failover_slot: str = ""
     unconfirmed: bool = False
     interrupted_commit: bool = False
+    unsettled: bool = True
     writing: threading.Event = field(default_factory=threading.Event, repr=False)
     _lost: threading.Event = field(default_factory=threading.Event, repr=False)
 
@@ -300,6 +302,7 @@ def _lease_fields(won: dict, tick: datetime | None, retry_delays) -> dict:
         "system_id": won.get("now_system_id"),
         "failover": won["failover"],
         "failover_slot": won["failover_slot"],
+        "unsettled": won.get("unsettled", True),
     }
 
 
@@ -310,8 +313,8 @@ def _history_of_win(mine, *, job: str, tick: datetime | None, using: str, pause:
     with ``pause`` the job is paused in that stamp's transaction, so no later run misses it."""
     now = history(using=using)
     won = (
-        mine.annotate(**{f"now_{key}": value for key, value in now.items()})
-        .values(*WON, *(WON_FAILOVER if now else ()), *(f"now_{k}" for k in now))
+        mine.annotate(**{f"now_{key}": value for key, value in now.items()}, unsettled=_unsettled(job))
+        .values(*WON, *(WON_FAILOVER if now else ()), *(f"now_{k}" for k in now), "unsettled")
         .first()
     )
     if won is None:
@@ -354,6 +357,14 @@ def _history_of_win(mine, *, job: str, tick: datetime | None, using: str, pause:
             job_name=job, paused_at=paused_at, paused_by=FAILOVER_PAUSER, note=note
         )
     return won
+
+
+def _unsettled(job: str) -> Exists:
+    """Whether a run of an earlier token than the row's still says ``running``, or ``unknown`` at or
+    after its last committed token: what ``runner._record_start`` settles (rule 15)."""
+    prior = Coalesce(OuterRef("committed_token"), 0)
+    runs = JobRun.objects.for_job(job).filter(token__lt=OuterRef("token"))
+    return Exists(runs.filter(Q(status=Outcome.RUNNING) | Q(status=Outcome.UNKNOWN, token__gte=prior)))
 
 
 # Who pauses a job on a failover (``on_failover`` "pause"), as a pause names who acted.

@@ -372,34 +372,10 @@ def _unreachable(result: RunResult, exc: Exception, started: float) -> RunResult
 
 
 def _record_start(lease: Lease, *, requested_by: str) -> int | None:
-    """Settle the runs of earlier tokens in one UPDATE (rule 15: ``running`` ones lost their holder,
-    ``unknown`` ones are resolved by the lock row's last committed token), then record this one."""
+    """Settle the runs of earlier tokens when the claim saw one unsettled, then record this one."""
     try:
-        prior = lease.prior_commit or 0  # tokens start at 1: 0 names no committed write
-        committed, running, text = Q(token=prior), Q(status=Outcome.RUNNING), TextField()
-        took_over = f"token {lease.token} took over"
-        resolved = f"resolved by token {lease.token}: the lock row shows its fenced write"
-        stopped = _dead_holder(f"committed its fenced write, then stopped before recording it; {took_over}")
-        lost = f"was lost in a failover; token {lease.token_name} took over" if lease.failover else ""
-        abandoned = _dead_holder(lost or f"stopped renewing; its lease expired and {took_over}")
-        JobRun.objects.for_job(lease.job).filter(
-            running | Q(status=Outcome.UNKNOWN, token__gte=prior), token__lt=lease.token
-        ).update(
-            status=Case(
-                When(committed, then=Value(Outcome.SUCCEEDED)),
-                When(running, then=Value(Outcome.ABANDONED)),
-                default=Value(Outcome.FAILED),
-            ),
-            error=Case(
-                When(committed & running, then=stopped),
-                When(committed, then=Value(f"{resolved} committed")),
-                When(running, then=abandoned),
-                default=Value(f"{resolved} did not commit"),
-                output_field=text,
-            ),
-            finished_at=Case(When(running, then=Now()), default="finished_at"),
-            failover=Case(When(running & ~committed, then=Value(lease.failover, text)), default="failover"),
-        )
+        if lease.unsettled:
+            _settle_earlier(lease)
         return JobRun.objects.create(
             job_name=lease.job,
             tick=lease.tick,
@@ -415,6 +391,36 @@ def _record_start(lease: Lease, *, requested_by: str) -> int | None:
     except Error as exc:
         logger.warning("job=%s could not record the run start: %s", lease.job, error_text(exc))
         return None
+
+
+def _settle_earlier(lease: Lease) -> None:
+    """One UPDATE (rule 15): ``running`` runs of earlier tokens lost their holder, ``unknown`` ones
+    are resolved by the lock row's last committed token."""
+    prior = lease.prior_commit or 0  # tokens start at 1: 0 names no committed write
+    committed, running, text = Q(token=prior), Q(status=Outcome.RUNNING), TextField()
+    took_over = f"token {lease.token} took over"
+    resolved = f"resolved by token {lease.token}: the lock row shows its fenced write"
+    stopped = _dead_holder(f"committed its fenced write, then stopped before recording it; {took_over}")
+    lost = f"was lost in a failover; token {lease.token_name} took over" if lease.failover else ""
+    abandoned = _dead_holder(lost or f"stopped renewing; its lease expired and {took_over}")
+    JobRun.objects.for_job(lease.job).filter(
+        running | Q(status=Outcome.UNKNOWN, token__gte=prior), token__lt=lease.token
+    ).update(
+        status=Case(
+            When(committed, then=Value(Outcome.SUCCEEDED)),
+            When(running, then=Value(Outcome.ABANDONED)),
+            default=Value(Outcome.FAILED),
+        ),
+        error=Case(
+            When(committed & running, then=stopped),
+            When(committed, then=Value(f"{resolved} committed")),
+            When(running, then=abandoned),
+            default=Value(f"{resolved} did not commit"),
+            output_field=text,
+        ),
+        finished_at=Case(When(running, then=Now()), default="finished_at"),
+        failover=Case(When(running & ~committed, then=Value(lease.failover, text)), default="failover"),
+    )
 
 
 def _dead_holder(what: str) -> Concat:

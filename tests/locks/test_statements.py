@@ -13,7 +13,7 @@ from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from locks.lease import Lease, Skip, acquire, release, renew
-from locks.models import SyncLock
+from locks.models import JobRun, SyncLock
 from locks.runner import run_locked
 from tests.locks.conftest import register
 
@@ -168,7 +168,8 @@ def test_a_winners_no_op_scheduled_run(settings):
     """What Django sends on the run's own connection (CaptureQueriesContext, the BEGIN and COMMIT
     of the lease's transactions included; the heartbeat's connection is another). Issue 36, item 4: before, 12 on
     SQLite and 16 on PostgreSQL: two UPDATEs settled earlier runs (four when a fenced write had
-    committed) and a DELETE pruned (in a transaction of its own) on every run."""
+    committed) and a DELETE pruned (in a transaction of its own) on every run; then one UPDATE settled
+    them on every run, now only when the claim's read-back saw an unsettled one."""
     register(settings, **{JOB: {**NO_OP, "schedule": "* * * * *"}})
 
     with CaptureQueriesContext(connection) as running:
@@ -179,11 +180,11 @@ def test_a_winners_no_op_scheduled_run(settings):
     lease_write = ["BEGIN", *bound(), "UPDATE", "COMMIT"] if postgres else ["UPDATE"]
     assert verbs(running) == [
         *("BEGIN", *bound(), "UPDATE", "SELECT", "COMMIT"),  # the claim, its token read back
-        *("UPDATE", "INSERT"),  # earlier runs settled, this one's row
+        "INSERT",  # this run's row (no earlier run to settle: the claim's read saw none)
         *lease_write,  # the release
         "UPDATE",  # the run's outcome
     ], [q["sql"] for q in running]
-    assert len(running) == (12 if postgres else 8)
+    assert len(running) == (11 if postgres else 7)
 
 
 def deletes(run) -> int:
@@ -217,3 +218,22 @@ def test_runs_prune_about_hourly_by_token(settings, schedule, runs, pruned):
 
     assert deletes(run_all) == pruned
     assert SyncLock.objects.get(job_name=JOB).token == runs
+
+
+@pytest.mark.usefixtures("free_row")
+def test_a_winner_settles_earlier_runs_only_when_one_is_unsettled(settings):
+    """The claim's read-back says whether a run of an earlier token still says running; then, and
+    only then, one UPDATE settles it before this run's row is inserted."""
+    register(settings, **{JOB: {**NO_OP, "schedule": "* * * * *"}})
+    JobRun.objects.create(job_name=JOB, tick=TICK, holder="dead:1:aaaaaa", token=1, started_at=TICK)
+
+    with CaptureQueriesContext(connection) as running:
+        result = run_locked(job=JOB, tick=TICK, ttl=TTL, fn=no_op)
+    with CaptureQueriesContext(connection) as again:
+        later = run_locked(job=JOB, tick=TICK + timedelta(minutes=1), ttl=TTL, fn=no_op)
+
+    assert (result.outcome, later.outcome) == ("succeeded", "succeeded")
+    assert JobRun.objects.get(token=1).status == "abandoned"
+    settled = [q["sql"] for q in running if q["sql"].startswith('UPDATE "locks_jobrun"')]
+    assert len(settled) == 2, settled  # the settling, then this run's outcome
+    assert len([q for q in again if q["sql"].startswith('UPDATE "locks_jobrun"')]) == 1
