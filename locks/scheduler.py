@@ -537,7 +537,10 @@ class Scheduler:
         final = final or (recorded in RETRIED and plan.again_at is None)
         # Under catch_up "all" the run may have been of an earlier slot, with this one still to come.
         final = final and outcome.tick == plan.tick and not outcome.next_due_now
-        return plan.job.name, plan.tick, skip.reason if skip is not None else recorded, not final
+        status = skip.reason if skip is not None else recorded
+        if skip is not None and skip.reason == "tick_claimed" and skip.claimed_tick == skip.tick:
+            status = Outcome.SUCCEEDED  # done by a run that outlived its claim: say what happened to it
+        return plan.job.name, plan.tick, status, not final
 
     def _again_at(self, plan: _Plan, outcome: RunResult) -> datetime | None:
         """When to ask for the job again before its next slot, or None; never past the

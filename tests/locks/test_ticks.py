@@ -15,6 +15,7 @@ import pytest
 from django.db import IntegrityError, connection, transaction
 from django.test.utils import CaptureQueriesContext
 
+from locks.lease import Skip
 from locks.models import JobRun, Tick
 from locks.runner import RunResult, prune_runs
 from locks.schedule import Schedule
@@ -146,6 +147,22 @@ def test_a_loser_looks_again_after_the_claims_ttl_and_takes_a_dead_winners_tick(
 
     assert [tick for _when, tick in alive_runs.asked] == [TICK] and dead_runs.asked == []
     assert Tick.objects.values_list("holder", "status").get() == (alive.holder, "succeeded")
+
+
+def test_a_tick_done_by_a_run_that_outlived_its_claim_reads_succeeded():
+    """The first copy's run outlived its claim: a second copy claimed the tick and was told the lease
+    is held (open again), then that the tick is done: the row says succeeded, not why it was told so."""
+    clock = FakeClock(TICK)
+    ((second, second_runs),) = replicas(clock, [HOURLY], count=1)
+    Tick.objects.claim([("hourly", TICK, HOURLY.ttl)], holder="first:1:aaaaaa")
+    Tick.objects.update(until=Tick.objects.get().until - HOURLY.ttl - MINUTE)  # its claim ended
+    done = Skip("hourly", TICK, "tick_claimed", "first:1:aaaaaa", None, TICK)
+    second_runs.outcomes = [RunResult(job="hourly", tick=TICK, holder=second.holder, skip=done)]
+
+    second.step()
+
+    assert [tick for _when, tick in second_runs.asked] == [TICK]
+    assert Tick.objects.values_list("holder", "status", "until").get() == (second.holder, "succeeded", None)
 
 
 def test_without_the_tick_table_every_due_tick_is_asked_for(caplog):
