@@ -7,11 +7,12 @@ import reprlib
 import time
 import traceback
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import TypeVar
 
 from django.db import DatabaseError, Error, OperationalError, ProgrammingError, connections, transaction
 from django.db.models import BigIntegerField, Func, QuerySet
+from django.db.models.expressions import RawSQL
 
 # --- bounded waits: NOWAIT, SKIP LOCKED, server timeouts ---------------------------------
 
@@ -37,12 +38,13 @@ def row_locked(exc: BaseException) -> bool:
 
 def unlocked(rows: QuerySet, *, using: str, skip: bool) -> QuerySet:
     """``rows`` as a filter that never waits for a row another transaction has locked (``skip``:
-    ``FOR UPDATE SKIP LOCKED``, else ``NOWAIT``: ``row_locked``), where the database locks rows."""
+    ``FOR UPDATE SKIP LOCKED``, else ``NOWAIT``: ``row_locked``), where the database locks rows; in
+    autocommit too (a statement of its own), where Django's ``select_for_update()`` is refused."""
     features = connections[using].features
     if not (features.has_select_for_update_skip_locked and features.has_select_for_update_nowait):
         return rows
-    locking = rows.select_for_update(skip_locked=skip, nowait=not skip)
-    return rows.filter(pk__in=locking.values("pk"))
+    sql, params = rows.values("pk").query.get_compiler(using=using).as_sql()  # Django's SQL, its params apart
+    return rows.filter(pk__in=RawSQL(f"{sql} FOR UPDATE {'SKIP LOCKED' if skip else 'NOWAIT'}", params))  # noqa: S611
 
 
 def bound_transaction(*, using: str, seconds: float) -> None:
@@ -124,15 +126,18 @@ class RowLocked(RuntimeError):
 
 
 def without_waiting(operation: Callable[[], T], *, using: str, within: float, what: str) -> T:
-    """``operation()`` (built with ``unlocked(..., skip=False)``) in a transaction of its own, tried
-    again while it meets a locked row for at most ``within`` seconds; then ``RowLocked``."""
-    if not connections[using].features.has_select_for_update_nowait:
+    """``operation()`` (built with ``unlocked(..., skip=False)``) tried again while it meets a locked
+    row for at most ``within`` seconds; then ``RowLocked``. In a caller's transaction, in a savepoint
+    of its own (a failed statement aborts no more than it); else as it is (one statement commits by
+    itself; an operation of several opens its own transaction)."""
+    connection = connections[using]
+    if not connection.features.has_select_for_update_nowait:
         return operation()
     deadline = time.monotonic() + within
     pause = 0.05
     while True:
         try:
-            with lease_transaction(using=using):
+            with transaction.atomic(using=using) if connection.in_atomic_block else nullcontext():
                 return operation()
         except OperationalError as exc:
             if not row_locked(exc):

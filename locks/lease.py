@@ -27,6 +27,7 @@ from locks.db import (
     error_text,
     history,
     lease_transaction,
+    missing_table,
     row_locked,
     safe_text,
     sync_wait_cancelled,
@@ -247,23 +248,17 @@ def acquire(
     most = attempts_of(retry_delays)
     claim, values = _claim(rows, holder=holder, tick=tick, ttl=ttl, horizon=horizon, most=most)
     claim = unlocked(claim, using=db, skip=True)  # a row locked by a write in progress: no match
-    state = None
+    state, history_of = None, {"job": job, "tick": tick, "using": db, "pause": pause_on_failover}
     for pause in CONTENDER_PAUSES:
-        won = None
-        try:  # no savepoint: a caller's transaction (if any) is joined
-            with lease_transaction(using=db, savepoint=False):
-                won = claim.update(**values) and _history_of_win(
-                    rows.filter(holder=holder), job=job, tick=tick, using=db, pause=pause_on_failover
-                )
-                if won and tick is None and retries is not None:  # the row is this transaction's
-                    tick, won["tick_attempts"] = _retry_claimed(
-                        rows.filter(token=won["token"]), retries, most
-                    )
-        except Error:  # its COMMIT got no answer: the claim may have committed, read it back
-            mine = {"job": job, "holder": holder, "tick": tick, "retry_delays": retry_delays}
-            if not won or (lease := read_back_claim(**mine, ttl=ttl)) is None:
+        try:  # each statement commits by itself (in a caller's transaction it joins that one)
+            won = claim.update(**values) and _history_of_win(rows.filter(holder=holder), **history_of)
+        except Error as exc:  # no answer: the claim may have committed, read it back
+            if missing_table(exc) or connections[db].in_atomic_block:
                 raise
-            return lease
+            if (won := read_back_claim(rows, holder=holder, ttl=ttl, **history_of)) is None:
+                raise
+        if won and tick is None and retries is not None:  # the row is this lease's while it holds it
+            tick, won["tick_attempts"] = _retry_claimed(rows.filter(token=won["token"]), retries, most)
         if won:
             _warn_on_skew(job=job, db_now=won["acquired_at"])
             fields = _lease_fields(won, tick, retry_delays)
@@ -302,7 +297,7 @@ def _lease_fields(won: dict, tick: datetime | None, retry_delays) -> dict:
         "system_id": won.get("now_system_id"),
         "failover": won["failover"],
         "failover_slot": won["failover_slot"],
-        "unsettled": won.get("unsettled", True),
+        "unsettled": won["unsettled"],
     }
 
 
@@ -350,12 +345,13 @@ def _history_of_win(mine, *, job: str, tick: datetime | None, using: str, pause:
         if pause:  # on_failover "pause": in this transaction, so no later run can miss the failover
             note = failover_pause_note(won["failover"])
             stamp.update(paused_at=Now(), paused_by=FAILOVER_PAUSER, paused_note=note)
-    mine.update(**stamp)
-    if pause and won["failover"]:  # the pause's history, as pause_job writes it
-        paused_at = mine.values_list("paused_at", flat=True).get()
-        JobPause.objects.using(using).create(
-            job_name=job, paused_at=paused_at, paused_by=FAILOVER_PAUSER, note=note
-        )
+    with lease_transaction(using=using):  # the stamp and the pause's history together
+        mine.update(**stamp)
+        if pause and won["failover"]:  # the pause's history, as pause_job writes it
+            paused_at = mine.values_list("paused_at", flat=True).get()
+            JobPause.objects.using(using).create(
+                job_name=job, paused_at=paused_at, paused_by=FAILOVER_PAUSER, note=note
+            )
     return won
 
 
@@ -647,17 +643,23 @@ def read_back_commit(lease: Lease) -> bool | None:
     return None  # a later lease committed since: the row no longer tells about this one
 
 
-def read_back_claim(
-    *, job: str, holder: str, tick: datetime | None, ttl: timedelta, retry_delays
-) -> Lease | None:
-    """The lease ``holder`` won if acquire's claim committed though its answer was lost, else None."""
-    row = _read_back(job, seconds=ttl.total_seconds())
-    held = row and row["holder"] == holder and row["locked_until"] is not None
-    if not held or row["locked_until"] < row["db_now"]:
-        return None
-    won = {**row, "now_timeline": row["timeline"], "now_system_id": row["system_id"]}
-    fields = _lease_fields({**won, "failover": "", "failover_slot": ""}, tick, retry_delays)
-    return Lease(job, holder, row["token"], tick, ttl, row["acquired_at"], **fields)
+def read_back_claim(rows, *, holder: str, ttl: timedelta, **history_of) -> dict | None:
+    """What ``_history_of_win`` reads if acquire's claim committed though its answer was lost, else
+    None: on a new connection, once no statement holds the row (its own may still be running on
+    the server), tried again for at most ``READ_BACK_SECONDS`` (at most the TTL)."""
+    using = history_of["using"]
+    deadline = time.monotonic() + min(ttl.total_seconds(), READ_BACK_SECONDS)
+    delay = 0.1
+    while True:
+        connections[using].close()  # the old connection is broken, or in an unknown state
+        try:
+            mine = unlocked(rows, using=using, skip=False).filter(holder=holder).held()
+            return _history_of_win(mine, **history_of)
+        except Error:  # unreachable, or the row still locked by that statement
+            if time.monotonic() + delay > deadline:
+                return None
+            time.sleep(delay)
+            delay = min(delay * 2, 5.0)
 
 
 def _read_back(job: str, *, seconds: float) -> dict | None:

@@ -20,7 +20,7 @@ from django.db import router
 from django.db.models import F, Q
 from django.db.models.functions import Now
 
-from locks.db import RowLocked, error_text, safe_text, unlocked, without_waiting
+from locks.db import RowLocked, error_text, lease_transaction, safe_text, unlocked, without_waiting
 from locks.lease import CREATE_WAIT, NOTE_LIMIT, LockError, create_lock_row, iso, pause_text
 from locks.models import (
     EXPIRED,
@@ -99,8 +99,13 @@ def _write(operation, *, job: str, what: str):
     using = router.db_for_write(SyncLock)
     rows = SyncLock.objects.using(using).for_job(job)
     try:
+
+        def write():
+            with lease_transaction(using=using):
+                return operation(rows, unlocked(rows, using=using, skip=False))
+
         return without_waiting(
-            lambda: operation(rows, unlocked(rows, using=using, skip=False)),
+            write,
             using=using,
             within=OPERATOR_WAIT,
             what=f"{what} of {job}",

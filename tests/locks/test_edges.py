@@ -1,5 +1,5 @@
 """The edges the model of the lease found (tests/locks/test_model.py, issue 35), each pinned down as
-an example: a claim whose COMMIT answer was lost, a signal during the fenced COMMIT, a lease of an
+an example: a claim whose answer was lost, a signal during the fenced COMMIT, a lease of an
 older database history releasing or reading back the new holder's. On SQLite and PostgreSQL."""
 
 from __future__ import annotations
@@ -48,13 +48,33 @@ def write(lease: Lease) -> None:
         SlotWrite.objects.create(job=lease.job, tick=lease.tick, token=lease.token, holder=lease.holder)
 
 
-def test_a_claim_whose_commit_answer_was_lost_is_read_back_and_its_body_runs():
-    """Was: "database unreachable", no run, and the slot's one attempt used by a lease nobody ran
-    under (the ledger: missed)."""
-    SyncLock.objects.create(job_name="job")  # acquire's first COMMIT is the claim's
+@contextmanager
+def after_the_claim(exc: BaseException):
+    """The claim's UPDATE of the lock row (a statement that commits by itself) takes effect, then
+    ``exc`` is raised: its answer lost."""
+    sent = []
 
-    with after_the_next_commit(OperationalError("server closed the connection unexpectedly")):
+    def claim(execute, sql, params, many, context):
+        result = execute(sql, params, many, context)
+        if sql.startswith('UPDATE "locks_synclock"') and not sent:
+            sent.append(sql)
+            raise exc
+        return result
+
+    with connections[DEFAULT_DB_ALIAS].execute_wrapper(claim):
+        yield sent
+
+
+def test_a_claim_whose_answer_was_lost_is_read_back_and_its_body_runs():
+    """Was: "database unreachable", no run, and the slot's one attempt used by a lease nobody ran
+    under (the ledger: missed). The claim was a transaction whose COMMIT answer was lost then; it is
+    a statement that commits by itself now."""
+    SyncLock.objects.create(job_name="job")  # acquire's first UPDATE is the claim
+
+    with after_the_claim(OperationalError("server closed the connection unexpectedly")) as sent:
         result = run_locked(job="job", tick=TICK, ttl=TTL, fn=write, retry_delays=ONE_ATTEMPT)
+
+    assert len(sent) == 1
 
     assert (result.outcome, result.token, result.attempt) == ("succeeded", 1, 1)
     assert SlotWrite.objects.get().token == 1

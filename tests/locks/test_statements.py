@@ -23,20 +23,8 @@ JOB, TTL = "statements", timedelta(minutes=5)
 TICK = datetime(2030, 1, 1, tzinfo=UTC)
 
 
-def bound() -> list[str]:
-    """On PostgreSQL each transaction of the lease's own first sets its server bound (SELECT
-    set_config: idle_in_transaction_session_timeout, issue 35), so a frozen process never keeps its
-    row locked for ever: one statement more there."""
-    return ["SELECT"] if connection.vendor == "postgresql" else []
-
-
 def verbs(queries) -> list[str]:
     return [q["sql"].split(None, 1)[0].upper() for q in queries]
-
-
-def statements(queries) -> list[str]:
-    """Every statement but the transaction's own BEGIN and COMMIT (a SAVEPOINT counts)."""
-    return [verb for verb in verbs(queries) if verb not in {"BEGIN", "COMMIT"}]
 
 
 @pytest.fixture
@@ -57,15 +45,17 @@ def test_acquire_and_release_take_three_statements_on_the_happy_path(tick):
 
     assert isinstance(lease, Lease) and lease.token == 2
     assert released
-    # The compare-and-set, then the winner's read of its token.
-    assert statements(acquiring) == [*bound(), "UPDATE", "SELECT"], [q["sql"] for q in acquiring]
-    assert statements(releasing) == [*bound(), "UPDATE"], [q["sql"] for q in releasing]
-    assert len(statements(acquiring)) + len(statements(releasing)) <= 3 + 2 * len(bound())
+    # The compare-and-set, then the winner's read of its token; each commits by itself (no BEGIN,
+    # no COMMIT, no server bound: there is no transaction a frozen process could keep open).
+    assert verbs(acquiring) == ["UPDATE", "SELECT"], [q["sql"] for q in acquiring]
+    assert verbs(releasing) == ["UPDATE"], [q["sql"] for q in releasing]
 
 
 @pytest.mark.usefixtures("free_row")
-def test_the_winner_reads_its_token_in_the_transaction_of_its_update():
-    """So the read sees the state the UPDATE made, not a later one."""
+def test_the_winner_reads_its_own_row_after_its_update_each_in_autocommit():
+    """Issue 36, item 4: the claim and its read were one transaction (BEGIN, the server's bound,
+    UPDATE, SELECT, COMMIT). Each is a statement of its own now: the read matches the winner's
+    holder, so it sees the state the UPDATE made while the lease is its own, or nothing."""
     seen = []
 
     def record(execute, sql, params, many, context):
@@ -76,11 +66,7 @@ def test_the_winner_reads_its_token_in_the_transaction_of_its_update():
         lease = acquire(job=JOB, tick=TICK, ttl=TTL)
 
     assert isinstance(lease, Lease)
-    assert [(verb, atomic) for verb, atomic in seen if verb != "BEGIN"] == [
-        *((verb, True) for verb in bound()),
-        ("UPDATE", True),
-        ("SELECT", True),
-    ]
+    assert seen == [("UPDATE", False), ("SELECT", False)]
     row = SyncLock.objects.get(job_name=JOB)
     assert (lease.token, lease.acquired_at) == (row.token, row.acquired_at)
 
@@ -91,20 +77,19 @@ def test_inside_a_callers_transaction_acquire_adds_no_savepoint():
         lease = acquire(job=JOB, tick=TICK, ttl=TTL)
 
     assert isinstance(lease, Lease)
-    assert statements(acquiring) == ["UPDATE", "SELECT"], [q["sql"] for q in acquiring]
+    assert verbs(acquiring) == ["UPDATE", "SELECT"], [q["sql"] for q in acquiring]
 
 
 @pytest.mark.usefixtures("free_row")
 def test_renew_is_one_statement():
-    """On PostgreSQL in a transaction of its own: its UPDATE never waits on a locked row
-    (FOR UPDATE NOWAIT in its subquery, which Django allows only inside a transaction)."""
+    """In autocommit: its UPDATE never waits on a locked row (FOR UPDATE NOWAIT in its subquery,
+    written by locks.db.unlocked, which Django's select_for_update() refuses outside a transaction)."""
     lease = acquire(job=JOB, tick=TICK, ttl=TTL)
 
     with CaptureQueriesContext(connection) as renewing:
         renew(lease=lease)
 
-    assert statements(renewing) == [*bound(), "UPDATE"]
-    assert len(verbs(renewing)) == (4 if connection.vendor == "postgresql" else 1)
+    assert verbs(renewing) == ["UPDATE"]
 
 
 @pytest.mark.usefixtures("free_row")
@@ -117,7 +102,7 @@ def test_a_loser_learns_why_in_two_statements():
 
     assert isinstance(skip, Skip) and skip.reason == "held"
     # The compare-and-set that matched nothing, then one read of who holds it.
-    assert statements(losing) == [*bound(), "UPDATE", "SELECT"]
+    assert verbs(losing) == ["UPDATE", "SELECT"]
 
 
 @pytest.mark.usefixtures("free_row")
@@ -168,23 +153,22 @@ def test_a_winners_no_op_scheduled_run(settings):
     """What Django sends on the run's own connection (CaptureQueriesContext, the BEGIN and COMMIT
     of the lease's transactions included; the heartbeat's connection is another). Issue 36, item 4: before, 12 on
     SQLite and 16 on PostgreSQL: two UPDATEs settled earlier runs (four when a fenced write had
-    committed) and a DELETE pruned (in a transaction of its own) on every run; then one UPDATE settled
-    them on every run, now only when the claim's read-back saw an unsettled one."""
+    committed) and a DELETE pruned (in a transaction of its own) on every run; then 12 on PostgreSQL
+    (11 on SQLite): one UPDATE settled them on every run, now only when the claim's read saw an
+    unsettled one, and the claim and the release were transactions of their own (BEGIN, the server's
+    bound, COMMIT), now statements that commit by themselves: 5 on every database."""
     register(settings, **{JOB: {**NO_OP, "schedule": "* * * * *"}})
 
     with CaptureQueriesContext(connection) as running:
         result = run_locked(job=JOB, tick=TICK, ttl=TTL, fn=no_op)
 
     assert result.outcome == "succeeded" and result.token == 2  # token 2 of a job every minute: no prune
-    postgres = connection.vendor == "postgresql"
-    lease_write = ["BEGIN", *bound(), "UPDATE", "COMMIT"] if postgres else ["UPDATE"]
     assert verbs(running) == [
-        *("BEGIN", *bound(), "UPDATE", "SELECT", "COMMIT"),  # the claim, its token read back
+        *("UPDATE", "SELECT"),  # the claim, its token read back
         "INSERT",  # this run's row (no earlier run to settle: the claim's read saw none)
-        *lease_write,  # the release
+        "UPDATE",  # the release
         "UPDATE",  # the run's outcome
     ], [q["sql"] for q in running]
-    assert len(running) == (11 if postgres else 7)
 
 
 def deletes(run) -> int:
