@@ -180,18 +180,20 @@ def _shown(request: HttpRequest, lock: SyncLock) -> dict:
     return shown
 
 
+def _permission(codename: str):
+    def has_permission(self, request: HttpRequest, obj: SyncLock | None = None) -> bool:
+        return request.user.has_perm(f"{self.opts.app_label}.{codename}_synclock")
+
+    return has_permission
+
+
 class OperatorAdminMixin:
     """For ``SyncLockAdmin``: each operator's write as a list action and a button on a lock's page,
     permission-gated, confirmed first where it can harm, its outcome a message and a ``LogEntry``."""
 
-    def has_force_release_permission(self, request: HttpRequest, obj: SyncLock | None = None) -> bool:
-        return request.user.has_perm(f"{self.opts.app_label}.force_release_synclock")
-
-    def has_pause_permission(self, request: HttpRequest, obj: SyncLock | None = None) -> bool:
-        return request.user.has_perm(f"{self.opts.app_label}.pause_synclock")
-
-    def has_run_permission(self, request: HttpRequest, obj: SyncLock | None = None) -> bool:
-        return request.user.has_perm(f"{self.opts.app_label}.run_synclock")
+    has_force_release_permission = _permission("force_release")
+    has_pause_permission = _permission("pause")
+    has_run_permission = _permission("run")
 
     def get_urls(self):
         buttons = {
@@ -292,11 +294,8 @@ class OperatorAdminMixin:
             log, idle = _("Paused: %(note)s"), _("Already paused: %(state)s.")
         elif operation == "resume_jobs":
             done = resume_job(job=job, by=by)
-            ok, log, idle = (
-                _("Resumed %(job)s: its next slot runs as usual."),
-                _("Resumed."),
-                _("Not paused: %(job)s."),
-            )
+            ok, log = _("Resumed %(job)s: its next slot runs as usual."), _("Resumed.")
+            idle = _("Not paused: %(job)s.")
         else:
             done = run_now(job=job, by=by)
             values["pid"] = done.pid
@@ -478,12 +477,9 @@ class SyncLockAdmin(OperatorAdminMixin, ReadOnlyAdminMixin, Styled, admin.ModelA
     def pause(self, lock: SyncLock) -> str:
         if lock.paused_at is None:
             return gettext("not paused")
-        note = f": {lock.paused_note}" if lock.paused_note else ""
-        return gettext("paused by %(by)s since %(since)s%(note)s") % {
-            "by": lock.paused_by,
-            "since": absolute(lock.paused_at, zone_of(lock)),
-            "note": note,
-        }
+        values = {"by": lock.paused_by, "since": absolute(lock.paused_at, zone_of(lock))}
+        values["note"] = f": {lock.paused_note}" if lock.paused_note else ""
+        return gettext("paused by %(by)s since %(since)s%(note)s") % values
 
     @admin.display(description=_("state"), ordering="locked_until")
     def state(self, lock: SyncLock) -> str:
@@ -599,33 +595,17 @@ def _run_row(run: JobRun, zone: str) -> dict:
 
 @admin.register(JobRun)
 class JobRunAdmin(ReadOnlyAdminMixin, Styled, admin.ModelAdmin):
+    # Its end: on its page (the start and the duration fit 1,400 px).
     list_display = (
-        "job_name",
-        "tick_at",
-        "run_status",
-        "run_holder",
-        "started",
-        "run_duration",
-        "key_counts",
-        "requested_by",
-        "error_excerpt",
-    )  # its end: on its page (the start and the duration fit 1,400 px)
+        *("job_name", "tick_at", "run_status", "run_holder", "started", "run_duration", "key_counts"),
+        *("requested_by", "error_excerpt"),
+    )
     list_filter = ("job_name", "status", "requested_by", "started_at")
     date_hierarchy = "started_at"
     search_fields = ("job_name", "holder", "error")
     fields = (
-        "job_name",
-        "tick_at",
-        "run_status",
-        "holder",
-        "token",
-        "started",
-        "finished",
-        "run_duration",
-        "key_counts",
-        "requested_by",
-        "error",
-        "run_traceback",
+        *("job_name", "tick_at", "run_status", "holder", "token", "started", "finished", "run_duration"),
+        *("key_counts", "requested_by", "error", "run_traceback"),
     )
     readonly_fields = fields
 
@@ -688,10 +668,7 @@ class TickAdmin(ReadOnlyAdminMixin, Styled, admin.ModelAdmin):
     readonly_fields = fields
     claimed_until = timestamp("until", _("claimed until"))
     first_claimed = timestamp("created_at", _("first claimed"))
-
-    @admin.display(description=_("tick"), ordering="tick")
-    def tick_at(self, row: Tick) -> str:
-        return nowrap(absolute(row.tick))
+    tick_at = timestamp("tick", _("tick"))
 
     @admin.display(description=_("status"), ordering="status")
     def tick_status(self, row: Tick) -> str:
