@@ -126,10 +126,8 @@ def excerpt(text: str) -> str:
 def counts(stats: dict, *, zeros: bool = True) -> str:
     """ "created 3 · fetched 1758 · …", by name (jsonb keeps no key order: one order on every
     backend); without ``zeros``, only the counts that are not 0."""
-    shown = [(key, value) for key, value in sorted((stats or {}).items()) if not isinstance(value, dict)]
-    return format_html_join(
-        " · ", '<span class="nowrap">{} {}</span>', [(k, v) for k, v in shown if zeros or v]
-    )
+    shown = [(k, v) for k, v in sorted((stats or {}).items()) if not isinstance(v, dict) and (zeros or v)]
+    return format_html_join(" · ", '<span class="nowrap">{} {}</span>', shown)
 
 
 # --- the operator's writes: actions, buttons, one confirmation page ---------------------------
@@ -364,6 +362,11 @@ class Styled:
         css = {"all": ["locks/admin.css"]}
 
 
+def column(description: str, show, *, ordering: str | None = None):
+    """A list column: ``show(obj)`` under ``description``."""
+    return admin.display(description=description, ordering=ordering)(lambda self, obj: show(obj))
+
+
 def timestamp(field: str, description: str, *, relative: bool = False):
     """A list column showing ``field`` as "2026-11-30 14:00:00 UTC", sortable; ``relative``: under
     how long ago it was (the database clock, ``db_now``)."""
@@ -497,9 +500,7 @@ class SyncLockAdmin(OperatorAdminMixin, ReadOnlyAdminMixin, Styled, admin.ModelA
             text = gettext("in %(time)s") % {"time": timeuntil(lock.locked_until, lock.db_now)}
         return stacked(text, absolute(lock.locked_until, zone_of(lock)))
 
-    @admin.display(description=_("last run"), ordering="last_status")
-    def last_run(self, lock: SyncLock) -> str:
-        return status_badge(lock.last_status)
+    last_run = column(_("last run"), lambda lock: status_badge(lock.last_status), ordering="last_status")
 
     @admin.display(description=_("holder, fencing token"), ordering="holder")
     def holder_token(self, lock: SyncLock) -> str:
@@ -614,25 +615,13 @@ class JobRunAdmin(ReadOnlyAdminMixin, Styled, admin.ModelAdmin):
     started = timestamp("started_at", _("started"))
     finished = timestamp("finished_at", _("finished"))
 
-    @admin.display(description=_("tick"), ordering="tick")
-    def tick_at(self, run: JobRun) -> str:
-        return nowrap(absolute(run.tick)) if run.tick else gettext("forced")
-
-    @admin.display(description=_("holder"), ordering="holder")
-    def run_holder(self, run: JobRun) -> str:
-        return nowrap(run.holder)
-
-    @admin.display(description=_("status"), ordering="status")
-    def run_status(self, run: JobRun) -> str:
-        return status_badge(run.status)
-
-    @admin.display(description=_("duration"))
-    def run_duration(self, run: JobRun) -> str:
-        return duration(run.started_at, run.finished_at)
-
-    @admin.display(description=_("counts"))
-    def key_counts(self, run: JobRun) -> str:
-        return counts(run.stats, zeros=False) or "—"
+    tick_at = column(
+        _("tick"), lambda run: nowrap(absolute(run.tick)) if run.tick else gettext("forced"), ordering="tick"
+    )
+    run_holder = column(_("holder"), lambda run: nowrap(run.holder), ordering="holder")
+    run_status = column(_("status"), lambda run: status_badge(run.status), ordering="status")
+    run_duration = column(_("duration"), lambda run: duration(run.started_at, run.finished_at))
+    key_counts = column(_("counts"), lambda run: counts(run.stats, zeros=False) or "—")
 
     @admin.display(description=_("traceback"))
     def run_traceback(self, run: JobRun) -> str:
