@@ -163,11 +163,10 @@ def jobs_freshness() -> dict[str, Freshness]:
     for name, job in registered.items():
         now = health[name].db_now or timezone.now()
         try:
-            _latest, before_latest = job.cron.previous(now, 2)
+            fresh_since, error = job.cron.previous(now, 2)[1], ""  # the slot before the latest
         except SLOT_ERRORS as exc:  # that job's failure: the others are still judged
-            freshness[name] = Freshness(health[name], job.cron, None, error=slot_error(exc))
-            continue
-        freshness[name] = Freshness(job=health[name], cron=job.cron, fresh_since=before_latest)
+            fresh_since, error = None, slot_error(exc)
+        freshness[name] = Freshness(health[name], job.cron, fresh_since, error)
     return freshness
 
 
@@ -244,6 +243,7 @@ RUN_FIELDS = (
     *("job_name", "tick", "token", "status", "holder", "started_at", "finished_at", "error"),
     *("timeline", "failover"),  # the database history of each run, and a failover it met (rule 16)
 )
+LOCK_FIELDS = ("job_name", "token", "locked_until", "tick", "paused_at", "created_at")
 
 
 @dataclass(frozen=True)
@@ -325,12 +325,7 @@ def job_ledgers(*, jobs: Iterable[Job], slots: int | None = None) -> dict[str, L
     runs = JobRun.objects.filter(in_window) if oldest else JobRun.objects.none()  # no slot: no run read
     for run in runs.order_by("started_at").values(*RUN_FIELDS, "requested_by"):
         runs_of[run["job_name"]][run["tick"]].append(run)
-    locks = {
-        row["job_name"]: row
-        for row in SyncLock.objects.filter(job_name__in=names).values(
-            "job_name", "token", "locked_until", "tick", "paused_at", "created_at"
-        )
-    }
+    locks = {row["job_name"]: row for row in SyncLock.objects.filter(job_name__in=names).values(*LOCK_FIELDS)}
     pauses = defaultdict(list)
     for pause in JobPause.objects.filter(
         Q(resumed_at__isnull=True) | Q(resumed_at__gte=min(oldest.values(), default=db_now)),
