@@ -208,18 +208,9 @@ def _release(job: str, rows, locked, expected_token: int | None, by: str) -> Cha
             return Change(job, False, "" if quiet else detail, **seen)
         # Compare-and-set on the token read, while still held: a new holder in between, or a
         # holder that finished meanwhile, is not released.
-        if (
-            rows.filter(token=token)
-            .held()
-            .update(
-                holder="",
-                locked_until=None,
-                token=F("token") + 1,
-                last_finished_at=Now(),
-                last_status=Outcome.RELEASED,
-                last_error=f"force-released by {by}; holder was {holder}",
-            )
-        ):
+        cleared = {"holder": "", "locked_until": None, "token": F("token") + 1, "last_finished_at": Now()}
+        last = {"last_status": Outcome.RELEASED, "last_error": f"force-released by {by}; holder was {holder}"}
+        if rows.filter(token=token).held().update(**cleared, **last):
             committed = row["committed_token"] == token
             JobRun.objects.for_job(job).filter(token=token, status=Outcome.RUNNING).update(
                 status=Outcome.SUCCEEDED if committed else Outcome.LOST_LOCK,
@@ -274,9 +265,8 @@ def _reset(job: str, rows, locked, shown: dict, by: str) -> Change:
         detail = f"the claimed tick {iso(tick)} of {job} is done: a reset would let that slot run twice"
     # Compare-and-set on what was read, the lease free (the row is locked meanwhile where it can be).
     matched = {"token": row["token"], "tick": tick, "tick_done": done}
-    if detail or not rows.filter(**matched).free().update(
-        tick=None, tick_done=False, tick_attempts=0, retry_at=None
-    ):
+    cleared = {"tick": None, "tick_done": False, "tick_attempts": 0, "retry_at": None}
+    if detail or not rows.filter(**matched).free().update(**cleared):
         return Change(job, False, f"{detail or 'the lock row changed meanwhile'}; nothing reset", **seen)
     logger.warning("job=%s claimed tick reset by %s; it was %s (%s)", job, by, iso(tick), state)
     return Change(job, True, **seen)
