@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from datetime import datetime, timedelta
 from urllib.parse import urlencode
@@ -134,13 +135,13 @@ def counts(stats: dict, *, zeros: bool = True) -> str:
 
 SHOWN = {"token": "shown-%s", "tick": "shown-tick-%s", "done": "shown-done-%s"}  # what the page showed
 NOTE_FIELD = "note"
-# operation: (permission, title, whether it asks first)
+# operation: (permission, title, whether it asks first, its button's URL segment on a lock's page)
 OPERATIONS = {
-    "force_release": ("force_release", _("Force-release job locks?"), True),
-    "reset_tick": ("force_release", _("Reset the claimed tick of job locks?"), True),
-    "pause_jobs": ("pause", _("Pause jobs?"), True),
-    "resume_jobs": ("pause", None, False),
-    "run_now": ("run", None, False),
+    "force_release": ("force_release", _("Force-release job locks?"), True, "force-release"),
+    "reset_tick": ("force_release", _("Reset the claimed tick of job locks?"), True, None),
+    "pause_jobs": ("pause", _("Pause jobs?"), True, "pause"),
+    "resume_jobs": ("pause", None, False, "resume"),
+    "run_now": ("run", None, False, "run_now"),
 }
 
 
@@ -168,13 +169,11 @@ def _shown(request: HttpRequest, lock: SyncLock) -> dict:
         shown = {"expected_token": int(token) if token is not None else None}
     except ValueError:
         shown = {"expected_token": -1}
-    try:
-        if tick is not None and done in {"0", "1"}:
+    if tick is not None and done in {"0", "1"}:
+        with contextlib.suppress(ValueError):
             shown.update(
                 expected_tick=datetime.fromisoformat(tick) if tick else None, expected_done=done == "1"
             )
-    except ValueError:
-        pass
     return shown
 
 
@@ -194,12 +193,7 @@ class OperatorAdminMixin:
     has_run_permission = _permission("run")
 
     def get_urls(self):
-        buttons = {
-            "force-release": "force_release",
-            "pause": "pause_jobs",
-            "resume": "resume_jobs",
-            "run_now": "run_now",
-        }
+        buttons = {row[3]: operation for operation, row in OPERATIONS.items() if row[3]}
         return [
             path(
                 f"<path:object_id>/{segment}/",
@@ -244,20 +238,13 @@ class OperatorAdminMixin:
         return None
 
     def confirmation(self, request: HttpRequest, locks: list[SyncLock], operation: str, *, action: bool):
-        rows = [
-            {
-                "lock": lock,
-                "state": self.state(lock),
-                "lease": self.lease(lock),
-                "tick": self.tick_at(lock),
-                "fields": [
-                    (SHOWN["token"] % lock.pk, lock.token),
-                    (SHOWN["tick"] % lock.pk, iso(lock.tick) or ""),
-                    (SHOWN["done"] % lock.pk, int(lock.tick_done)),
-                ],
-            }
-            for lock in locks
-        ]
+        rows = []
+        for lock in locks:
+            shown = {"token": lock.token, "tick": iso(lock.tick) or "", "done": int(lock.tick_done)}
+            cells = {"state": self.state(lock), "lease": self.lease(lock), "tick": self.tick_at(lock)}
+            rows.append(
+                {"lock": lock, **cells, "fields": [(SHOWN[key] % lock.pk, shown[key]) for key in SHOWN]}
+            )
         context = {
             **self.admin_site.each_context(request),
             "title": OPERATIONS[operation][1],
@@ -543,7 +530,6 @@ class SyncLockAdmin(OperatorAdminMixin, ReadOnlyAdminMixin, Styled, admin.ModelA
             runs = list(JobRun.objects.for_job(lock.job_name).order_by("-started_at")[:RECENT_RUNS])
             ledger = ledgers_for([lock.job_name]).get(lock.job_name)
             zone = lock.shown_zone  # the job's: every time on its page
-            query = urlencode({"job_name": lock.job_name})  # the job's runs
             urls = {
                 name: reverse(f"admin:locks_synclock_{name}", args=[lock.pk])
                 for name in ("pause", "resume", "run_now")
@@ -562,7 +548,7 @@ class SyncLockAdmin(OperatorAdminMixin, ReadOnlyAdminMixin, Styled, admin.ModelA
                 can_run=self.has_run_permission(request, lock) and ledger is not None,
                 control_urls=urls,
                 recent_runs=[_run_row(run, zone) for run in runs],
-                runs_url=f"{reverse('admin:locks_jobrun_changelist')}?{query}",
+                runs_url=f"{reverse('admin:locks_jobrun_changelist')}?{urlencode({'job_name': lock.job_name})}",
                 can_force_release=(
                     lock.state in {HELD, OVERDUE} and self.has_force_release_permission(request, lock)
                 ),
