@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, fields, replace
 from datetime import datetime, timedelta
 from functools import reduce
+from itertools import takewhile
 from operator import or_
 
 from django.apps import apps
@@ -265,9 +266,8 @@ class Slot:
     def describe(self, *, tz: str = "UTC") -> str:
         """ "2026-12-02 09:00 UTC failed (2 attempts)": a cell's title, a line of an email; in
         another zone, "2027-03-28 03:00 CEST (01:00 UTC) failed"."""
-        text = f"{local_label(self.tick, tz=tz)} {self.outcome}"
-        if zone_name(tz) != "UTC":
-            text = f"{local_label(self.tick, tz=tz)} ({self.tick:%H:%M} UTC) {self.outcome}"
+        utc = f" ({self.tick:%H:%M} UTC)" if zone_name(tz) != "UTC" else ""
+        text = f"{local_label(self.tick, tz=tz)}{utc} {self.outcome}"
         if self.outcome == FAILED:
             text += f" ({self.attempts} attempt{'s' if self.attempts != 1 else ''})"
         if self.failover:
@@ -297,12 +297,7 @@ class Ledger:
 
     def failed_in_a_row(self, *, since: datetime | None = None) -> list[Slot]:
         """The failed slots in a row, counted back from the newest settled one."""
-        streak = []
-        for slot in self.settled(since=since):
-            if slot.outcome != FAILED:
-                break
-            streak.append(slot)
-        return streak
+        return list(takewhile(lambda slot: slot.outcome == FAILED, self.settled(since=since)))
 
 
 def job_ledgers(*, jobs: Iterable[Job], slots: int | None = None) -> dict[str, Ledger]:
