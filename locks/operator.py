@@ -301,11 +301,8 @@ def run_now(*, job: str, by: str) -> Change:
 def _request(job: str, rows, locked, by: str) -> Change:
     """Run now's compare-and-set: the job not paused, its lease free, no request pending."""
     fresh = Q(run_requested_at__isnull=True) | Q(run_requested_at__lt=now_plus(-REQUEST_STALE))
-    if (
-        locked.free()
-        .filter(fresh, paused_at__isnull=True)
-        .update(run_requested_at=Now(), run_requested_by=by)
-    ):
+    asked = {"run_requested_at": Now(), "run_requested_by": by}
+    if locked.free().filter(fresh, paused_at__isnull=True).update(**asked):
         return Change(job, True)
     fields = ("state", "holder", "locked_until", "run_requested_by", "run_requested_at", *PAUSE_FIELDS)
     row = rows.with_state().values(*fields).get()
@@ -346,13 +343,9 @@ def _start(*, job: str, by: str) -> int:
     """Start the run in a session of its own with this process's environment and import path; its
     pid (``OSError`` when it cannot be). A thread waits for it: no zombie."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(path for path in sys.path if path)}
+    detached = {"stdin": subprocess.DEVNULL, "stdout": subprocess.DEVNULL, "start_new_session": True}
     process = subprocess.Popen(
-        run_now_command(job=job, requested_by=by),
-        cwd=os.getcwd(),
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        start_new_session=True,
+        run_now_command(job=job, requested_by=by), cwd=os.getcwd(), env=env, **detached
     )
     threading.Thread(target=process.wait, name=f"run-now-{job}-{process.pid}", daemon=True).start()
     return process.pid
