@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from datetime import datetime, timedelta
 from urllib.parse import urlencode
@@ -126,23 +127,21 @@ def excerpt(text: str) -> str:
 def counts(stats: dict, *, zeros: bool = True) -> str:
     """ "created 3 · fetched 1758 · …", by name (jsonb keeps no key order: one order on every
     backend); without ``zeros``, only the counts that are not 0."""
-    shown = [(key, value) for key, value in sorted((stats or {}).items()) if not isinstance(value, dict)]
-    return format_html_join(
-        " · ", '<span class="nowrap">{} {}</span>', [(k, v) for k, v in shown if zeros or v]
-    )
+    shown = [(k, v) for k, v in sorted((stats or {}).items()) if not isinstance(v, dict) and (zeros or v)]
+    return format_html_join(" · ", '<span class="nowrap">{} {}</span>', shown)
 
 
 # --- the operator's writes: actions, buttons, one confirmation page ---------------------------
 
 SHOWN = {"token": "shown-%s", "tick": "shown-tick-%s", "done": "shown-done-%s"}  # what the page showed
 NOTE_FIELD = "note"
-# operation: (permission, title, whether it asks first)
+# operation: (permission, title, whether it asks first, its button's URL segment on a lock's page)
 OPERATIONS = {
-    "force_release": ("force_release", _("Force-release job locks?"), True),
-    "reset_tick": ("force_release", _("Reset the claimed tick of job locks?"), True),
-    "pause_jobs": ("pause", _("Pause jobs?"), True),
-    "resume_jobs": ("pause", None, False),
-    "run_now": ("run", None, False),
+    "force_release": ("force_release", _("Force-release job locks?"), True, "force-release"),
+    "reset_tick": ("force_release", _("Reset the claimed tick of job locks?"), True, None),
+    "pause_jobs": ("pause", _("Pause jobs?"), True, "pause"),
+    "resume_jobs": ("pause", None, False, "resume"),
+    "run_now": ("run", None, False, "run_now"),
 }
 
 
@@ -170,36 +169,31 @@ def _shown(request: HttpRequest, lock: SyncLock) -> dict:
         shown = {"expected_token": int(token) if token is not None else None}
     except ValueError:
         shown = {"expected_token": -1}
-    try:
-        if tick is not None and done in {"0", "1"}:
+    if tick is not None and done in {"0", "1"}:
+        with contextlib.suppress(ValueError):
             shown.update(
                 expected_tick=datetime.fromisoformat(tick) if tick else None, expected_done=done == "1"
             )
-    except ValueError:
-        pass
     return shown
+
+
+def _permission(codename: str):
+    def has_permission(self, request: HttpRequest, obj: SyncLock | None = None) -> bool:
+        return request.user.has_perm(f"{self.opts.app_label}.{codename}_synclock")
+
+    return has_permission
 
 
 class OperatorAdminMixin:
     """For ``SyncLockAdmin``: each operator's write as a list action and a button on a lock's page,
     permission-gated, confirmed first where it can harm, its outcome a message and a ``LogEntry``."""
 
-    def has_force_release_permission(self, request: HttpRequest, obj: SyncLock | None = None) -> bool:
-        return request.user.has_perm(f"{self.opts.app_label}.force_release_synclock")
-
-    def has_pause_permission(self, request: HttpRequest, obj: SyncLock | None = None) -> bool:
-        return request.user.has_perm(f"{self.opts.app_label}.pause_synclock")
-
-    def has_run_permission(self, request: HttpRequest, obj: SyncLock | None = None) -> bool:
-        return request.user.has_perm(f"{self.opts.app_label}.run_synclock")
+    has_force_release_permission = _permission("force_release")
+    has_pause_permission = _permission("pause")
+    has_run_permission = _permission("run")
 
     def get_urls(self):
-        buttons = {
-            "force-release": "force_release",
-            "pause": "pause_jobs",
-            "resume": "resume_jobs",
-            "run_now": "run_now",
-        }
+        buttons = {row[3]: operation for operation, row in OPERATIONS.items() if row[3]}
         return [
             path(
                 f"<path:object_id>/{segment}/",
@@ -244,20 +238,13 @@ class OperatorAdminMixin:
         return None
 
     def confirmation(self, request: HttpRequest, locks: list[SyncLock], operation: str, *, action: bool):
-        rows = [
-            {
-                "lock": lock,
-                "state": self.state(lock),
-                "lease": self.lease(lock),
-                "tick": self.tick_at(lock),
-                "fields": [
-                    (SHOWN["token"] % lock.pk, lock.token),
-                    (SHOWN["tick"] % lock.pk, iso(lock.tick) or ""),
-                    (SHOWN["done"] % lock.pk, int(lock.tick_done)),
-                ],
-            }
-            for lock in locks
-        ]
+        rows = []
+        for lock in locks:
+            shown = {"token": lock.token, "tick": iso(lock.tick) or "", "done": int(lock.tick_done)}
+            cells = {"state": self.state(lock), "lease": self.lease(lock), "tick": self.tick_at(lock)}
+            rows.append(
+                {"lock": lock, **cells, "fields": [(SHOWN[key] % lock.pk, shown[key]) for key in SHOWN]}
+            )
         context = {
             **self.admin_site.each_context(request),
             "title": OPERATIONS[operation][1],
@@ -292,11 +279,8 @@ class OperatorAdminMixin:
             log, idle = _("Paused: %(note)s"), _("Already paused: %(state)s.")
         elif operation == "resume_jobs":
             done = resume_job(job=job, by=by)
-            ok, log, idle = (
-                _("Resumed %(job)s: its next slot runs as usual."),
-                _("Resumed."),
-                _("Not paused: %(job)s."),
-            )
+            ok, log = _("Resumed %(job)s: its next slot runs as usual."), _("Resumed.")
+            idle = _("Not paused: %(job)s.")
         else:
             done = run_now(job=job, by=by)
             values["pid"] = done.pid
@@ -363,6 +347,11 @@ class Styled:
 
     class Media:
         css = {"all": ["locks/admin.css"]}
+
+
+def column(description: str, show, *, ordering: str | None = None):
+    """A list column: ``show(obj)`` under ``description``."""
+    return admin.display(description=description, ordering=ordering)(lambda self, obj: show(obj))
 
 
 def timestamp(field: str, description: str, *, relative: bool = False):
@@ -478,12 +467,9 @@ class SyncLockAdmin(OperatorAdminMixin, ReadOnlyAdminMixin, Styled, admin.ModelA
     def pause(self, lock: SyncLock) -> str:
         if lock.paused_at is None:
             return gettext("not paused")
-        note = f": {lock.paused_note}" if lock.paused_note else ""
-        return gettext("paused by %(by)s since %(since)s%(note)s") % {
-            "by": lock.paused_by,
-            "since": absolute(lock.paused_at, zone_of(lock)),
-            "note": note,
-        }
+        values = {"by": lock.paused_by, "since": absolute(lock.paused_at, zone_of(lock))}
+        values["note"] = f": {lock.paused_note}" if lock.paused_note else ""
+        return gettext("paused by %(by)s since %(since)s%(note)s") % values
 
     @admin.display(description=_("state"), ordering="locked_until")
     def state(self, lock: SyncLock) -> str:
@@ -501,9 +487,7 @@ class SyncLockAdmin(OperatorAdminMixin, ReadOnlyAdminMixin, Styled, admin.ModelA
             text = gettext("in %(time)s") % {"time": timeuntil(lock.locked_until, lock.db_now)}
         return stacked(text, absolute(lock.locked_until, zone_of(lock)))
 
-    @admin.display(description=_("last run"), ordering="last_status")
-    def last_run(self, lock: SyncLock) -> str:
-        return status_badge(lock.last_status)
+    last_run = column(_("last run"), lambda lock: status_badge(lock.last_status), ordering="last_status")
 
     @admin.display(description=_("holder, fencing token"), ordering="holder")
     def holder_token(self, lock: SyncLock) -> str:
@@ -546,7 +530,6 @@ class SyncLockAdmin(OperatorAdminMixin, ReadOnlyAdminMixin, Styled, admin.ModelA
             runs = list(JobRun.objects.for_job(lock.job_name).order_by("-started_at")[:RECENT_RUNS])
             ledger = ledgers_for([lock.job_name]).get(lock.job_name)
             zone = lock.shown_zone  # the job's: every time on its page
-            query = urlencode({"job_name": lock.job_name})  # the job's runs
             urls = {
                 name: reverse(f"admin:locks_synclock_{name}", args=[lock.pk])
                 for name in ("pause", "resume", "run_now")
@@ -565,7 +548,7 @@ class SyncLockAdmin(OperatorAdminMixin, ReadOnlyAdminMixin, Styled, admin.ModelA
                 can_run=self.has_run_permission(request, lock) and ledger is not None,
                 control_urls=urls,
                 recent_runs=[_run_row(run, zone) for run in runs],
-                runs_url=f"{reverse('admin:locks_jobrun_changelist')}?{query}",
+                runs_url=f"{reverse('admin:locks_jobrun_changelist')}?{urlencode({'job_name': lock.job_name})}",
                 can_force_release=(
                     lock.state in {HELD, OVERDUE} and self.has_force_release_permission(request, lock)
                 ),
@@ -599,33 +582,17 @@ def _run_row(run: JobRun, zone: str) -> dict:
 
 @admin.register(JobRun)
 class JobRunAdmin(ReadOnlyAdminMixin, Styled, admin.ModelAdmin):
+    # Its end: on its page (the start and the duration fit 1,400 px).
     list_display = (
-        "job_name",
-        "tick_at",
-        "run_status",
-        "run_holder",
-        "started",
-        "run_duration",
-        "key_counts",
-        "requested_by",
-        "error_excerpt",
-    )  # its end: on its page (the start and the duration fit 1,400 px)
+        *("job_name", "tick_at", "run_status", "run_holder", "started", "run_duration", "key_counts"),
+        *("requested_by", "error_excerpt"),
+    )
     list_filter = ("job_name", "status", "requested_by", "started_at")
     date_hierarchy = "started_at"
     search_fields = ("job_name", "holder", "error")
     fields = (
-        "job_name",
-        "tick_at",
-        "run_status",
-        "holder",
-        "token",
-        "started",
-        "finished",
-        "run_duration",
-        "key_counts",
-        "requested_by",
-        "error",
-        "run_traceback",
+        *("job_name", "tick_at", "run_status", "holder", "token", "started", "finished", "run_duration"),
+        *("key_counts", "requested_by", "error", "run_traceback"),
     )
     readonly_fields = fields
 
@@ -634,25 +601,13 @@ class JobRunAdmin(ReadOnlyAdminMixin, Styled, admin.ModelAdmin):
     started = timestamp("started_at", _("started"))
     finished = timestamp("finished_at", _("finished"))
 
-    @admin.display(description=_("tick"), ordering="tick")
-    def tick_at(self, run: JobRun) -> str:
-        return nowrap(absolute(run.tick)) if run.tick else gettext("forced")
-
-    @admin.display(description=_("holder"), ordering="holder")
-    def run_holder(self, run: JobRun) -> str:
-        return nowrap(run.holder)
-
-    @admin.display(description=_("status"), ordering="status")
-    def run_status(self, run: JobRun) -> str:
-        return status_badge(run.status)
-
-    @admin.display(description=_("duration"))
-    def run_duration(self, run: JobRun) -> str:
-        return duration(run.started_at, run.finished_at)
-
-    @admin.display(description=_("counts"))
-    def key_counts(self, run: JobRun) -> str:
-        return counts(run.stats, zeros=False) or "—"
+    tick_at = column(
+        _("tick"), lambda run: nowrap(absolute(run.tick)) if run.tick else gettext("forced"), ordering="tick"
+    )
+    run_holder = column(_("holder"), lambda run: nowrap(run.holder), ordering="holder")
+    run_status = column(_("status"), lambda run: status_badge(run.status), ordering="status")
+    run_duration = column(_("duration"), lambda run: duration(run.started_at, run.finished_at))
+    key_counts = column(_("counts"), lambda run: counts(run.stats, zeros=False) or "—")
 
     @admin.display(description=_("traceback"))
     def run_traceback(self, run: JobRun) -> str:
@@ -688,10 +643,7 @@ class TickAdmin(ReadOnlyAdminMixin, Styled, admin.ModelAdmin):
     readonly_fields = fields
     claimed_until = timestamp("until", _("claimed until"))
     first_claimed = timestamp("created_at", _("first claimed"))
-
-    @admin.display(description=_("tick"), ordering="tick")
-    def tick_at(self, row: Tick) -> str:
-        return nowrap(absolute(row.tick))
+    tick_at = timestamp("tick", _("tick"))
 
     @admin.display(description=_("status"), ordering="status")
     def tick_status(self, row: Tick) -> str:

@@ -1,8 +1,5 @@
 """The locks app's system checks: one id per problem, each message a constant here or in
-``locks.registry`` (the ``LOCKS_JOBS`` entries). Tagged ``locks`` (``CHECK_TAG``): ``run_job``
-runs these before every run, and so any other check a project tags the same (docs/jobs.md,
-Checks).
-"""
+``locks.registry`` (``LOCKS_JOBS``). ``run_job`` runs those tagged ``CHECK_TAG`` (docs/jobs.md, Checks)."""
 
 import importlib.util
 

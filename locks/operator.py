@@ -1,8 +1,5 @@
-"""The operator's writes on a job: pause, resume, force release, reset of the claimed tick and run
-now (``manage.py locks`` and the admin call them), each a compare-and-set on what the operator saw,
-bounded by ``OPERATOR_WAIT``, answered with one ``Change`` and logged (docs/architecture.md, "The
-rules": 9 and 14).
-"""
+"""The operator's writes on a job (``manage.py locks`` and the admin): pause, resume, force release,
+reset of the claimed tick and run now (docs/architecture.md, "The rules": 9 and 14)."""
 
 from __future__ import annotations
 
@@ -86,8 +83,7 @@ class Change:
         return self.paused_at is not None
 
     def describe(self) -> str:
-        """How the job's pause stands: "J is paused by X since T: note" (``pause_text``), or "J is not
-        paused"."""
+        """ "J is paused by X since T: note" (``pause_text``), or "J is not paused"."""
         if not self.paused:
             return f"{self.job} is not paused"
         return f"{self.job} is {pause_text(self.paused_by, self.paused_at, self.paused_note)}"
@@ -115,8 +111,7 @@ def _write(operation, *, job: str, what: str):
 
 
 def ensure_lock_row(*, job: str) -> None:
-    """The job's lock row, created free if it has none yet, as its first run creates it: behind
-    another process's insert of it, a bounded wait (``RowLocked``)."""
+    """The job's lock row, created free if it has none yet; behind another's insert, ``RowLocked``."""
     if not SyncLock.objects.for_job(job).exists() and not create_lock_row(job=job):
         raise RowLocked(
             f"creation of the lock row of {job}: another process's insert of it has not committed "
@@ -142,8 +137,7 @@ def _not_held(row: dict) -> str:
 
 
 def pause_job(*, job: str, by: str, note: str = "") -> Change:
-    """Pause the registered ``job`` with ``note``: acquire then refuses every contender (a run
-    holding the lease finishes); a job already paused keeps its pause."""
+    """Pause the registered ``job`` (a run holding the lease finishes); one already paused keeps its pause."""
     get_job(job)
     note = safe_text(" ".join(note.split()), limit=NOTE_LIMIT)  # one line: it goes into log lines
     ensure_lock_row(job=job)
@@ -166,8 +160,7 @@ def pause_job(*, job: str, by: str, note: str = "") -> Change:
 
 
 def resume_job(*, job: str, by: str) -> Change:
-    """Resume the registered ``job``: its next slot runs as usual, and so does a slot whose chance
-    is not over yet; slots whose chance passed while it was paused stay ``paused``."""
+    """Resume the registered ``job``: slots whose chance passed while it was paused stay ``paused``."""
     get_job(job)
 
     def resume(rows, locked) -> Change:
@@ -220,18 +213,9 @@ def _release(job: str, rows, locked, expected_token: int | None, by: str) -> Cha
             return Change(job, False, "" if quiet else detail, **seen)
         # Compare-and-set on the token read, while still held: a new holder in between, or a
         # holder that finished meanwhile, is not released.
-        if (
-            rows.filter(token=token)
-            .held()
-            .update(
-                holder="",
-                locked_until=None,
-                token=F("token") + 1,
-                last_finished_at=Now(),
-                last_status=Outcome.RELEASED,
-                last_error=f"force-released by {by}; holder was {holder}",
-            )
-        ):
+        cleared = {"holder": "", "locked_until": None, "token": F("token") + 1, "last_finished_at": Now()}
+        last = {"last_status": Outcome.RELEASED, "last_error": f"force-released by {by}; holder was {holder}"}
+        if rows.filter(token=token).held().update(**cleared, **last):
             committed = row["committed_token"] == token
             JobRun.objects.for_job(job).filter(token=token, status=Outcome.RUNNING).update(
                 status=Outcome.SUCCEEDED if committed else Outcome.LOST_LOCK,
@@ -254,9 +238,8 @@ def reset_tick(
     expected_done: bool | None = None,
     by: str = "",
 ) -> Change:
-    """Forget the tick ``job`` claimed last, its done mark and its attempts, while the row still
-    shows what the operator saw, no lease is held and the tick is not done and past (either would
-    let it run twice); else ``detail`` says why."""
+    """Forget the tick ``job`` claimed last, its done mark and its attempts, while the row shows what
+    the operator saw, no lease is held and the tick is not done and past; else ``detail`` says why."""
     by = by or "unknown"
     shown = {"tick": expected_tick, "token": expected_token, "tick_done": expected_done}
     return _write(lambda rows, locked: _reset(job, rows, locked, shown, by), job=job, what="tick reset")
@@ -287,9 +270,8 @@ def _reset(job: str, rows, locked, shown: dict, by: str) -> Change:
         detail = f"the claimed tick {iso(tick)} of {job} is done: a reset would let that slot run twice"
     # Compare-and-set on what was read, the lease free (the row is locked meanwhile where it can be).
     matched = {"token": row["token"], "tick": tick, "tick_done": done}
-    if detail or not rows.filter(**matched).free().update(
-        tick=None, tick_done=False, tick_attempts=0, retry_at=None
-    ):
+    cleared = {"tick": None, "tick_done": False, "tick_attempts": 0, "retry_at": None}
+    if detail or not rows.filter(**matched).free().update(**cleared):
         return Change(job, False, f"{detail or 'the lock row changed meanwhile'}; nothing reset", **seen)
     logger.warning("job=%s claimed tick reset by %s; it was %s (%s)", job, by, iso(tick), state)
     return Change(job, True, **seen)
@@ -300,11 +282,9 @@ def _reset(job: str, rows, locked, shown: dict, by: str) -> Change:
 
 def run_now(*, job: str, by: str) -> Change:
     """A forced run of the registered ``job`` (``run_job NAME --force``) in a background process,
-    once the lock row records the request (``_request``); a process that cannot be started leaves
-    a failed run with its error."""
+    once the lock row records the request; one that cannot start leaves a failed run with its error."""
     get_job(job)
     ensure_lock_row(job=job)
-
     asked = _write(lambda rows, locked: _request(job, rows, locked, by), job=job, what="run now")
     if not asked.changed:
         return asked
@@ -314,16 +294,8 @@ def run_now(*, job: str, by: str) -> Change:
         error = f"run now requested by {by} could not start: {error_text(exc)}"
         token = SyncLock.objects.for_job(job).values_list("token", flat=True).get()
         now = database_now()  # plain values: MongoDB inserts no expression
-        JobRun.objects.create(
-            job_name=job,
-            holder="-",
-            token=token,
-            started_at=now,
-            finished_at=now,
-            status=Outcome.FAILED,
-            error=error,
-            requested_by=by,
-        )
+        run = {"job_name": job, "holder": "-", "token": token, "started_at": now, "finished_at": now}
+        JobRun.objects.create(**run, status=Outcome.FAILED, error=error, requested_by=by)
         end_run_request(job=job, by=by)
         logger.warning("job=%s %s", job, error)
         return Change(job, False, error)
@@ -334,11 +306,8 @@ def run_now(*, job: str, by: str) -> Change:
 def _request(job: str, rows, locked, by: str) -> Change:
     """Run now's compare-and-set: the job not paused, its lease free, no request pending."""
     fresh = Q(run_requested_at__isnull=True) | Q(run_requested_at__lt=now_plus(-REQUEST_STALE))
-    if (
-        locked.free()
-        .filter(fresh, paused_at__isnull=True)
-        .update(run_requested_at=Now(), run_requested_by=by)
-    ):
+    asked = {"run_requested_at": Now(), "run_requested_by": by}
+    if locked.free().filter(fresh, paused_at__isnull=True).update(**asked):
         return Change(job, True)
     fields = ("state", "holder", "locked_until", "run_requested_by", "run_requested_at", *PAUSE_FIELDS)
     row = rows.with_state().values(*fields).get()
@@ -354,21 +323,19 @@ def _request(job: str, rows, locked, by: str) -> Change:
 def end_run_request(*, job: str, by: str) -> None:
     """The requested run ended (or never started): another request may start one (one it cannot
     end within ``OPERATOR_WAIT`` goes stale by itself after ``REQUEST_STALE``)."""
+
+    def end(rows, locked) -> int:
+        return locked.filter(run_requested_by=by).update(run_requested_at=None, run_requested_by="")
+
     try:
-        _write(
-            lambda rows, locked: locked.filter(run_requested_by=by).update(
-                run_requested_at=None, run_requested_by=""
-            ),
-            job=job,
-            what="end of the run request",
-        )
+        _write(end, job=job, what="end of the run request")
     except RowLocked as exc:
         logger.warning("job=%s %s", job, exc)
 
 
 def run_now_command(*, job: str, requested_by: str) -> list[str]:
-    """This interpreter's ``python -m django run_job …`` under this process's settings module
-    (overridden settings, as in tests, name none: then the environment's)."""
+    """This interpreter's ``python -m django run_job …`` under this process's settings module, else
+    the environment's (overridden settings, as in tests, name none)."""
     module = settings.SETTINGS_MODULE or os.environ.get("DJANGO_SETTINGS_MODULE")
     return [
         sys.executable,
@@ -381,13 +348,9 @@ def _start(*, job: str, by: str) -> int:
     """Start the run in a session of its own with this process's environment and import path; its
     pid (``OSError`` when it cannot be). A thread waits for it: no zombie."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(path for path in sys.path if path)}
+    detached = {"stdin": subprocess.DEVNULL, "stdout": subprocess.DEVNULL, "start_new_session": True}
     process = subprocess.Popen(
-        run_now_command(job=job, requested_by=by),
-        cwd=os.getcwd(),
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        start_new_session=True,
+        run_now_command(job=job, requested_by=by), cwd=os.getcwd(), env=env, **detached
     )
     threading.Thread(target=process.wait, name=f"run-now-{job}-{process.pid}", daemon=True).start()
     return process.pid

@@ -6,6 +6,9 @@ from collections import Counter, defaultdict, namedtuple
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, fields, replace
 from datetime import datetime, timedelta
+from functools import reduce
+from itertools import takewhile
+from operator import or_
 
 from django.apps import apps
 from django.conf import settings
@@ -53,10 +56,11 @@ class LockState:
         return self.paused_at is not None
 
     def as_json(self) -> dict:
-        values = {
-            key: iso(value) if isinstance(value, datetime) else value for key, value in asdict(self).items()
-        }
-        return {**values, "paused": self.paused}
+        return {**_jsonable(asdict(self)), "paused": self.paused}
+
+
+def _jsonable(values: dict) -> dict:
+    return {key: iso(value) if isinstance(value, datetime) else value for key, value in values.items()}
 
 
 def lock_states() -> list[LockState]:
@@ -102,19 +106,13 @@ def jobs_health(*, jobs: Iterable[str]) -> dict[str, JobHealth]:
         .values("job_name")
         .annotate(last_success_at=Max("finished_at"), db_now=Max(Now()))
     }
-    any_now = next(
-        (row["db_now"] for row in successes.values()),
-        next((lock.db_now for lock in locks.values()), None),
-    )
+    nows = [*(row["db_now"] for row in successes.values()), *(lock.db_now for lock in locks.values())]
+    any_now = nows[0] if nows else None
     health = {}
     for job in jobs:
         success = successes.get(job, {})
-        health[job] = JobHealth(
-            job=job,
-            db_now=success.get("db_now") or any_now,
-            last_success_at=success.get("last_success_at"),
-            lock=locks.get(job),
-        )
+        db_now = success.get("db_now") or any_now
+        health[job] = JobHealth(job, db_now, success.get("last_success_at"), locks.get(job))
     return health
 
 
@@ -166,11 +164,10 @@ def jobs_freshness() -> dict[str, Freshness]:
     for name, job in registered.items():
         now = health[name].db_now or timezone.now()
         try:
-            _latest, before_latest = job.cron.previous(now, 2)
+            fresh_since, error = job.cron.previous(now, 2)[1], ""  # the slot before the latest
         except SLOT_ERRORS as exc:  # that job's failure: the others are still judged
-            freshness[name] = Freshness(health[name], job.cron, None, error=slot_error(exc))
-            continue
-        freshness[name] = Freshness(job=health[name], cron=job.cron, fresh_since=before_latest)
+            fresh_since, error = None, slot_error(exc)
+        freshness[name] = Freshness(health[name], job.cron, fresh_since, error)
     return freshness
 
 
@@ -247,6 +244,7 @@ RUN_FIELDS = (
     *("job_name", "tick", "token", "status", "holder", "started_at", "finished_at", "error"),
     *("timeline", "failover"),  # the database history of each run, and a failover it met (rule 16)
 )
+LOCK_FIELDS = ("job_name", "token", "locked_until", "tick", "paused_at", "created_at")
 
 
 @dataclass(frozen=True)
@@ -268,9 +266,8 @@ class Slot:
     def describe(self, *, tz: str = "UTC") -> str:
         """ "2026-12-02 09:00 UTC failed (2 attempts)": a cell's title, a line of an email; in
         another zone, "2027-03-28 03:00 CEST (01:00 UTC) failed"."""
-        text = f"{local_label(self.tick, tz=tz)} {self.outcome}"
-        if zone_name(tz) != "UTC":
-            text = f"{local_label(self.tick, tz=tz)} ({self.tick:%H:%M} UTC) {self.outcome}"
+        utc = f" ({self.tick:%H:%M} UTC)" if zone_name(tz) != "UTC" else ""
+        text = f"{local_label(self.tick, tz=tz)}{utc} {self.outcome}"
         if self.outcome == FAILED:
             text += f" ({self.attempts} attempt{'s' if self.attempts != 1 else ''})"
         if self.failover:
@@ -278,17 +275,8 @@ class Slot:
         return text
 
     def as_json(self) -> dict:
-        runs = [
-            {key: value.isoformat() if isinstance(value, datetime) else value for key, value in run.items()}
-            for run in self.runs
-        ]
-        return {
-            "tick": self.tick.isoformat(),
-            "outcome": self.outcome,
-            "attempts": self.attempts,
-            "failover": self.failover,
-            "runs": runs,
-        }
+        fields = {"tick": self.tick.isoformat(), "outcome": self.outcome, "attempts": self.attempts}
+        return {**fields, "failover": self.failover, "runs": [_jsonable(run) for run in self.runs]}
 
 
 @dataclass(frozen=True)
@@ -309,12 +297,7 @@ class Ledger:
 
     def failed_in_a_row(self, *, since: datetime | None = None) -> list[Slot]:
         """The failed slots in a row, counted back from the newest settled one."""
-        streak = []
-        for slot in self.settled(since=since):
-            if slot.outcome != FAILED:
-                break
-            streak.append(slot)
-        return streak
+        return list(takewhile(lambda slot: slot.outcome == FAILED, self.settled(since=since)))
 
 
 def job_ledgers(*, jobs: Iterable[Job], slots: int | None = None) -> dict[str, Ledger]:
@@ -333,18 +316,11 @@ def job_ledgers(*, jobs: Iterable[Job], slots: int | None = None) -> dict[str, L
     names = [job.name for job in jobs]
     oldest = {name: ticks[-1] for name, ticks in windows.items() if ticks}
     runs_of = defaultdict(lambda: defaultdict(list))
-    in_window = Q()
-    for name, since in oldest.items():
-        in_window |= Q(job_name=name, tick__gte=since)
+    in_window = reduce(or_, (Q(job_name=name, tick__gte=since) for name, since in oldest.items()), Q())
     runs = JobRun.objects.filter(in_window) if oldest else JobRun.objects.none()  # no slot: no run read
     for run in runs.order_by("started_at").values(*RUN_FIELDS, "requested_by"):
         runs_of[run["job_name"]][run["tick"]].append(run)
-    locks = {
-        row["job_name"]: row
-        for row in SyncLock.objects.filter(job_name__in=names).values(
-            "job_name", "token", "locked_until", "tick", "paused_at", "created_at"
-        )
-    }
+    locks = {row["job_name"]: row for row in SyncLock.objects.filter(job_name__in=names).values(*LOCK_FIELDS)}
     pauses = defaultdict(list)
     for pause in JobPause.objects.filter(
         Q(resumed_at__isnull=True) | Q(resumed_at__gte=min(oldest.values(), default=db_now)),
@@ -354,13 +330,11 @@ def job_ledgers(*, jobs: Iterable[Job], slots: int | None = None) -> dict[str, L
     ledgers = {}
     for job in jobs:
         # A job starts with its lock row (its first run, or check_jobs first seeing it): no slot before.
-        lock = locks.get(job.name, {"created_at": db_now})
-        ticks = windows[job.name]
-        ledgers[job.name] = build_ledger(
-            job, ticks=ticks, runs=runs_of[job.name], lock=lock, pauses=pauses[job.name], db_now=db_now
+        lock, runs = locks.get(job.name, {"created_at": db_now}), runs_of[job.name]
+        ledger = build_ledger(
+            job, ticks=windows[job.name], runs=runs, lock=lock, pauses=pauses[job.name], db_now=db_now
         )
-        if job.name in broken:
-            ledgers[job.name] = replace(ledgers[job.name], error=broken[job.name])
+        ledgers[job.name] = replace(ledger, error=broken.get(job.name, ""))
     return ledgers
 
 
@@ -403,11 +377,8 @@ def _slot(job: Job, tick: datetime, runs: list[dict], *, lock: dict, pauses: lis
         return Slot(tick, FAILED, runs)
     # Paused when its time came (a resume too late to ask again, or cron that never does), or
     # for all of its chance: lost to the pause, not missed.
-    if _covered(pauses, start=tick, end=tick + SLOT_MOMENT) or _covered(
-        pauses, start=tick, end=min(ends, db_now)
-    ):
-        return Slot(tick, PAUSED, runs)
-    return Slot(tick, MISSED, runs)
+    paused = any(_covered(pauses, start=tick, end=end) for end in (tick + SLOT_MOMENT, min(ends, db_now)))
+    return Slot(tick, PAUSED if paused else MISSED, runs)
 
 
 def _covered(pauses: list[tuple[datetime, datetime | None]], *, start: datetime, end: datetime) -> bool:

@@ -58,10 +58,8 @@ def bearer_token_matches(request: HttpRequest, expected: str) -> bool:
     """``Authorization: Bearer <expected>``, compared in constant time (both sides hashed: nor the
     token's length shows); an empty ``expected`` never matches."""
     scheme, _, given = request.headers.get("Authorization", "").partition(" ")
-    if scheme.lower() != "bearer":
-        given = ""
-    match = hmac.compare_digest(_digest(given.strip()), _digest(expected))
-    return match and bool(expected)
+    given = given.strip() if scheme.lower() == "bearer" else ""
+    return hmac.compare_digest(_digest(given), _digest(expected)) and bool(expected)
 
 
 def _digest(value: str) -> bytes:
@@ -155,9 +153,8 @@ def trigger_job(request: HttpRequest, job: str) -> JsonResponse:
 def _trigger(request: HttpRequest, job: str) -> JsonResponse:
     if not bearer_token_matches(request, settings.LOCKS_TRIGGER_TOKEN):
         # The same answer for a missing and a wrong token: no hint either way.
-        response = JsonResponse({"error": "authentication required"}, status=401)
-        response["WWW-Authenticate"] = 'Bearer realm="job trigger"'
-        return response
+        challenge = {"WWW-Authenticate": 'Bearer realm="job trigger"'}
+        return JsonResponse({"error": "authentication required"}, status=401, headers=challenge)
     # After the token: only a caller that may run jobs learns which ones exist.
     try:
         get_job(job)
@@ -166,10 +163,8 @@ def _trigger(request: HttpRequest, job: str) -> JsonResponse:
     given = request.GET.get("force", "").strip()
     force = boolean(given) if given else False
     if force is None:
-        return JsonResponse(
-            {"error": f"force={request.GET['force']!r} is not a flag; use force=1 or leave it out"},
-            status=400,
-        )
+        error = f"force={request.GET['force']!r} is not a flag; use force=1 or leave it out"
+        return JsonResponse({"error": error}, status=400)
 
     address = client_address(request)
     window = timedelta(seconds=settings.LOCKS_TRIGGER_RATE_WINDOW)
@@ -184,9 +179,7 @@ def _trigger(request: HttpRequest, job: str) -> JsonResponse:
             f"rate limited: one request per {window.total_seconds():g} s per client; "
             f"retry in {claim.retry_after} s"
         )
-        response = JsonResponse({"error": error}, status=429)
-        response["Retry-After"] = str(claim.retry_after)
-        return response
+        return JsonResponse({"error": error}, status=429, headers={"Retry-After": str(claim.retry_after)})
 
     logger.info("job=%s triggered over HTTP by %s%s", job, address, " (forced)" if force else "")
     try:
@@ -383,13 +376,7 @@ def job_metrics() -> list[Metric]:
     health = jobs_health(jobs=registered)
     ledgers = job_ledgers(jobs=registered.values())
     incidents = open_incidents(jobs=registered)
-    runs = (
-        JobRun.objects.filter(job_name__in=registered)
-        .order_by()
-        .values("job_name", "status")
-        .annotate(count=Count("pk"))
-        .values_list("job_name", "status", "count")
-    )
+    runs = JobRun.objects.filter(job_name__in=registered).order_by().values("job_name", "status")
     families = [GaugeMetricFamily(name, text, labels=labels) for name, text, labels in GAUGES]
     last_success, next_slot, paused, incident, run_counts, duration, held, ticks, skew = families
     db_now = database_now()
@@ -406,7 +393,7 @@ def job_metrics() -> list[Metric]:
             duration.add_metric([name], (lock.last_finished_at - lock.last_started_at).total_seconds())
         for outcome in OUTCOMES:
             ticks.add_metric([name, outcome], ledgers[name].counts.get(outcome, 0))
-    seen = {(name, status): count for name, status, count in runs}
+    seen = {(row["job_name"], row["status"]): row["count"] for row in runs.annotate(count=Count("pk"))}
     for name in registered:
         for status, _label in RECORDED:
             run_counts.add_metric([name, status], seen.get((name, status), 0))
