@@ -94,18 +94,13 @@ def _write(operation, *, job: str, what: str):
     a write in progress longer than ``OPERATOR_WAIT`` (``RowLocked``, saying so)."""
     using = router.db_for_write(SyncLock)
     rows = SyncLock.objects.using(using).for_job(job)
+
+    def write():
+        with lease_transaction(using=using):
+            return operation(rows, unlocked(rows, using=using, skip=False))
+
     try:
-
-        def write():
-            with lease_transaction(using=using):
-                return operation(rows, unlocked(rows, using=using, skip=False))
-
-        return without_waiting(
-            write,
-            using=using,
-            within=OPERATOR_WAIT,
-            what=f"{what} of {job}",
-        )
+        return without_waiting(write, using=using, within=OPERATOR_WAIT, what=f"{what} of {job}")
     except RowLocked as exc:
         raise RowLocked(f"{exc}; {FROZEN_HINT}") from exc
 
