@@ -39,6 +39,7 @@ NUMBERS = {
     "LOCKS_TRIGGER_RATE_WINDOW": ("locks.E006", 1, "seconds"),
     "LOCKS_TRUSTED_PROXY_COUNT": ("locks.E007", 0, "proxies"),
     "LOCKS_LEDGER_SLOTS": ("locks.E008", 1, "slots"),
+    "LOCKS_SCHEDULER_WORKERS": ("locks.E037", 0, "processes"),
 }
 NUMBER_HINTS = {
     "locks.E001": "A lease that expires at once would let every copy run.",
@@ -49,6 +50,7 @@ NUMBER_HINTS = {
     "locks.E006": "Without it the trigger could start a job again and again.",
     "locks.E007": "The proxies in front of the app that append to X-Forwarded-For.",
     "locks.E008": "How many recent slots the tick ledger shows; 48 is the default.",
+    "locks.E037": "run_scheduler's worker processes; 4 is the default, 0 a process per run.",
 }
 CANNOT_IMPORT = "{where}: {what} {path!r} cannot be imported: {error}."
 NOT_CALLABLE = "{where}: {key} {path!r} is not callable."

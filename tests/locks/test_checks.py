@@ -88,6 +88,18 @@ def test_a_bad_tick_window_fails_the_check(settings, window):
             "locks.E007",
             "LOCKS_TRUSTED_PROXY_COUNT must be a whole number of proxies, 0 or more, got -1.",
         ),
+        (
+            "LOCKS_SCHEDULER_WORKERS",
+            -1,
+            "locks.E037",
+            "LOCKS_SCHEDULER_WORKERS must be a whole number of processes, 0 or more, got -1.",
+        ),
+        (
+            "LOCKS_SCHEDULER_WORKERS",
+            "4",
+            "locks.E037",
+            "LOCKS_SCHEDULER_WORKERS must be a whole number of processes, 0 or more, got '4'.",
+        ),
     ],
 )
 def test_each_numeric_setting_has_its_own_check(settings, name, value, code, message):
