@@ -90,14 +90,14 @@ class JobHealth:
     db_now: datetime | None
     last_success_at: datetime | None
     lock: LockState | None
+    first_seen: datetime | None = None  # when its lock row was created
 
 
 def jobs_health(*, jobs: Iterable[str]) -> dict[str, JobHealth]:
     """Each job's lock and last success (the newest end of a succeeded run), with the database's now."""
     jobs = list(jobs)
-    locks = {
-        row.job_name: _lock_state_of(row) for row in SyncLock.objects.filter(job_name__in=jobs).with_state()
-    }
+    rows = SyncLock.objects.filter(job_name__in=jobs).with_state()
+    locks = {row.job_name: (_lock_state_of(row), row.created_at) for row in rows}
     successes = {
         row["job_name"]: row
         for row in JobRun.objects.filter(job_name__in=jobs, finished_at__isnull=False)
@@ -106,13 +106,13 @@ def jobs_health(*, jobs: Iterable[str]) -> dict[str, JobHealth]:
         .values("job_name")
         .annotate(last_success_at=Max("finished_at"), db_now=Max(Now()))
     }
-    nows = [*(row["db_now"] for row in successes.values()), *(lock.db_now for lock in locks.values())]
+    nows = [*(row["db_now"] for row in successes.values()), *(lock.db_now for lock, _seen in locks.values())]
     any_now = nows[0] if nows else None
     health = {}
     for job in jobs:
         success = successes.get(job, {})
         db_now = success.get("db_now") or any_now
-        health[job] = JobHealth(job, db_now, success.get("last_success_at"), locks.get(job))
+        health[job] = JobHealth(job, db_now, success.get("last_success_at"), *locks.get(job, (None, None)))
     return health
 
 
@@ -127,9 +127,13 @@ class Freshness:
     error: str = ""  # why the slots cannot be computed (locks.registry.SLOT_ERRORS)
 
     @property
+    def since(self) -> datetime | None:
+        """Its last success, else its lock row's creation (as check_jobs judges a new job); None: stale."""
+        return self.job.last_success_at or self.job.first_seen
+
+    @property
     def fresh(self) -> bool:
-        last = self.job.last_success_at
-        return self.fresh_since is not None and last is not None and last >= self.fresh_since
+        return self.fresh_since is not None and self.since is not None and self.since >= self.fresh_since
 
     @property
     def paused(self) -> bool:
@@ -149,10 +153,10 @@ class Freshness:
 
     @property
     def stale_after(self) -> datetime | None:
-        """When the last success stops being fresh: at the second slot after it."""
-        if self.job.last_success_at is None or self.error:
+        """When it stops being fresh: at the second slot after ``since``."""
+        if self.since is None or self.error:
             return None
-        return self.cron.upcoming(self.job.last_success_at, 2)[1]
+        return self.cron.upcoming(self.since, 2)[1]
 
 
 def jobs_freshness() -> dict[str, Freshness]:

@@ -14,7 +14,7 @@ import requests
 from django.core.checks import run_checks
 
 from locks.lease import acquire
-from locks.models import JobRun, Outcome, database_now, now_plus
+from locks.models import JobRun, Outcome, SyncLock, database_now, now_plus
 from locks.operator import pause_job
 from locks.runner import run_job
 from locks.schedule import Schedule
@@ -185,6 +185,20 @@ def test_never_synced_is_unhealthy(client, transactional_db):
     assert body["last_success_at"] is None
     assert body["last_success_age_seconds"] is None
     assert body["lock"] is None
+
+
+def test_a_job_first_seen_within_its_last_two_slots_is_ok_until_they_pass(client, transactional_db):
+    """A new deployment: check_jobs (or a skipped run, or an operator) created the job's lock row,
+    and it has not run yet. Was: 503 until its first success, an hourly job's first hour; now judged
+    from its row's creation, as check_jobs judges it: stale once two slots passed without a success."""
+    SyncLock.objects.create(job_name=JOB_NAME, created_at=database_now())
+
+    new = client.get(URL)
+    assert (new.status_code, new.json()["status"], new.json()["last_success_at"]) == (200, "ok", None)
+
+    SyncLock.objects.update(created_at=now_plus(-timedelta(hours=2, minutes=1)))
+    old = client.get(URL)
+    assert (old.status_code, old.json()["status"]) == (503, "stale")
 
 
 def test_only_get_and_head(client, transactional_db):
