@@ -75,12 +75,14 @@ ONCE := --ignore=tests/locks --ignore=tests/test_mongodb.py --ignore=tests/test_
 test: lint
 	$(MAKE) --no-print-directory -j2 --output-sync=target test-sqlite test-postgres
 
+# Each run ends with its 15 slowest tests (--durations): where the halves' time goes, to balance them.
+SLOWEST := --durations=15
 test-sqlite: $(BIN)/.installed-dev wheel $(WHEEL_VENVS)/django61/bin/.installed
-	env -u DATABASE_URL $(PYTEST) --ignore=tests/locks
-	env -u DATABASE_URL scripts/test-wheel.sh $(WHEEL_VENVS)/django61
+	env -u DATABASE_URL $(PYTEST) $(SLOWEST) --ignore=tests/locks
+	env -u DATABASE_URL scripts/test-wheel.sh $(WHEEL_VENVS)/django61 $(SLOWEST)
 
 test-postgres: $(BIN)/.installed-dev wheel $(WHEEL_VENVS)/django52/bin/.installed
-	scripts/with-postgres.sh sh -c '$(PYTEST) $(ONCE) && scripts/test-wheel.sh $(WHEEL_VENVS)/django52'
+	scripts/with-postgres.sh sh -c '$(PYTEST) $(SLOWEST) $(ONCE) && scripts/test-wheel.sh $(WHEEL_VENVS)/django52 $(SLOWEST)'
 
 # --- the distribution (pyproject.toml): the locks app as the wheel django-tick-locks ---------------
 # `make wheel`: dist/django_tick_locks-VERSION-py3-none-any.whl, built from this tree with the
