@@ -17,11 +17,11 @@ from django.test.utils import CaptureQueriesContext
 
 from locks.lease import Skip
 from locks.models import JobRun, Tick
-from locks.runner import RunResult, prune_runs
+from locks.runner import RunResult, prune_runs, run_locked
 from locks.schedule import Schedule
 from locks.scheduler import Scheduler
 from tests.conftest import ROOT, project_env
-from tests.locks.conftest import faketime_or_skip, offset_to
+from tests.locks.conftest import faketime_or_skip, offset_to, register
 from tests.locks.test_scheduler import HOURLY, FakeClock, Runs
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -116,6 +116,43 @@ def test_one_wake_of_three_replicas_asks_for_each_of_a_hundred_due_ticks_once():
     assert [len(runs.asked) for _scheduler, runs in copies] == [100, 0, 0]
     assert statements == [2, 1, 1]  # the claim, then the claims closed
     assert Tick.objects.filter(status="succeeded", until__isnull=True).count() == 100
+
+
+def test_a_wake_of_three_replicas_runs_a_hundred_no_op_slots_in_five_statements_each(settings):
+    """Issue 36's count, the runs included (in this process, as a pool's worker runs them): the
+    winner's claim, then each won slot's lease (its compare-and-set, its read), its start record,
+    its release and its outcome, then its claims closed in one statement; each loser one statement.
+    The issue asks for at most 4 a won slot: the lease's read is the fifth (the ORM has no
+    UPDATE … RETURNING)."""
+    every_minute = {"callable": "tests.jobsapp.jobs.record", "ttl": 60, "schedule": "* * * * *"}
+    names = [f"minutely_{number}" for number in range(100)]
+    register(settings, **dict.fromkeys(names, every_minute))
+    jobs = [replace(HOURLY, name=name, schedule="* * * * *") for name in names]
+
+    def run(*, name: str, due: datetime) -> RunResult:
+        return run_locked(job=name, tick=due, ttl=MINUTE, fn=lambda lease: None)
+
+    clock = FakeClock(TICK - MINUTE)
+    copies = [Scheduler(jobs=jobs, now=clock.now, run=run, claim=True) for _ in range(3)]
+    for scheduler in copies:  # the slot before: the lock rows made and stamped, a run each
+        scheduler.step()
+    clock.at = TICK
+
+    statements = []
+    for scheduler in copies:
+        sent = []  # counted as sent: the loop resets connection.queries, as a request's end does
+
+        def count(execute, sql, params, many, context, sent=sent):
+            sent.append(sql)
+            return execute(sql, params, many, context)
+
+        with connection.execute_wrapper(count):
+            scheduler.step()
+        statements.append(len(sent))
+
+    assert statements == [2 + 100 * 5, 1, 1], statements
+    assert JobRun.objects.filter(tick=TICK, status="succeeded").count() == 100
+    assert Tick.objects.filter(tick=TICK, status="succeeded", until__isnull=True).count() == 100
 
 
 def test_a_tick_the_winner_asks_again_for_is_open_to_every_copy():
