@@ -94,16 +94,12 @@ def replicas(clock: FakeClock, jobs, count: int = 3) -> list[tuple[Scheduler, Ru
     return made
 
 
-def test_one_wake_of_three_replicas_asks_for_each_of_a_hundred_due_ticks_once():
-    """Claim before spawn: the winner of the one claim asks for its ticks (a fork each under
-    run_scheduler) and closes each after; each losing replica sends one statement and asks nothing."""
-    clock = FakeClock(TICK)
-    jobs = [replace(HOURLY, name=f"hourly_{number}") for number in range(100)]
-    copies = replicas(clock, jobs)
-
-    statements = []
-    for scheduler, _runs in copies:
-        sent = []  # counted as sent: the loop resets connection.queries, as a request's end does
+def statements_of_a_wake(copies: list[Scheduler]) -> list[int]:
+    """The statements each copy sends in one wake, in turn (counted as sent: the loop resets
+    connection.queries, as a request's end does)."""
+    counts = []
+    for scheduler in copies:
+        sent = []
 
         def count(execute, sql, params, many, context, sent=sent):
             sent.append(sql)
@@ -111,7 +107,18 @@ def test_one_wake_of_three_replicas_asks_for_each_of_a_hundred_due_ticks_once():
 
         with connection.execute_wrapper(count):
             scheduler.step()
-        statements.append(len(sent))
+        counts.append(len(sent))
+    return counts
+
+
+def test_one_wake_of_three_replicas_asks_for_each_of_a_hundred_due_ticks_once():
+    """Claim before spawn: the winner of the one claim asks for its ticks (a fork each under
+    run_scheduler) and closes each after; each losing replica sends one statement and asks nothing."""
+    clock = FakeClock(TICK)
+    jobs = [replace(HOURLY, name=f"hourly_{number}") for number in range(100)]
+    copies = replicas(clock, jobs)
+
+    statements = statements_of_a_wake([scheduler for scheduler, _runs in copies])
 
     assert [len(runs.asked) for _scheduler, runs in copies] == [100, 0, 0]
     assert statements == [2, 1, 1]  # the claim, then the claims closed
@@ -138,17 +145,7 @@ def test_a_wake_of_three_replicas_runs_a_hundred_no_op_slots_in_five_statements_
         scheduler.step()
     clock.at = TICK
 
-    statements = []
-    for scheduler in copies:
-        sent = []  # counted as sent: the loop resets connection.queries, as a request's end does
-
-        def count(execute, sql, params, many, context, sent=sent):
-            sent.append(sql)
-            return execute(sql, params, many, context)
-
-        with connection.execute_wrapper(count):
-            scheduler.step()
-        statements.append(len(sent))
+    statements = statements_of_a_wake(copies)
 
     assert statements == [2 + 100 * 5, 1, 1], statements
     assert JobRun.objects.filter(tick=TICK, status="succeeded").count() == 100
