@@ -461,6 +461,11 @@ class LeaseModel(RuleBasedStateMachine):
 
     # --- the operator -----------------------------------------------------------------------
 
+    # A KNOWN DEFECT, not fixed yet (found by a random seed, MODEL_MINUTES=5 MODEL_SEED=1337006229):
+    # a slot done, a later one claimed, failed and released; reset_tick forgets the later one (not
+    # done), and with it the "a later tick was claimed" that kept the done slot from running again;
+    # the done slot runs and writes a second time (ONCE). The minimal steps:
+    # test_a_reset_of_a_later_failed_tick_lets_a_done_slot_run_again (xfail, strict).
     @step("operator")
     @rule(action=st.sampled_from(["pause", "resume", "force_release", "reset_tick"]), fault=faults)
     def operator(self, action, fault):
@@ -573,6 +578,31 @@ def test_the_lease_keeps_its_invariants_under_a_fault_at_every_step():
         test()
         if given_seed or time.monotonic() > deadline:
             return
+
+
+@pytest.mark.xfail(
+    strict=True, reason="known defect: a reset of a later, failed tick lets a done slot run again"
+)
+def test_a_reset_of_a_later_failed_tick_lets_a_done_slot_run_again():
+    """The model's shrunk example (MODEL_MINUTES=5 MODEL_SEED=1337006229), step by step: the lock row
+    keeps only the latest claimed tick, and reset_tick refuses only a done one at or before now."""
+    state, none = LeaseModel(), (0, "none")
+    try:
+        state.check()
+        state.run(body="fenced", fault=none, tick=TICKS[0])  # succeeds: the slot's write
+        state.check()
+        state.acquire(fault=none, name="A", tick=TICKS[0])  # skipped: done
+        state.check()
+        state.acquire(fault=none, name="A", tick=TICKS[1])  # a later tick claimed
+        state.check()
+        state.release(fault=none, name="A", succeeded=False)  # its attempt failed
+        state.check()
+        state.operator(action="reset_tick", fault=none)  # not done: reset
+        state.check()
+        state.run(body="fenced", fault=none, tick=TICKS[0])  # the done slot runs again
+        state.check()  # ONCE: its write committed twice
+    finally:
+        state.teardown()
 
 
 def test_docs_state_the_invariants_in_the_words_of_this_test():
