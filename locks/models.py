@@ -403,7 +403,7 @@ CLAIM_NOW = {
 class TickQuerySet(models.QuerySet):
     def claim(self, asks: list[tuple[str, datetime, timedelta]], *, holder: str) -> set[str]:
         """Claim each ``(job, tick, ttl)`` for ``holder`` until the database's now plus ``ttl``; the jobs
-        whose tick it won (no row yet, its claim ended, or already ``holder``'s). One statement on
+        whose tick it won (no row yet, its claim ended, or ``holder``'s still open). One statement on
         PostgreSQL and SQLite, else at most three an ask (docs/architecture.md, "Claim before spawn")."""
         if not asks:
             return set()
@@ -411,9 +411,9 @@ class TickQuerySet(models.QuerySet):
         if connection.vendor in CLAIM_NOW:
             return self._claim_in_one(connection, asks, holder)
         self._refuse_a_missing_table(connection)
-        won = set()
+        won, claimable = set(), self.exclude(until=None)  # a tick closed for good: no copy wins it
         for job, tick, ttl in asks:
-            mine = self.filter(Q(until__lte=Now()) | Q(holder=holder), job_name=job, tick=tick)
+            mine = claimable.filter(Q(until__lte=Now()) | Q(holder=holder), job_name=job, tick=tick)
             first = Case(When(claims=0, then=Now()), default=F("created_at"))  # a new row's first claim
             claimed = {"holder": holder, "until": now_plus(ttl), "claims": F("claims") + 1, "status": CLAIMED}
             if mine.update(**claimed, created_at=first):
@@ -453,8 +453,8 @@ class TickQuerySet(models.QuerySet):
             f"INSERT INTO {table} (job_name, tick, holder, status, until, claims, created_at) VALUES "
             f"{', '.join([rows] * len(asks))} ON CONFLICT (job_name, tick) DO UPDATE SET "
             "holder = excluded.holder, until = excluded.until, status = excluded.status, "
-            f"claims = {table}.claims + 1 WHERE {table}.until <= {now} OR {table}.holder = excluded.holder "
-            "RETURNING job_name"
+            f"claims = {table}.claims + 1 WHERE {table}.until IS NOT NULL "
+            f"AND ({table}.until <= {now} OR {table}.holder = excluded.holder) RETURNING job_name"
         )
         with connection.cursor() as cursor:
             cursor.execute(sql, values)

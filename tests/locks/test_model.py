@@ -1,15 +1,16 @@
 """The model of the lease (issue 35): a Hypothesis stateful test that drives the lease through its
-public API, the runner and the operator's writes, with a fault at a chosen statement boundary of
-every step, and checks the invariants of docs/architecture.md ("The invariants the model checks")
-after each step, in the same words. On the database the suite runs on (SQLite, PostgreSQL).
+public API, the runner, the scheduler's claim before spawn (issue 36) and the operator's writes,
+with a fault at a chosen statement boundary of every step, and checks the invariants of
+docs/architecture.md ("The invariants the model checks") after each step, in the same words. On
+the database the suite runs on (SQLite, PostgreSQL).
 
 A step's fault, at its statement boundary ``at`` (each SQL statement and each COMMIT is one):
 ``error`` the statement is not run and raises; ``lost`` it runs, then its answer is lost (an
 error); ``die`` the process dies there (nothing it does afterwards reaches the database; its lease
 is left to expire); ``sigterm``/``sigint`` the signal arrives once it ran (run_job's handler,
-``locks.runner.interrupt``). Between steps: the clock moves (the lock row's times are moved into
-the past), and the database fails over: the history (timeline) changes and the last steps' writes,
-not yet replicated, vanish.
+``locks.runner.interrupt``). Between steps: the clock moves (the lock row's times and the tick
+rows' claims are moved into the past), and the database fails over: the history (timeline)
+changes and the last steps' writes, not yet replicated, vanish.
 
 ``MODEL_MINUTES=N`` (``make model MINUTES=N``) runs it for N minutes on random seeds, each printed
 (``MODEL_SEED=S`` replays one); by default a fixed, derandomized budget for ``make test``.
@@ -21,6 +22,7 @@ import os
 import random
 import time
 from contextlib import contextmanager, suppress
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 from unittest import mock
@@ -28,6 +30,7 @@ from unittest import mock
 import pytest
 from django.db import OperationalError, connection
 from django.db.models import BigIntegerField, Count, F, Value
+from django.db.models.functions import Now
 from hypothesis import HealthCheck, seed, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -39,9 +42,11 @@ from hypothesis.stateful import (
 )
 
 from locks.lease import CommitUnknown, Lease, LockLost, NotCommitted, acquire, fenced, release, renew
-from locks.models import JobRun, Outcome, SyncLock
+from locks.models import JobRun, Outcome, SyncLock, Tick
 from locks.operator import force_release, pause_job, reset_tick, resume_job
+from locks.registry import get_job
 from locks.runner import interrupt, run_locked
+from locks.scheduler import Scheduler, _broke
 from tests.jobsapp.models import SlotWrite
 from tests.locks.conftest import TICK
 
@@ -65,6 +70,9 @@ PAUSED = "a paused job never starts a body"
 BOUNDED = "no wait longer than its bound"
 TRUTH = "every outcome recorded is the truth or unknown"
 ONE_HOLDER = "one holder at a time"
+ONE_ROW = "one tick row per job and slot"
+ONE_CLAIMANT = "one unexpired claim of a slot at a time"
+CLOSED = "a slot closed for good as succeeded is never claimed or run again"
 
 
 class Died(BaseException):
@@ -141,7 +149,11 @@ TABLES = (
     (SyncLock, {"job_name": JOB}),
     (JobRun, {"job_name": JOB}),
     (SlotWrite, {"job": JOB}),
+    (Tick, {"job_name": JOB}),
 )
+# The copies of run_scheduler that claim before spawn: a copy's holder (host:pid) lasts until its
+# process ends (a death, a signal at its claim), then the copy starts again under a new one.
+REPLICAS = ("S", "T")
 
 
 # MODEL_RULES=acquire,release,failover focuses the model on some steps (a rare edge sooner).
@@ -177,12 +189,20 @@ class LeaseModel(RuleBasedStateMachine):
         self.started: set[str] = set()
         self.wrote: set[str] = set()
         self.snapshots: list[dict] = []
+        self.copies: dict[str, Scheduler] = {}  # the copies of run_scheduler that claim ticks
+        self.started_copies = 0
+        self.claims: dict = {}  # tick -> {holder: until} of the claims known to stand (the model's clock)
+        self.closed: dict = {}  # tick -> bodies started by then, of the slots closed for good as succeeded
+        self.asked = TICK  # the clock of the copy that asks: its slot's time
         self.patch = mock.patch("locks.lease.history", self._history)
         self.patch.start()
         self._snapshot()
 
     def teardown(self) -> None:
         self.patch.stop()
+        for copy in self.copies.values():
+            os.close(copy.wake_reader)
+            os.close(copy.wake_writer)
 
     def _history(self, *, using: str) -> dict:
         """What the lease reads as the server's history (a PostgreSQL timeline), on every backend."""
@@ -222,9 +242,8 @@ class LeaseModel(RuleBasedStateMachine):
 
     # --- the runner: run_locked, as run_job calls it ------------------------------------------
 
-    @step("run")
-    @rule(tick=st.sampled_from(TICKS), body=st.sampled_from(["fenced", "check"]), fault=faults)
-    def run(self, tick, body, fault):
+    def _runner(self, body: str):
+        """A new run's holder and its body (fenced, check)."""
         self.runs += 1
         holder = f"run{self.runs}"
         self.kinds[holder] = body
@@ -237,18 +256,109 @@ class LeaseModel(RuleBasedStateMachine):
             else:
                 lease.check()  # what the reminders do: no fenced write
 
+        return holder, fn
+
+    def _died(self, holder: str, tick) -> None:
+        if holder not in self.started:
+            self.excused[tick] = self.excused.get(tick, 0) + 1
+
+    def _ran(self, holder: str, body: str, result) -> None:
+        self.live.pop(holder, None)  # the run is over, whatever it left in the database
+        if result is not None and result.outcome == Outcome.SUCCEEDED and body == "fenced":
+            assert self._written(result), f"{TRUTHFUL_SUCCESS}: {result.describe()}"
+
+    @step("run")
+    @rule(tick=st.sampled_from(TICKS), body=st.sampled_from(["fenced", "check"]), fault=faults)
+    def run(self, tick, body, fault):
+        holder, fn = self._runner(body)
         result = None
         with self._step(fault):
             try:
                 result = run_locked(job=JOB, tick=tick, ttl=TTL, fn=fn, holder=holder, retry_delays=RETRY)
             except Died:
-                if holder not in self.started:
-                    self.excused[tick] = self.excused.get(tick, 0) + 1
+                self._died(holder, tick)
             except SystemExit:
                 pass  # the signal ended the process once its run was recorded
-        self.live.pop(holder, None)  # the run is over, whatever it left in the database
-        if result is not None and result.outcome == Outcome.SUCCEEDED and body == "fenced":
-            assert self._written(result), f"{TRUTHFUL_SUCCESS}: {result.describe()}"
+        self._ran(holder, body, result)
+
+    # --- a copy of run_scheduler: claim before spawn ---------------------------------------------
+
+    def _copy(self, name: str) -> Scheduler:
+        """The copy ``name`` of run_scheduler, its asks in its own process (``Inline``), its clock
+        the slot it asks for; its claims as long as its runs' leases (the job's TTL)."""
+        if name not in self.copies:
+            job = replace(get_job(JOB), ttl=TTL, retry_delays=RETRY)
+            copy = Scheduler(jobs=[job], now=lambda: self.asked, run=self._ask, claim=True)
+            self.started_copies += 1
+            copy.holder = f"{name}{self.started_copies}"  # host:pid: a new process, a new one
+            self.copies[name] = copy
+        return self.copies[name]
+
+    def _ended_copy(self, name: str) -> None:
+        """The copy's process ended: its claims stand until their TTL; it starts again as another."""
+        copy = self.copies.pop(name)
+        os.close(copy.wake_reader)
+        os.close(copy.wake_writer)
+
+    def _ask(self, *, name: str, due):
+        """What the scheduler's worker runs for a won tick: run_job's run_locked; a SIGUSR1 that ends it
+        answers "broke", as ``locks.scheduler._child`` does."""
+        holder, fn = self._runner(self.body)
+        self.asking = holder
+        try:
+            self.answer = run_locked(job=JOB, tick=due, ttl=TTL, fn=fn, holder=holder, retry_delays=RETRY)
+        except SystemExit:
+            self.answer = _broke(name, due, "its run's process was interrupted")
+        return self.answer
+
+    @step("claim")
+    @rule(
+        name=st.sampled_from(REPLICAS),
+        tick=st.sampled_from(TICKS),
+        body=st.sampled_from(["fenced", "check"]),
+        fault=faults,
+    )
+    def claim(self, name, tick, body, fault):
+        """A wake of a copy of run_scheduler: it claims the due tick (``Scheduler._claimed``, one
+        statement), asks for it if it won, or if the claim could not be made (``_ask``: run_locked),
+        then closes its claim as ``Scheduler._end`` decides (``_settle_all``, one statement)."""
+        copy = self._copy(name)
+        plan = copy.plans[0]
+        plan.tick, plan.running, plan.again_at = tick, False, None
+        self.asked, self.body, self.asking, self.answer = tick + timedelta(seconds=1), body, None, None
+        with self._step(fault):
+            try:
+                asking = copy._claimed([plan])
+                if plan.claimed:
+                    self._won_claim(copy.holder, tick)
+                copy._settle_all([(plan, ended) for plan in asking if (ended := copy._ask(plan))])
+            except (Died, SystemExit):  # the copy's process ended (a signal at its claim: SIGTERM)
+                if self.asking is not None and self.answer is None:
+                    self._died(self.asking, tick)
+                self._ended_copy(name)
+        if self.asking is not None:
+            self._ran(self.asking, body, self.answer)
+        self._claims_standing(holder=copy.holder, tick=tick)
+
+    def _won_claim(self, holder: str, tick) -> None:
+        """``holder`` won ``tick``'s claim: nobody else's claim of it may stand, nor may it be closed."""
+        others = {h for h, until in self.claims.get(tick, {}).items() if h != holder and until > self.clock}
+        assert not others, f"{ONE_CLAIMANT}: {holder} won {tick} while {sorted(others)} held its claim"
+        assert tick not in self.closed, f"{CLOSED}: {holder} won {tick}'s claim"
+        self.claims.setdefault(tick, {})[holder] = self.clock + TTL
+
+    def _claims_standing(self, **where) -> None:
+        """What the model knows of the claims ``where`` says (a copy's of a tick once its wake ended,
+        or all after a failover): an unanswered claim or close went either way, and the rows say
+        which; a claim stands until its ``until`` (the database's clock, on the model's)."""
+        for tick in [where["tick"]] if "tick" in where else TICKS:
+            self.claims.setdefault(tick, {}).pop(where.get("holder"), None)  # closed, or never won
+        with self.faults.unfaulted():
+            rows = Tick.objects.filter(job_name=JOB, until__gt=Now(), **where).annotate(now=Now())
+            for row in rows.values("tick", "holder", "until", "now"):
+                self.claims.setdefault(row["tick"], {})[row["holder"]] = (
+                    self.clock + row["until"] - row["now"]
+                )
 
     # --- a caller of the lease's own API ------------------------------------------------------
 
@@ -351,6 +461,11 @@ class LeaseModel(RuleBasedStateMachine):
 
     # --- the operator -----------------------------------------------------------------------
 
+    # A KNOWN DEFECT, not fixed yet (found by a random seed, MODEL_MINUTES=5 MODEL_SEED=1337006229):
+    # a slot done, a later one claimed, failed and released; reset_tick forgets the later one (not
+    # done), and with it the "a later tick was claimed" that kept the done slot from running again;
+    # the done slot runs and writes a second time (ONCE). The minimal steps:
+    # test_a_reset_of_a_later_failed_tick_lets_a_done_slot_run_again (xfail, strict).
     @step("operator")
     @rule(action=st.sampled_from(["pause", "resume", "force_release", "reset_tick"]), fault=faults)
     def operator(self, action, fault):
@@ -381,6 +496,7 @@ class LeaseModel(RuleBasedStateMachine):
         SyncLock.objects.filter(job_name=JOB).update(
             locked_until=F("locked_until") - delta, retry_at=F("retry_at") - delta
         )
+        Tick.objects.filter(job_name=JOB).update(until=F("until") - delta)  # a claim's TTL passes
 
     @step("failover")
     @rule(lost=st.sampled_from([1, 2, 0]))  # most failovers lose the last steps
@@ -388,10 +504,13 @@ class LeaseModel(RuleBasedStateMachine):
         """The timeline changes; the last ``lost`` steps' writes had not reached the new primary."""
         self.timeline += 1
         self.live.clear()  # a promotion ends every lease (rule 16)
+        self.claims.clear()  # and may lose a claim: a second claimant costs a fork, never a run
+        self.closed.clear()  # the slots closed for good in the new history: read again below
         kept = self.snapshots[-1 - min(lost, len(self.snapshots) - 1)]
         for model, where in TABLES:
             model.objects.filter(**where).delete()
             model.objects.bulk_create(model(**values) for values in kept[model])
+        self._claims_standing()  # the claims of the new history
 
     # --- the invariants -----------------------------------------------------------------------
 
@@ -410,7 +529,21 @@ class LeaseModel(RuleBasedStateMachine):
                 assert succeeded == written, f"{TRUTH}: {run.holder} (token {run.token}) is {run.status}" + (
                     " with its write in the history" if written else " without its write"
                 )
+        self._check_ticks()
         self._snapshot()
+
+    def _check_ticks(self) -> None:
+        rows = list(Tick.objects.filter(job_name=JOB).values("tick", "holder", "status", "until"))
+        ticks = [row["tick"] for row in rows]
+        assert len(ticks) == len(set(ticks)), f"{ONE_ROW}: {sorted(ticks)}"
+        rows = {row["tick"]: row for row in rows}
+        for tick, bodies in self.closed.items():
+            row = rows.get(tick, {})
+            assert (row.get("status"), row.get("until", 0)) == (Outcome.SUCCEEDED, None), f"{CLOSED}: {row}"
+            assert self.bodies.get(tick, 0) == bodies, f"{CLOSED}: {tick} ran again"
+        for tick, row in rows.items():
+            if row["until"] is None and row["status"] == Outcome.SUCCEEDED:
+                self.closed.setdefault(tick, self.bodies.get(tick, 0))
 
     def _snapshot(self) -> None:
         self.snapshots = [
@@ -428,7 +561,7 @@ def budget() -> tuple[settings, float]:
             max_examples=200, database=None, **{**common, "stateful_step_count": 25}
         ), minutes * 60
     return settings(
-        max_examples=int(os.environ.get("MODEL_EXAMPLES", 300)), derandomize=True, database=None, **common
+        max_examples=int(os.environ.get("MODEL_EXAMPLES", 270)), derandomize=True, database=None, **common
     ), 0
 
 
@@ -447,7 +580,43 @@ def test_the_lease_keeps_its_invariants_under_a_fault_at_every_step():
             return
 
 
+@pytest.mark.xfail(
+    strict=True, reason="known defect: a reset of a later, failed tick lets a done slot run again"
+)
+def test_a_reset_of_a_later_failed_tick_lets_a_done_slot_run_again():
+    """The model's shrunk example (MODEL_MINUTES=5 MODEL_SEED=1337006229), step by step: the lock row
+    keeps only the latest claimed tick, and reset_tick refuses only a done one at or before now."""
+    state, none = LeaseModel(), (0, "none")
+    try:
+        state.check()
+        state.run(body="fenced", fault=none, tick=TICKS[0])  # succeeds: the slot's write
+        state.check()
+        state.acquire(fault=none, name="A", tick=TICKS[0])  # skipped: done
+        state.check()
+        state.acquire(fault=none, name="A", tick=TICKS[1])  # a later tick claimed
+        state.check()
+        state.release(fault=none, name="A", succeeded=False)  # its attempt failed
+        state.check()
+        state.operator(action="reset_tick", fault=none)  # not done: reset
+        state.check()
+        state.run(body="fenced", fault=none, tick=TICKS[0])  # the done slot runs again
+        state.check()  # ONCE: its write committed twice
+    finally:
+        state.teardown()
+
+
 def test_docs_state_the_invariants_in_the_words_of_this_test():
     text = (Path(__file__).resolve().parents[2] / "docs" / "architecture.md").read_text()
-    for words in (ONCE, TRUTHFUL_SUCCESS, NOT_LOST, PAUSED, BOUNDED, TRUTH, ONE_HOLDER):
+    for words in (
+        ONCE,
+        TRUTHFUL_SUCCESS,
+        NOT_LOST,
+        PAUSED,
+        BOUNDED,
+        TRUTH,
+        ONE_HOLDER,
+        ONE_ROW,
+        ONE_CLAIMANT,
+        CLOSED,
+    ):
         assert f"\n- {words};" in text or f"\n- {words}." in text, words

@@ -86,6 +86,24 @@ def test_a_closed_tick_is_claimed_by_no_other_copy_an_open_one_by_any():
     assert Tick.objects.get(job_name="done").until is None
 
 
+def test_a_tick_closed_for_good_is_won_by_no_copy_its_own_holder_neither():
+    """The model of the lease found it (tests/locks/test_model.py): a copy that asks again for a tick
+    it closed for good (its clock stepped back, then on) won it again, and its row said ``claimed``."""
+    Tick.objects.claim([("done", TICK, MINUTE), ("retry", TICK, MINUTE)], holder="a:1:aaaaaa")
+    Tick.objects.close(
+        [("done", TICK, "succeeded", False), ("retry", TICK, "failed", True)], holder="a:1:aaaaaa"
+    )
+
+    won = Tick.objects.claim([("done", TICK, MINUTE), ("retry", TICK, MINUTE)], holder="a:1:aaaaaa")
+
+    assert won == {"retry"}
+    assert Tick.objects.values_list("status", "until", "claims").get(job_name="done") == (
+        "succeeded",
+        None,
+        1,
+    )
+
+
 def replicas(clock: FakeClock, jobs, count: int = 3) -> list[tuple[Scheduler, Runs]]:
     made = []
     for _ in range(count):
