@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import router
-from django.db.models import F, Q
+from django.db.models import F, Max, Q
 from django.db.models.functions import Now
 
 from locks.db import RowLocked, error_text, lease_transaction, safe_text, unlocked, without_waiting
@@ -233,8 +233,9 @@ def reset_tick(
     expected_done: bool | None = None,
     by: str = "",
 ) -> Change:
-    """Forget the tick ``job`` claimed last, its done mark and its attempts, while the row shows what
-    the operator saw, no lease is held and the tick is not done and past; else ``detail`` says why."""
+    """Forget the tick ``job`` claimed last, its done mark and its attempts (the row goes back to the
+    last slot before it that succeeded), while the row shows what the operator saw, no lease is held
+    and the tick is not done and past; else ``detail`` says why."""
     by = by or "unknown"
     shown = {"tick": expected_tick, "token": expected_token, "tick_done": expected_done}
     return _write(lambda rows, locked: _reset(job, rows, locked, shown, by), job=job, what="tick reset")
@@ -265,7 +266,9 @@ def _reset(job: str, rows, locked, shown: dict, by: str) -> Change:
         detail = f"the claimed tick {iso(tick)} of {job} is done: a reset would let that slot run twice"
     # Compare-and-set on what was read, the lease free (the row is locked meanwhile where it can be).
     matched = {"token": row["token"], "tick": tick, "tick_done": done}
-    cleared = {"tick": None, "tick_done": False, "tick_attempts": 0, "retry_at": None}
+    # Back to the last slot before it that succeeded, done, so that slot cannot run again (was: none).
+    last = JobRun.objects.for_job(job).succeeded().filter(tick__lt=tick).aggregate(last=Max("tick"))["last"]
+    cleared = {"tick": last, "tick_done": last is not None, "tick_attempts": 0, "retry_at": None}
     if detail or not rows.filter(**matched).free().update(**cleared):
         return Change(job, False, f"{detail or 'the lock row changed meanwhile'}; nothing reset", **seen)
     logger.warning("job=%s claimed tick reset by %s; it was %s (%s)", job, by, iso(tick), state)
