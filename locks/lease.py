@@ -307,8 +307,10 @@ def _history_of_win(mine, *, job: str, tick: datetime | None, using: str, pause:
     cluster) is a failover since its last lease: one WARNING, and ``failover`` says so (rule 16);
     with ``pause`` the job is paused in that stamp's transaction, so no later run misses it."""
     now = history(using=using)
+    prior = Coalesce(OuterRef("committed_token"), 0)  # runs to settle (rule 15), read with the win
+    unsettled = Exists(JobRun.objects.for_job(job).unsettled(before=OuterRef("token"), committed=prior))
     won = (
-        mine.annotate(**{f"now_{key}": value for key, value in now.items()}, unsettled=_unsettled(job))
+        mine.annotate(**{f"now_{key}": value for key, value in now.items()}, unsettled=unsettled)
         .values(*WON, *(WON_FAILOVER if now else ()), *(f"now_{k}" for k in now), "unsettled")
         .first()
     )
@@ -353,14 +355,6 @@ def _history_of_win(mine, *, job: str, tick: datetime | None, using: str, pause:
                 job_name=job, paused_at=paused_at, paused_by=FAILOVER_PAUSER, note=note
             )
     return won
-
-
-def _unsettled(job: str) -> Exists:
-    """Whether a run of an earlier token than the row's still says ``running``, or ``unknown`` at or
-    after its last committed token: what ``runner._record_start`` settles (rule 15)."""
-    prior = Coalesce(OuterRef("committed_token"), 0)
-    runs = JobRun.objects.for_job(job).filter(token__lt=OuterRef("token"))
-    return Exists(runs.filter(Q(status=Outcome.RUNNING) | Q(status=Outcome.UNKNOWN, token__gte=prior)))
 
 
 # Who pauses a job on a failover (``on_failover`` "pause"), as a pause names who acted.

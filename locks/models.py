@@ -275,6 +275,12 @@ class JobRunQuerySet(models.QuerySet):
     def succeeded(self) -> "JobRunQuerySet":
         return self.filter(status=Outcome.SUCCEEDED)
 
+    def unsettled(self, *, before, committed) -> "JobRunQuerySet":
+        """Runs of tokens before ``before`` still ``running``, or ``unknown`` at or after the last
+        committed token ``committed`` (values or expressions): what a new lease settles (rule 15)."""
+        unknown = Q(status=Outcome.UNKNOWN, token__gte=committed)
+        return self.filter(Q(status=Outcome.RUNNING) | unknown, token__lt=before)
+
 
 class JobRun(models.Model):
     """One row per attempt that got the lease."""

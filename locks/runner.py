@@ -394,8 +394,8 @@ def _record_start(lease: Lease, *, requested_by: str) -> int | None:
 
 
 def _settle_earlier(lease: Lease) -> None:
-    """One UPDATE (rule 15): ``running`` runs of earlier tokens lost their holder, ``unknown`` ones
-    are resolved by the lock row's last committed token."""
+    """One UPDATE of the unsettled runs (rule 15): ``running`` ones lost their holder, ``unknown``
+    ones are resolved by the lock row's last committed token."""
     prior = lease.prior_commit or 0  # tokens start at 1: 0 names no committed write
     committed, running, text = Q(token=prior), Q(status=Outcome.RUNNING), TextField()
     took_over = f"token {lease.token} took over"
@@ -403,9 +403,7 @@ def _settle_earlier(lease: Lease) -> None:
     stopped = _dead_holder(f"committed its fenced write, then stopped before recording it; {took_over}")
     lost = f"was lost in a failover; token {lease.token_name} took over" if lease.failover else ""
     abandoned = _dead_holder(lost or f"stopped renewing; its lease expired and {took_over}")
-    JobRun.objects.for_job(lease.job).filter(
-        running | Q(status=Outcome.UNKNOWN, token__gte=prior), token__lt=lease.token
-    ).update(
+    JobRun.objects.for_job(lease.job).unsettled(before=lease.token, committed=prior).update(
         status=Case(
             When(committed, then=Value(Outcome.SUCCEEDED)),
             When(running, then=Value(Outcome.ABANDONED)),
