@@ -1,7 +1,5 @@
-"""A run of a job under its lease: ``run_job`` (a registered job, the one way every caller runs
-one), ``run_locked`` (any function), the heartbeat, the ``JobRun`` record, and ``RunResult``: what
-a run came to (an ``Outcome``) and its one log line (docs/architecture.md, "The lock").
-"""
+"""A run under its lease: ``run_job`` (a registered job), ``run_locked`` (any function), the heartbeat,
+the ``JobRun`` record and ``RunResult``, what it came to and its log line (docs/architecture.md)."""
 
 from __future__ import annotations
 
@@ -12,6 +10,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from functools import partial
 
 from django.conf import settings
 from django.db import Error, OperationalError, connections, router
@@ -41,7 +40,7 @@ from locks.lease import (
 from locks.models import JobRun, Outcome, SyncLock, Tick, now_plus
 from locks.registry import ALL, PAUSE, RERUN, Job, attempts_of, get_job, prune_every, tick_window
 from locks.schedule import InvalidTick
-from locks.tasks import TaskFailed, task_runner
+from locks.tasks import TaskFailed, run_task
 
 # The name the lock's log lines have always carried (operators filter on it).
 logger = logging.getLogger("locks.api")
@@ -54,8 +53,7 @@ MAX_CATCH_UP = 2000
 
 @dataclass
 class RunResult:
-    """What one run came to. Plain values: the scheduler, the trigger and the commands read it
-    without the database."""
+    """What one run came to, in plain values (no database needed to read it)."""
 
     job: str
     tick: datetime | None
@@ -88,9 +86,7 @@ class RunResult:
 
     @property
     def next_due_now(self) -> bool:
-        """Under catch_up "all", whether a slot behind the current one is settled (this run
-        succeeded, or had the slot's last attempt; or another host settled it meanwhile): then
-        the next slot is due at once."""
+        """Under catch_up "all": this run settled a slot behind the current one, so the next is due now."""
         if not self.behind:
             return False
         if self.outcome.recorded in RETRIED:
@@ -124,9 +120,8 @@ class RunResult:
 
 
 class _Heartbeat(threading.Thread):
-    """Renews the lease every TTL/3 until the run ends, it fails, or the run has
-    lasted longer than ``max_run_time``; then the lease is marked lost, so the
-    job's next ``lease.check()`` or ``fenced()`` raises ``LockLost``."""
+    """Renews the lease every TTL/3 until the run ends; when it cannot, or after ``max_run_time``,
+    marks the lease lost (the job's next ``lease.check()`` or ``fenced()`` raises ``LockLost``)."""
 
     def __init__(self, lease: Lease, *, max_run_time: timedelta | None, started: float) -> None:
         super().__init__(name=f"heartbeat-{lease.job}", daemon=True)
@@ -135,19 +130,14 @@ class _Heartbeat(threading.Thread):
         self.max_run_time = max_run_time
         self.deadline = started + max_run_time.total_seconds() if max_run_time is not None else None
         self.stopping = threading.Event()
-        # While this process is inside fenced(lease), its transaction renewed the lease as it
-        # began and holds the lock row (PostgreSQL) or the one write lock (SQLite) until it
-        # ends: nobody can take the lease meanwhile, so the beat leaves it alone.
+        # Inside fenced(lease) the transaction renewed the lease and holds the lock row: no beat needed.
         self.fenced_holds_row = connections[router.db_for_write(SyncLock)].features.supports_transactions
 
     def run(self) -> None:
         try:
             while not self.stopping.wait(self.interval):
                 if self.deadline is not None and time.monotonic() > self.deadline:
-                    # Stop renewing: the lease runs out within a TTL and others may take it.
-                    self.lease.mark_lost(f"ran longer than its maximum run time {self.max_run_time}")
-                    logger.warning("job=%s heartbeat: %s", self.lease.job, self.lease.lost_reason)
-                    return
+                    return self._lost(f"ran longer than its maximum run time {self.max_run_time}")
                 if self.lease.writing.is_set() and self.fenced_holds_row:
                     logger.debug(
                         "job=%s heartbeat: its fenced write holds the lock row; not renewing", self.lease.job
@@ -156,26 +146,26 @@ class _Heartbeat(threading.Thread):
                 try:
                     renew(lease=self.lease)
                 except LockLost:
-                    logger.warning("job=%s heartbeat: %s", self.lease.job, self.lease.lost_reason)
-                    return
+                    return self._lost()
                 except RowLocked as exc:  # an operator's write, a contender's: for a moment
                     logger.debug("job=%s heartbeat: %s; trying again at the next beat", self.lease.job, exc)
                     continue
                 except Error as exc:
                     if isinstance(exc, OperationalError) and self.lease.writing.is_set():
-                        # SQLite: this process's own write transaction (fenced, which
-                        # renewed the lease as it began) holds the database's one write
-                        # lock, so no other process can take the lease meanwhile.
+                        # SQLite: this process's own fenced write holds the one write lock.
                         logger.debug(
                             "job=%s heartbeat: %s while this process writes; trying again at the next beat",
                             *(self.lease.job, error_text(exc)),
                         )
                         continue
-                    self.lease.mark_lost(f"heartbeat could not renew the lease: {error_text(exc)}")
-                    logger.warning("job=%s heartbeat: %s", self.lease.job, self.lease.lost_reason)
-                    return
+                    return self._lost(f"heartbeat could not renew the lease: {error_text(exc)}")
         finally:
             connections.close_all()
+
+    def _lost(self, reason: str = "") -> None:
+        if reason:  # else renew() marked it lost
+            self.lease.mark_lost(reason)
+        logger.warning("job=%s heartbeat: %s", self.lease.job, self.lease.lost_reason)
 
     def stop(self) -> None:
         self.stopping.set()
@@ -197,16 +187,10 @@ def run_locked(
     on_failover: str = RERUN,
     retries: datetime | None = None,
 ) -> RunResult:
-    """Run ``fn(lease)`` if this process wins the lease for ``tick``. Never raises for the lock's
-    sake: an unreachable database, a lease held elsewhere, a pause or a tick more than ``horizon``
-    ahead of the database clock is a skip; a failure in ``fn`` is recorded on a ``JobRun`` and
-    returned. A heartbeat renews the lease every TTL/3, for at most ``max_run_time``; ``fn`` calls
-    ``lease.check()`` before writing, or writes inside ``fenced(lease)``; a run whose fenced block
-    committed is a success. ``expected_errors`` and database errors are logged without a
-    traceback; anything else keeps it, on its ``JobRun`` too. ``retry_delays``: a tick gets ``1 + len``
-    attempts across every host, each not before its delay after the previous failed (None: no limit).
-    ``requested_by`` (``cron``, …) goes on the ``JobRun``. ``on_failover`` "pause": pause after a failover.
-    ``retries``: a forced run's slot of now (``locks.lease.acquire``)."""
+    """Run ``fn(lease)`` if this process wins the lease for ``tick``, recorded on a ``JobRun``; never
+    raises for the lock's sake (docs/architecture.md, "The lock"). ``expected_errors`` are logged
+    without a traceback; ``retry_delays``: a tick's ``1 + len`` attempts (None: no limit);
+    ``on_failover`` "pause": pause after a failover; ``retries``: a forced run's slot of now."""
     validate_ttl(ttl)
     if max_run_time is not None and max_run_time <= timedelta(0):
         raise ValueError(f"max_run_time must be positive, got {max_run_time}")
@@ -230,7 +214,8 @@ def run_locked(
         heartbeat = _Heartbeat(lease, max_run_time=max_run_time, started=started)
         heartbeat.start()
         try:
-            interrupted = _run_body(*_on_failover(lease, on_failover, fn), lease, result, expected_errors)
+            body = _pause_on_failover if lease.failover and on_failover == PAUSE else fn
+            interrupted = _run_body(body, lease, result, expected_errors)
         finally:
             heartbeat.stop()
         _settle(lease, result)
@@ -247,6 +232,10 @@ def _skipped(result: RunResult, got: Skip, started: float) -> RunResult:
     if got.reason == "tick_ahead":  # nothing was stored; most likely this host's clock (or a --tick)
         result.outcome = Outcome.TICK_AHEAD
         result.reason += f"; this host's clock is {(timezone.now() - got.db_now).total_seconds():+.0f} s off the database clock"
+    return _logged(result, started)
+
+
+def _logged(result: RunResult, started: float) -> RunResult:
     result.duration = time.monotonic() - started
     result.log()
     return result
@@ -261,9 +250,8 @@ _held = _Held()
 
 
 def interrupt(exc: BaseException) -> None:
-    """For a signal handler (run_job's SIGTERM): raise ``exc``, or while a run takes or records
-    its lease hold it back until the run's body begins (it is then recorded "interrupted" and
-    its lease released) or the run has logged itself. Never a held lease and no log line."""
+    """For a signal handler: raise ``exc``, or while a run takes or records its lease, once its body
+    begins or it has logged itself (docs/architecture.md, "Claim before spawn")."""
     if not _held.holding:
         raise exc
     _held.pending = _held.pending or exc
@@ -289,13 +277,7 @@ def _raise_held() -> None:
 
 
 class PausedOnFailover(NotCommitted):
-    """A job whose ``on_failover`` is "pause" met a failover: it paused instead of running (a
-    failed run that wrote nothing)."""
-
-
-def _on_failover(lease: Lease, policy: str, fn) -> tuple:
-    """What runs for ``lease``: ``fn``, or after a failover under "pause" the pause."""
-    return (_pause_on_failover,) if lease.failover and policy == PAUSE else (fn,)
+    """A job whose ``on_failover`` is "pause" met a failover: it paused instead of running."""
 
 
 def _pause_on_failover(lease: Lease) -> None:
@@ -312,8 +294,8 @@ def _pause_on_failover(lease: Lease) -> None:
 
 
 def _run_body(fn, lease: Lease, result: RunResult, expected_errors) -> BaseException | None:
-    """``fn(lease)``, its outcome, error and exception on ``result``; an interruption (SIGTERM's
-    SystemExit, KeyboardInterrupt) is returned, to be raised once the run is recorded."""
+    """``fn(lease)``'s outcome, error and exception on ``result``; an interruption is returned, to be
+    raised once the run is recorded."""
     outcome, error, caught = Outcome.FAILED, "", None
     try:
         with _interrupts(hold=False):
@@ -345,9 +327,8 @@ def _run_body(fn, lease: Lease, result: RunResult, expected_errors) -> BaseExcep
 
 
 def _settle(lease: Lease, result: RunResult) -> None:
-    """Rule 6: a run whose fenced write committed under the lease is a success, whatever went
-    wrong afterwards (kept on the run, logged as an ERROR). An unknown COMMIT is read back once
-    more: the database may answer again."""
+    """Rule 6: a run whose fenced write committed is a success, whatever went wrong afterwards; an
+    unknown COMMIT is read back once more."""
     if result.outcome == Outcome.UNKNOWN and not lease.unconfirmed and read_back_commit(lease):
         lease.committed = True
     if lease.committed and result.outcome != Outcome.SUCCEEDED:
@@ -366,13 +347,11 @@ def _unreachable(result: RunResult, exc: Exception, started: float) -> RunResult
     cause = STANDBY if standby(exc) else "database unreachable"  # a standby: the URL or a failover
     result.reason = f"{cause}: {error_text(exc)}"
     result.exception, result.outcome = exc, Outcome.UNREACHABLE
-    result.duration = time.monotonic() - started
-    result.log()
-    return result
+    return _logged(result, started)
 
 
 def _record_start(lease: Lease, *, requested_by: str) -> int | None:
-    """Settle the runs of earlier tokens when the claim saw one unsettled, then record this one."""
+    """Settle the runs of earlier tokens (if the claim saw one unsettled), then record this one."""
     try:
         if lease.unsettled:
             _settle_earlier(lease)
@@ -457,9 +436,8 @@ def _record_finish(lease: Lease, run_id, result: RunResult) -> None:
 
 
 def _release(lease: Lease, result: RunResult) -> bool:
-    """Release the lease with the run's outcome, which it may correct: a success whose lease
-    changed hands meanwhile without a committed fenced write is ``lost_lock``; one whose fenced
-    write the row does not show is ``failed`` (``NotCommitted``)."""
+    """Release the lease with the run's outcome, corrected to ``lost_lock`` for a success whose lease
+    changed hands without a committed fenced write, ``failed`` for one the row does not show."""
     try:
         released = release(
             lease=lease, status=result.outcome.recorded, error=result.error, used=result.reached
@@ -474,8 +452,7 @@ def _release(lease: Lease, result: RunResult) -> bool:
 
 
 def prune_runs(*, job: str) -> int:
-    """Delete this job's runs and tick rows older than LOCKS_RUN_RETENTION_DAYS (never its latest tick
-    row, the one a claim is judged by); the runs deleted."""
+    """Delete this job's runs and tick rows (but its latest) older than LOCKS_RUN_RETENTION_DAYS."""
     cutoff = now_plus(-timedelta(days=settings.LOCKS_RUN_RETENTION_DAYS))
     deleted, _ = JobRun.objects.for_job(job).filter(started_at__lt=cutoff).delete()
     ticks = Tick.objects.filter(job_name=job)
@@ -495,15 +472,11 @@ def run_job(
     due: datetime | None = None,
     requested_by: str = "",
 ) -> RunResult:
-    """One run of the job ``name`` under its lease, at most one success per tick across every
-    host: the one way a registered job is run (run_job and its aliases, the trigger, the scheduler).
+    """One run of the job ``name`` under its lease: the one way a registered job is run.
 
-    ``tick``: the slot to claim (``--tick``); else the slot of now (``due``, the scheduler's:
-    the latest a run may claim), or under catch_up "all" the oldest one up to it still to run
-    (docs/architecture.md, "Catch-up"). ``force`` ignores slots (but retries the slot of now after
-    a failed attempt), needs the lease, obeys a pause. ``requested_by``: who asked, on the run. Raises ``UnknownJob``; ``InvalidTick`` for
-    a ``tick`` that is no slot, lies beyond the tick window (unless it is the slot of now) or
-    would skip slots under "all"; ``LockError`` when the lock table is missing."""
+    ``tick``: the slot to claim; else the slot of now (``due``, the scheduler's), or under catch_up
+    "all" the oldest one still to run. ``force`` claims no slot (docs/architecture.md, "Which slot a
+    run claims"). Raises ``UnknownJob``, ``InvalidTick``, ``LockError``."""
     job = get_job(name)
     if force and tick is not None:
         raise InvalidTick("force and tick exclude each other: a forced run claims no tick")
@@ -525,13 +498,14 @@ def run_job(
                 f"first, and the next one is {iso(pending)}"
             )
         claim, behind = pending, pending < claim and not force
+    task = job.task_path and partial(run_task, task_path=job.task_path, wait=job.max_run_time)
     result = run_locked(
         job=job.name,
         tick=None if force else claim,
         retries=claim if force else None,
         ttl=job.ttl,
-        fn=task_runner(task_path=job.task_path, wait=job.max_run_time) if job.task_path else job.function(),
-        expected_errors=job.error_classes() + ((TaskFailed,) if job.task_path else ()),
+        fn=task or job.function(),
+        expected_errors=job.error_classes() + ((TaskFailed,) if task else ()),
         horizon=horizon,
         max_run_time=job.max_run_time,
         retry_delays=job.retry_delays,
@@ -546,10 +520,8 @@ def run_job(
 
 
 def run_due(*, name: str, requested_by: str = "") -> Iterator[RunResult]:
-    """The job's run of now (``run_job``), then under catch_up "all" one more for each slot
-    still behind while each one settles its slot (succeeds, or has the last attempt): what
-    ``run_job NAME`` and cron do. Bounded: each run is for a later slot than the one before,
-    and at most ``MAX_CATCH_UP`` run."""
+    """The job's run of now, then under catch_up "all" one for each slot behind while each settles its
+    slot, at most ``MAX_CATCH_UP``: what ``run_job NAME`` and cron do."""
     result = run_job(name=name, requested_by=requested_by)
     yield result
     for _more in range(MAX_CATCH_UP):
@@ -560,9 +532,8 @@ def run_due(*, name: str, requested_by: str = "") -> Iterator[RunResult]:
 
 
 def _pending_tick(job: Job, *, due: datetime) -> datetime:
-    """Under catch_up "all": the oldest slot up to ``due`` not done whose chance is not over
-    (within the catch-up window, an attempt left), from the lock row; ``due`` for a job
-    that never claimed a tick (a new job starts at its current slot)."""
+    """Under catch_up "all": the oldest slot up to ``due`` still to run, from the lock row (``due`` for
+    a job that never claimed a tick)."""
     row = SyncLock.objects.for_job(job.name).annotate(db_now=Now())
     state = row.values("tick", "tick_done", "tick_attempts", "db_now").first()
     if state is None or state["tick"] is None:

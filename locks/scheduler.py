@@ -1,7 +1,5 @@
-"""``run_scheduler``: run every registered job at its slots, in every replica. The lease decides
-which copy runs a slot; this loop decides *when* to ask (each slot, a retry, a lease expiring
-elsewhere, a backoff, catch-up), each ask in a pool's worker process (or a child of its own), and
-never raises for a job's sake (docs/architecture.md, "The scheduler")."""
+"""``run_scheduler``'s loop: *when* to ask for each job's slots, each ask in a pool's worker (or a
+child of its own); the lease decides which copy runs one (docs/architecture.md, "The scheduler")."""
 
 from __future__ import annotations
 
@@ -21,6 +19,7 @@ from datetime import UTC, datetime, timedelta
 from functools import partial
 from multiprocessing.connection import wait as wait_for_any
 
+from django.conf import settings
 from django.db import Error as DBError
 from django.db import connections, reset_queries
 from django.utils import timezone
@@ -35,18 +34,15 @@ from locks.tasks import sweep
 
 logger = logging.getLogger(__name__)
 
-# The longest the loop sleeps without looking at the clock again, so a host clock that
-# jumps (NTP step, a suspended VM) is noticed within this long.
+# The longest the loop sleeps without looking at the clock (a host clock that jumps is noticed).
 MAX_SLEEP = timedelta(seconds=60)
 # Each run it asks for is recorded as the scheduler's (JobRun.requested_by).
 RUN_SCHEDULED = partial(run_job, requested_by="scheduler")
-# While a paused job's slot lasts, how often its lock row is read for a resume (no run is asked
-# meanwhile): a resume at least this long before the slot's chance ends runs the slot.
+# While a paused job's slot lasts, how often its lock row is read for a resume.
 PAUSED_POLL = timedelta(seconds=5)
 # Asked again after an unreachable database or a locked lock row: 1 s, doubling, at most 30 s.
 BACKOFF_FIRST, BACKOFF_MOST = timedelta(seconds=1), timedelta(seconds=30)
-# The longest an ask waits for one of run_scheduler's workers while all are busy, before it runs in
-# a child of its own: a burst of short runs waits, a hung job never holds another's slot for long.
+# The longest an ask waits for a busy pool's worker before it runs in a child of its own.
 BUSY = 1.0
 # After the grace, how long an interrupted run has to record itself before it is killed.
 INTERRUPTED_WAIT = 10.0
@@ -57,8 +53,7 @@ NO_SLOT = "scheduler: job=%s outcome=failed: its schedule %r has no slot that ca
 
 
 def _broke(name: str, due: datetime | None, why: str) -> RunResult:
-    """An ask that came to no run of its own: its run raised, or its process died (logged where it
-    happened). Asked again with the backoff of an unreachable database."""
+    """An ask that came to no run: its run raised, or its process died (logged where it happened)."""
     return RunResult(job=name, tick=due, holder="", outcome=Outcome.BROKE, error=why)
 
 
@@ -79,8 +74,7 @@ class _Plan:
 
 
 def paused_in_database(name: str) -> bool:
-    """Whether the job's lock row says it is paused: one cheap read; False when the database
-    cannot be read (the run is asked then, and says why it cannot run)."""
+    """Whether the job's lock row says it is paused (False when it cannot be read: the run says why)."""
     try:
         return SyncLock.objects.for_job(name).filter(paused_at__isnull=False).exists()
     except DBError:
@@ -88,8 +82,7 @@ def paused_in_database(name: str) -> bool:
 
 
 def _slot_of(plan: _Plan, now: datetime) -> datetime | None:
-    """The latest slot of ``plan``'s job at or before ``now``; None (logged once) when its
-    schedule has none that can be computed: that job's failure, never the loop's."""
+    """The latest slot of ``plan``'s job at or before ``now``; None (logged once) when there is none."""
     try:
         tick = plan.job.cron.slot_at_or_before(now)
     except SLOT_ERRORS as exc:
@@ -105,9 +98,7 @@ def ask(run: Callable[..., RunResult], *, name: str, due: datetime) -> RunResult
     """One ask: ``run(name=, due=)``, a ``RunResult`` whatever happens."""
     try:
         return run(name=name, due=due)
-    except InvalidTick as exc:
-        # The tick is more than a period ahead of the database clock: this host's clock is
-        # fast. run_locked logged the WARNING with its offset; nothing was stored.
+    except InvalidTick as exc:  # this host's clock is fast: run_locked logged the WARNING
         return RunResult(job=name, tick=due, holder="", outcome=Outcome.REFUSED, reason=f"refused: {exc}")
     except Exception as exc:  # a bug in a job's wrapper or the lock: logged, and the loop goes on
         logger.exception("scheduler: job=%s tick=%s raised; the loop goes on", name, due.isoformat())
@@ -133,9 +124,8 @@ class Inline:
 
 
 class Forked:
-    """Each ask in a child process (a fork of this one), which sends its ``RunResult`` back.
-    A child ignores SIGTERM and SIGINT (a terminal's Ctrl-C or systemd reach the whole
-    group): the scheduler gives it its grace, then interrupts it with SIGUSR1."""
+    """Each ask in a forked child, which sends its ``RunResult`` back; it ignores SIGTERM and SIGINT
+    and is interrupted with SIGUSR1 after the grace."""
 
     def __init__(self, run: Callable[..., RunResult] = run_job) -> None:
         self.run = run
@@ -188,10 +178,8 @@ class Forked:
 
 
 class Pool(Forked):
-    """Each ask in one of ``size`` long-lived worker processes (forked on demand, one that died
-    forked again), which keep their database connections between asks. An ask waits for an idle
-    worker at most ``BUSY`` seconds, then runs in a child of its own (``Forked``), so that a job
-    that hangs never holds another's slot."""
+    """Each ask in one of ``size`` long-lived workers (forked on demand), which keep their connections;
+    after ``BUSY`` seconds without an idle one, in a child of its own (``Forked``)."""
 
     def __init__(self, run: Callable[..., RunResult], size: int) -> None:
         super().__init__(run)
@@ -206,8 +194,7 @@ class Pool(Forked):
         self._dispatch()
 
     def _dispatch(self) -> None:
-        """The waiting asks to idle workers (forked up to ``size``); one that waited ``BUSY`` s while
-        every worker was busy, to a child of its own."""
+        """The waiting asks to idle workers (forked up to ``size``), or after ``BUSY`` s to children."""
         while self.waiting:
             if not self.idle and len(self.workers) < self.size:
                 pipe, theirs = self.context.Pipe()
@@ -249,8 +236,7 @@ class Pool(Forked):
         ]
 
     def _done(self, child: multiprocessing.Process, reader, *, answered: bool) -> None:
-        """A worker that answered is idle again, until the pool stops; one that did not is dropped,
-        and forked again when an ask finds no worker idle."""
+        """A worker that answered is idle again until the pool stops; one that did not is dropped."""
         if child in self.workers and answered and not self.stopping:
             self.idle.append((child, reader))
             return
@@ -258,8 +244,7 @@ class Pool(Forked):
         super()._done(child, reader, answered=answered)
 
     def retire(self) -> None:
-        """At this process's exit (which waits for its children): each worker exits once it has
-        answered, the idle ones at once."""
+        """At exit: each worker exits once it has answered, the idle ones at once."""
         self.stopping = True
         busy = [(child, pipe) for _plan, child, pipe in self.children.values() if child in self.workers]
         for _worker, pipe in [*self.idle, *busy]:
@@ -270,8 +255,7 @@ class Pool(Forked):
 
 
 def _worker(run: Callable[..., RunResult], pipe, parent: int) -> None:
-    """A pool's worker: an ask for each ``(name, due)`` it receives, as ``_child``'s, until it
-    receives None or its parent is gone; between asks it keeps its connections (``_reuse_connections``)."""
+    """A pool's worker: an ask for each ``(name, due)`` it receives, until None or its parent is gone."""
     _ignore_stops()
     with contextlib.suppress(EOFError, OSError):
         while True:
@@ -287,9 +271,8 @@ def _worker(run: Callable[..., RunResult], pipe, parent: int) -> None:
 
 
 def _reuse_connections() -> None:
-    """What a request's start does to a persistent connection (``CONN_MAX_AGE`` None), with no
-    age limit: a connection an error left unusable, or that the server closed (its socket is
-    readable while idle: a termination notice or the end), is closed; the next query opens one."""
+    """What a request's start does to a persistent connection (``CONN_MAX_AGE`` None), without the age
+    limit; also closes one whose idle socket is readable (the server closed it)."""
     for conn in connections.all(initialized_only=True):
         conn.close_at = None
         conn.close_if_unusable_or_obsolete()
@@ -323,39 +306,34 @@ def _interrupt(signum, frame) -> None:
 
 
 class Scheduler:
-    """The loop, with its clock, its waiting and how it runs an ask injected, so that tests
-    can run it fast (``Inline``); ``run_scheduler`` runs each ask in a worker (``Pool``) or a child (``Forked``)."""
+    """The loop, its clock, pause check and runs injected for tests. ``workers``: None, each ask in this
+    process (``Inline``); 0, in a child of its own (``Forked``); else in a ``Pool`` of that many.
+    ``claim``: claim each wake's due ticks first and ask only for those won (locks.models.Tick)."""
 
     def __init__(
         self,
-        *,
         jobs: Iterable[Job],
+        *,
         now: Callable[[], datetime] = timezone.now,
         run: Callable[..., RunResult] = RUN_SCHEDULED,
         stop: threading.Event | None = None,
         workers: int | None = None,
-        grace: float = 0.0,
         paused: Callable[[str], bool] = paused_in_database,
         claim: bool = False,
     ) -> None:
         self.plans = [_Plan(job, index) for index, job in enumerate(jobs)]
-        # The plans by when to look at each next (a heap; a replaced entry stays until popped): a wake
-        # costs in the jobs due, not the jobs registered. ``seen``: the clock at the last wake.
+        # The plans by when to look at each next (a heap; a replaced entry stays until popped).
         self.queue: list[tuple[datetime, int, int]] = []
         self.queued, self.seen = 0, None
         for plan in self.plans:
             self._queue(plan)
         self.paused = paused
         self.host_now = now
-        # The database clock minus this host's, learned from a slot refused as ahead of it (a fast
-        # host): the loop names and asks for slots on the database's time (issue 35, item 13).
+        # The database clock minus this host's, learned from a slot refused as ahead of it.
         self.skew = timedelta(0)
-        # None: each ask in this process; 0: in a child of its own; else in a pool of that many workers.
         self.executor = Inline(run) if workers is None else Pool(run, workers) if workers else Forked(run)
         self.stop = stop or threading.Event()
-        self.grace = grace
-        # Claim before spawn: each wake's due ticks are claimed in one statement (locks.models.Tick)
-        # and only the ones this copy won are asked for; without ``claim``, every due tick is asked.
+        self.grace = settings.LOCKS_SCHEDULER_GRACE
         self.claim, self.holder = claim, make_holder()
         self.wake_reader, self.wake_writer = os.pipe()  # a signal's handler wakes the loop through it
         os.set_blocking(self.wake_reader, False)
@@ -384,9 +362,8 @@ class Scheduler:
         self._settle_all([(plan, ended) for plan in self._claimed(asking) if (ended := self._ask(plan))])
 
     def _claimed(self, plans: list[_Plan]) -> list[_Plan]:
-        """The plans whose due tick this copy claimed (all of them without ``claim``, or when the claim
-        cannot be made: their leases decide); each other one is looked at again once the winner's
-        claim may have ended (its lease's TTL), within its slot's chance."""
+        """The plans whose due tick this copy claimed (all, without ``claim`` or when it fails); each
+        other one is looked at again once the winner's claim may have ended."""
         if not self.claim or not plans:
             return plans
         _reuse_connections()  # this process's connection is kept from wake to wake
@@ -415,8 +392,7 @@ class Scheduler:
         return [plan for plan in plans if plan.claimed]
 
     def _due(self, now: datetime) -> list[_Plan]:
-        """The plans whose time to look has come, in the jobs' order; every plan if the clock went
-        back (a skew learned, a host clock stepped back): a slot earlier than the one asked for."""
+        """The plans whose time to look has come, in the jobs' order; every plan if the clock went back."""
         if self.seen is not None and now < self.seen:
             self.queue.clear()
             due = list(self.plans)
@@ -432,8 +408,6 @@ class Scheduler:
 
     def _look(self, plan: _Plan, now: datetime) -> bool:
         """Whether to ask for ``plan``'s job now; if not, it is queued again."""
-        # The tick window lets a copy that starts a little early name the slot its
-        # peers name; the scheduler itself waits for the slot's own time.
         if not plan.running:
             tick = _slot_of(plan, now)
             if tick is None:
@@ -474,8 +448,8 @@ class Scheduler:
     def run_forever(
         self, *, wait: Callable[[float], object] | None = None, iterations: int | None = None
     ) -> None:
-        """Loop until ``stop`` is set (SIGTERM, SIGINT) or after ``iterations`` wakes; then give
-        the runs still going their grace. ``wait``: a test's clock (default: the runs' ends)."""
+        """Loop until ``stop`` is set or after ``iterations`` wakes, then give the runs going their grace.
+        ``wait``: a test's clock (default: the runs' ends)."""
         done = 0
         while not self.stop.is_set() and (iterations is None or done < iterations):
             self.step()
@@ -488,9 +462,7 @@ class Scheduler:
         self._finish()
 
     def _ask(self, plan: _Plan) -> RunResult | None:
-        # A connection idle since the last tick may have been closed by the server, and
-        # with DEBUG on every query would be kept: what a request's end does for a view.
-        _reuse_connections()
+        _reuse_connections()  # and the query log, as a request's end does
         reset_queries()
         plan.running = True
         outcome = self.executor.start(plan, due=plan.tick)
@@ -528,9 +500,8 @@ class Scheduler:
         return self._end(plan, outcome) if plan.claimed else None
 
     def _end(self, plan: _Plan, outcome: RunResult) -> tuple:
-        """How its tick's claim ends: ``(job, tick, status, again)``; for good (not ``again``) when the
-        tick needs no ask of any copy again (it succeeded, is settled elsewhere, or had its last
-        attempt), else at once."""
+        """How its tick's claim ends: ``(job, tick, status, again)``; for good (not ``again``) when no
+        copy need ask for the tick again."""
         plan.claimed = False
         skip, recorded = outcome.skip, outcome.outcome.recorded
         final = skip.reason in FINAL if skip is not None else recorded == Outcome.SUCCEEDED
@@ -543,19 +514,9 @@ class Scheduler:
         return plan.job.name, plan.tick, status, not final
 
     def _again_at(self, plan: _Plan, outcome: RunResult) -> datetime | None:
-        """When to ask for the job again before its next slot, or None; never past the
-        chance of the slot asked for (the next slot; under catch_up "all", its window)."""
-        now = self.now()
-        if outcome.outcome == Outcome.REFUSED:
-            return None
-        if outcome.outcome in {Outcome.BROKE, Outcome.UNREACHABLE}:
-            plan.backoff = min(max(plan.backoff * 2, BACKOFF_FIRST), BACKOFF_MOST)
-            delay = plan.backoff
-        else:
-            delay = self._delay(plan, outcome)
-            if delay is None:
-                return None
-        return self._within_chance(plan, now + delay)
+        """When to ask for the job again, or None; never past the chance of the slot asked for."""
+        delay = self._delay(plan, outcome)
+        return None if delay is None else self._within_chance(plan, self.now() + delay)
 
     def _within_chance(self, plan: _Plan, again: datetime) -> datetime | None:
         """``again`` if it is before the chance of the slot asked for ends, else None."""
@@ -563,11 +524,12 @@ class Scheduler:
 
     def _delay(self, plan: _Plan, result: RunResult) -> timedelta | None:
         skip = result.skip
-        if skip is not None and skip.reason == "held" and skip.locked:
-            # A write in progress holds the lock row: on PostgreSQL the server ends a frozen
-            # one within its TTL. Look again, less and less often.
-            plan.backoff = min(max(plan.backoff * 2, BACKOFF_FIRST), BACKOFF_MOST)
-            return plan.backoff
+        if result.outcome == Outcome.REFUSED:
+            return None
+        # A write in progress holds the lock row, or the database could not be asked: a backoff.
+        locked = skip is not None and skip.reason == "held" and skip.locked
+        if locked or result.outcome in {Outcome.BROKE, Outcome.UNREACHABLE}:
+            return _backoff(plan)
         plan.backoff = timedelta(0)
         if result.next_due_now:
             return timedelta(0)  # catch_up "all": that slot is settled, the next one is due
@@ -575,9 +537,7 @@ class Scheduler:
             return result.retry_after  # None: the tick had its last attempt
         if skip is None:
             return None  # succeeded
-        if skip.reason == "held" and skip.wait is not None:
-            # Another copy runs this tick. If it dies, its lease expires and the tick may
-            # be taken again: look once more just after that.
+        if skip.reason == "held" and skip.wait is not None:  # once its lease expires, in case its holder died
             return skip.wait + timedelta(seconds=1)
         if skip.reason == "retry_later":
             return skip.wait  # another copy's attempt failed: the next one, when it may start
@@ -588,8 +548,7 @@ class Scheduler:
         return None  # done elsewhere, a later tick claimed, or no attempt left
 
     def _finish(self) -> None:
-        """The runs still going get ``grace`` seconds, then SIGUSR1 (each records itself:
-        ``interrupted: SystemExit: 0``), then SIGKILL after ``INTERRUPTED_WAIT``."""
+        """The runs still going get ``grace`` seconds, then SIGUSR1, then SIGKILL after ``INTERRUPTED_WAIT``."""
         executor = self.executor
         if not isinstance(executor, Forked):
             return
@@ -611,9 +570,14 @@ class Scheduler:
         self._settle_all(executor.collect(5))
 
 
+def _backoff(plan: _Plan) -> timedelta:
+    """1 s, doubling, at most 30 s."""
+    plan.backoff = min(max(plan.backoff * 2, BACKOFF_FIRST), BACKOFF_MOST)
+    return plan.backoff
+
+
 def install_signal_handlers(scheduler: Scheduler) -> None:
-    """SIGTERM and SIGINT stop the waiting at once; the runs still going get the
-    scheduler's grace (``Scheduler._finish``)."""
+    """SIGTERM and SIGINT stop the waiting at once; the runs still going get their grace."""
 
     def stop(signum, frame) -> None:
         if scheduler.stop.is_set():

@@ -1,6 +1,5 @@
-"""Jobs whose work is a django.tasks ``Task`` (``"task"`` in a ``LOCKS_JOBS`` entry): the slot's
-winner enqueues it in a fenced transaction, once per slot, and its run follows the task to its end
-(docs/jobs.md, "Periodic tasks")."""
+"""Jobs whose work is a django.tasks ``Task``: enqueued once per slot in its winner's fenced transaction,
+and followed to its end (docs/jobs.md, "Periodic tasks")."""
 
 from __future__ import annotations
 
@@ -52,15 +51,10 @@ def is_task(target) -> bool:
     return Task is not None and isinstance(target, Task)
 
 
-def task_runner(*, task_path: str, wait: timedelta | None) -> Callable[[Lease], dict]:
-    """The function a task job's run calls with its lease (``locks.runner.run_job``)."""
-    return functools.partial(run_task, task_path=task_path, wait=wait or DEFAULT_WAIT)
-
-
-def run_task(lease: Lease, *, task_path: str, wait: timedelta) -> dict:
-    """The slot's task, enqueued unless an earlier attempt's is still on its way, then followed until
-    it finishes: its outcome is the run's."""
-    task = import_string(task_path)
+def run_task(lease: Lease, *, task_path: str, wait: timedelta | None) -> dict:
+    """A task job's run: the slot's task, enqueued unless an earlier attempt's is still on its way,
+    then followed until it finishes (at most ``wait``): its outcome is the run's."""
+    task, wait = import_string(task_path), wait or DEFAULT_WAIT
     _settle_outlived(lease, task)
     result = _earlier_task(lease, task) or _enqueue(lease, task)
     if result is None:
@@ -83,8 +77,8 @@ def run_task(lease: Lease, *, task_path: str, wait: timedelta) -> dict:
 
 
 def _enqueue(lease: Lease, task):
-    """The slot's task, enqueued in the fenced transaction (a database backend), or through the
-    slot's outbox row written in it and sent once it commits (any other)."""
+    """The slot's task, enqueued in the fenced transaction, or (a backend outside the database)
+    through the slot's outbox row written in it and sent once it commits."""
     outside = not any(cls.__name__ in IN_TRANSACTION for cls in type(task.get_backend()).__mro__)
     with fenced(lease, settle=False):
         if outside:
@@ -103,8 +97,7 @@ def _enqueue(lease: Lease, task):
 
 
 def _arm(lease: Lease) -> None:
-    """The slot's outbox row, written, or taken over for this attempt (unsent, on its token) when an
-    earlier attempt's task was sent (and failed) or never claimed; one being sent now, or done, stays."""
+    """The slot's outbox row, written, or taken over for this attempt unless it is being sent or done."""
     rows = TaskOutbox.objects.filter(job_name=lease.job, tick=lease.tick)
     if lease.tick is None or not rows.exists():
         TaskOutbox.objects.create(job_name=lease.job, tick=lease.tick, token=lease.token)
@@ -114,8 +107,8 @@ def _arm(lease: Lease) -> None:
 
 
 def dispatch(job: str, task, *, stale: timedelta) -> dict:
-    """Send ``job``'s unsent outbox rows, oldest first, each claimed first (a claim older than
-    ``stale`` is taken again); token -> the TaskResult sent. Prunes rows as its runs are."""
+    """Send ``job``'s unsent outbox rows, oldest first, each claimed first (a claim older than ``stale``
+    is taken again), and prune old ones; token -> the TaskResult sent."""
     retained = now_plus(-timedelta(days=settings.LOCKS_RUN_RETENTION_DAYS))
     TaskOutbox.objects.filter(job_name=job, claimed_at__lt=retained).exclude(task_id="").delete()
     sent = {}
@@ -131,8 +124,7 @@ def dispatch(job: str, task, *, stale: timedelta) -> dict:
 
 
 def sweep(jobs) -> None:
-    """Send the outbox rows a crash left unsent, of each task job whose lease no run holds (while one
-    does, that run sends them): ``run_scheduler``'s loop, at each wake. Never raises."""
+    """Send the outbox rows a crash left unsent, of each task job whose lease no run holds. Never raises."""
     for job in (job for job in jobs if job.task_path):
         try:
             unsent = TaskOutbox.objects.filter(job_name=job.name, task_id="", done_at=None).exists()
@@ -143,8 +135,8 @@ def sweep(jobs) -> None:
 
 
 def once(job: str) -> Callable:
-    """Decorates a task sent through the outbox (under ``@task``): its body runs in one transaction with
-    its outbox row's done mark, so a task delivered again after its body committed returns None."""
+    """Under ``@task``: the body runs in one transaction with its outbox row's done mark, so a task
+    delivered again after its body committed returns None."""
 
     def decorate(body):
         @functools.wraps(body)
@@ -184,8 +176,8 @@ def _failure(result) -> str:
 
 
 def _settle_outlived(lease: Lease, task) -> None:
-    """Runs of earlier slots that stopped following their task (``abandoned``, ``unknown``), with no
-    later attempt of their slot, take their task's outcome once it has one."""
+    """Earlier slots' runs that stopped following their task (``abandoned``, ``unknown``) and were
+    not attempted again take their task's outcome once it has one."""
     if not task.get_backend().supports_get_result:
         return
     runs = JobRun.objects.for_job(lease.job).filter(token__lt=lease.token, stats__has_key="task")

@@ -397,7 +397,7 @@ MAX_MODULE_DOCSTRING_LINES = 5
 MAX_KEYWORD_PARAMETERS = 6
 MAX_DATACLASS_FIELDS = 12
 LONG_MODULE_DOCSTRINGS: set[str] = set()
-MANY_KEYWORD_PARAMETERS = {"lease.py:acquire", "runner.py:run_locked", "scheduler.py:__init__"}
+MANY_KEYWORD_PARAMETERS = {"lease.py:acquire", "runner.py:run_locked"}
 MANY_FIELDS = {
     "lease.py:Skip",
     "lease.py:Lease",

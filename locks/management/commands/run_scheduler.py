@@ -24,12 +24,7 @@ class Command(BaseCommand):
             chosen = [get_job(name) for name in names] if names else list(jobs().values())
         except UnknownJob as exc:
             raise CommandError(exc.args[0], returncode=2) from exc
-        scheduler = Scheduler(
-            jobs=chosen,
-            workers=settings.LOCKS_SCHEDULER_WORKERS,
-            grace=settings.LOCKS_SCHEDULER_GRACE,
-            claim=True,
-        )
+        scheduler = Scheduler(chosen, workers=settings.LOCKS_SCHEDULER_WORKERS, claim=True)
         install_signal_handlers(scheduler)
         names = ", ".join(job.name for job in chosen)
         self.stderr.write(f"scheduler: running {names}; SIGTERM or Ctrl-C stops it")
