@@ -266,19 +266,19 @@ def _worker(run: Callable[..., RunResult], pipe, parent: int) -> None:
             if message is None:
                 return
             _reuse_connections()
-            reset_queries()
             _child(run, *message, pipe, keep=True)
 
 
 def _reuse_connections() -> None:
     """What a request's start does to a persistent connection (``CONN_MAX_AGE`` None), without the age
-    limit; also closes one whose idle socket is readable (the server closed it)."""
+    limit; also closes one whose idle socket is readable (the server closed it), and empties the query log."""
     for conn in connections.all(initialized_only=True):
         conn.close_at = None
         conn.close_if_unusable_or_obsolete()
         raw = conn.connection  # a socket's (psycopg), not a client that answers any name (pymongo)
         if hasattr(type(raw), "fileno") and select.select([raw], [], [], 0)[0]:
             conn.close()
+    reset_queries()
 
 
 def _ignore_stops() -> None:
@@ -367,7 +367,6 @@ class Scheduler:
         if not self.claim or not plans:
             return plans
         _reuse_connections()  # this process's connection is kept from wake to wake
-        reset_queries()
         try:
             won = Tick.objects.claim(
                 [(plan.job.name, plan.tick, plan.job.ttl) for plan in plans], holder=self.holder
@@ -462,8 +461,7 @@ class Scheduler:
         self._finish()
 
     def _ask(self, plan: _Plan) -> RunResult | None:
-        _reuse_connections()  # and the query log, as a request's end does
-        reset_queries()
+        _reuse_connections()
         plan.running = True
         outcome = self.executor.start(plan, due=plan.tick)
         if outcome is None:
@@ -571,7 +569,6 @@ class Scheduler:
 
 
 def _backoff(plan: _Plan) -> timedelta:
-    """1 s, doubling, at most 30 s."""
     plan.backoff = min(max(plan.backoff * 2, BACKOFF_FIRST), BACKOFF_MOST)
     return plan.backoff
 

@@ -1,6 +1,6 @@
 import argparse
-import json
 from datetime import datetime
+from json import dumps
 
 from django.core.management.base import BaseCommand, CommandError
 from django.db import Error as DBError  # DatabaseError and InterfaceError
@@ -10,7 +10,8 @@ from locks.conf import MAX_LEDGER_SLOTS
 from locks.db import STANDBY, RowLocked, standby
 from locks.lease import LockError, iso, pause_text
 from locks.management.commands.run_job import tick_argument
-from locks.operator import cli_name, force_release, pause_job, reset_tick, resume_job
+from locks.operator import cli_name, force_release, pause_job, resume_job
+from locks.operator import reset_tick as reset_claimed_tick
 from locks.registry import UnknownJob, get_job, timezone_of
 from locks.schedule import OutOfRange, local_label, local_time
 from locks.status import job_ledgers, job_states
@@ -78,18 +79,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, action: str, **options) -> None:
         try:
-            if action == "release":
-                self.release(options["job"], token=options["token"], reset=options["reset_tick"])
-            elif action in {"pause", "resume"}:
-                self.pause(options["job"], resume=action == "resume", note=options.get("note", ""))
-            elif action == "ticks":
-                self.ticks(options["job"], last=options["last"], as_json=options["json"])
-            elif action == "next":
-                self.next(
-                    options["job"], count=options["count"], after=options["after"], as_json=options["json"]
-                )
-            else:
-                self.status(as_json=options["json"])
+            getattr(self, action)(**options)  # one method per action, each taking its own options
         except (UnknownJob, OutOfRange) as exc:
             raise CommandError(exc.args[0], returncode=2) from exc
         except (LockError, RowLocked) as exc:  # a write in progress held the row past the bound
@@ -98,15 +88,15 @@ class Command(BaseCommand):
             cause = f"{STANDBY}: " if standby(exc) else ""  # its rows may be stale: not shown
             raise CommandError(f"cannot read the locks: {cause}{' '.join(str(exc).split())}") from exc
 
-    def status(self, *, as_json: bool) -> None:
+    def status(self, *, json: bool, **_) -> None:
         states = job_states()
         zones = {state.job: timezone_of(state.job) for state in states}
-        if as_json:
+        if json:
             rows = [
                 {**s.as_json(), "timezone": zones[s.job], "tick_local": _local(s.tick, zones[s.job])}
                 for s in states
             ]
-            self.stdout.write(json.dumps(rows, indent=2))
+            self.stdout.write(dumps(rows, indent=2))
             return
         if not states:
             self.stdout.write("No locks and no jobs in LOCKS_JOBS: a job creates its lock on its first run.")
@@ -134,23 +124,22 @@ class Command(BaseCommand):
                 "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
             )
 
-    def pause(self, job: str, *, resume: bool, note: str) -> None:
-        by = cli_name()
-        if resume:
-            state = resume_job(job=job, by=by)
-            self.stdout.write(
-                f"Resumed {job}: its next slot runs as usual." if state.changed else f"{job} was not paused."
-            )
-            return
-        state = pause_job(job=job, by=by, note=note)
+    def pause(self, *, job: str, note: str, **_) -> None:
+        state = pause_job(job=job, by=cli_name(), note=note)
         self.stdout.write(f"{'Paused' if state.changed else 'Already paused'}: {state.describe()}.")
 
-    def ticks(self, job: str, *, last: int | None, as_json: bool) -> None:
+    def resume(self, *, job: str, **_) -> None:
+        state = resume_job(job=job, by=cli_name())
+        self.stdout.write(
+            f"Resumed {job}: its next slot runs as usual." if state.changed else f"{job} was not paused."
+        )
+
+    def ticks(self, *, job: str, last: int | None, json: bool, **_) -> None:
         ledger = job_ledgers(jobs=[get_job(job)], slots=last)[job]
         zone = ledger.timezone
-        if as_json:
+        if json:
             rows = [{**slot.as_json(), "local": _local(slot.tick, zone)} for slot in ledger.slots]
-            self.stdout.write(json.dumps(rows, indent=2))
+            self.stdout.write(dumps(rows, indent=2))
             return
         self.stdout.write(f"{'TICK (UTC)':<25}  {'LOCAL (' + zone + ')':<21}  {'OUTCOME':<9}  ATTEMPTS  RUNS")
         for slot in ledger.slots:
@@ -160,19 +149,19 @@ class Command(BaseCommand):
                 f"{slot.tick.isoformat():<25}  {local:<21}  {slot.outcome:<9}  {slot.attempts:<8}  {runs}"
             )
 
-    def next(self, name: str, *, count: int, after: datetime | None, as_json: bool) -> None:
-        job = get_job(name)
-        slots = job.next_slots(after=after, count=count)
-        if as_json:
-            self.stdout.write(json.dumps([slot.as_json() for slot in slots], indent=2))
+    def next(self, *, job: str, count: int, after: datetime | None, json: bool, **_) -> None:
+        found = get_job(job)
+        slots = found.next_slots(after=after, count=count)
+        if json:
+            self.stdout.write(dumps([slot.as_json() for slot in slots], indent=2))
             return
-        self.stdout.write(f"{job.name}: {job.schedule!r} in {job.timezone}")
+        self.stdout.write(f"{found.name}: {found.schedule!r} in {found.timezone}")
         self.stdout.write(f"{'SLOT (UTC)':<25}  {'LOCAL':<32}  DST")
         for slot in slots:
-            local = f"{local_label(slot.slot, tz=job.timezone)} ({slot.local:%z})"
+            local = f"{local_label(slot.slot, tz=found.timezone)} ({slot.local:%z})"
             self.stdout.write(f"{slot.slot.isoformat():<25}  {local:<32}  {slot.dst or '-'}")
 
-    def release(self, job: str, *, token: int | None, reset: datetime | None) -> None:
+    def release(self, *, job: str, token: int | None, reset_tick: datetime | None, **_) -> None:
         by = cli_name()
         try:
             released = force_release(job=job, expected_token=token, by=by)
@@ -187,10 +176,12 @@ class Command(BaseCommand):
                 self.stdout.write(f"{released.detail}.")
             else:
                 self.stdout.write(f"{job} was not held; nothing to release.")
-            if reset is not None:
+            if reset_tick is not None:
                 # The token shown, or the one this release left (it bumps the token).
                 expected = released.token if released.changed else token
-                cleared = reset_tick(job=job, expected_tick=reset, expected_token=expected, by=by)
+                cleared = reset_claimed_tick(
+                    job=job, expected_tick=reset_tick, expected_token=expected, by=by
+                )
                 if cleared.changed:
                     done = "done" if cleared.was_done else "not done"
                     self.stdout.write(

@@ -25,9 +25,7 @@ class Command(BaseCommand):
         "Run one job of LOCKS_JOBS under its lease, at most once per scheduled tick across every host. "
         "Exit 0 when it ran or skipped; 1 when a run that held the lock failed; 2 for bad arguments."
     )
-    # The checks tagged `locks` (the lock's, and those a project tags so for its jobs) run;
-    # the URL and admin checks would import every admin module on each start (about 23 ms
-    # of a skipping copy's ~250 ms, docs/benchmarks.md).
+    # Only the checks tagged `locks`: the others import every admin module (docs/benchmarks.md).
     requires_system_checks = [CHECK_TAG]
     job_name: str | None = None  # set by an alias: the job it runs
     dry_run_help = "Show what a run would do; write nothing (if the job can)."
@@ -71,13 +69,11 @@ class Command(BaseCommand):
         try:
             job = get_job(name)
             if dry_run:
-                if tick:
-                    # refused as a run would refuse it; then unused
+                if tick:  # refused as a run would refuse it; then unused
                     job.cron.check(tick)
                 self.preview(name, expected=job.error_classes())
                 return
-            # A stopped pod, `kill` or Ctrl-C ends the run through Python, so the lease is
-            # released and the run recorded instead of left to expire.
+            # A stopped pod, `kill` or Ctrl-C: the run is recorded and its lease released.
             signal.signal(signal.SIGTERM, _terminate)
             signal.signal(signal.SIGINT, _terminate)
             # Once; under catch_up "all" (without --tick or --force) also each slot still behind.
@@ -136,7 +132,6 @@ def tick_argument(value: str) -> datetime:
         raise argparse.ArgumentTypeError(
             f"{value!r} is not an ISO 8601 date-time (e.g. 2026-11-30T14:00:00+00:00)"
         ) from None
-    # Slots are UTC (locks.schedule), so a tick without an offset is read as UTC.
     return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed
 
 
