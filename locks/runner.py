@@ -522,13 +522,11 @@ def run_job(
 def run_due(*, name: str, requested_by: str = "") -> Iterator[RunResult]:
     """The job's run of now, then under catch_up "all" one for each slot behind while each settles its
     slot, at most ``MAX_CATCH_UP``: what ``run_job NAME`` and cron do."""
-    result = run_job(name=name, requested_by=requested_by)
-    yield result
-    for _more in range(MAX_CATCH_UP):
-        if not result.next_due_now:
-            return
+    for _run in range(1 + MAX_CATCH_UP):
         result = run_job(name=name, requested_by=requested_by)
         yield result
+        if not result.next_due_now:
+            return
 
 
 def _pending_tick(job: Job, *, due: datetime) -> datetime:

@@ -81,13 +81,11 @@ def _enqueue(lease: Lease, task):
     through the slot's outbox row written in it and sent once it commits."""
     outside = not any(cls.__name__ in IN_TRANSACTION for cls in type(task.get_backend()).__mro__)
     with fenced(lease, settle=False):
-        if outside:
-            _arm(lease)
-        else:
+        if not outside:  # its enqueue is in the transaction: committed with it
             result = task.enqueue(slot=iso(lease.tick), token=lease.token)
             JobRun.objects.for_job(lease.job).filter(token=lease.token).update(stats={"task": str(result.id)})
-    if not outside:
-        return result
+            return result
+        _arm(lease)
     sent = dispatch(lease.job, task, stale=lease.ttl)
     if lease.token in sent:
         return sent[lease.token]
