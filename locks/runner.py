@@ -475,8 +475,8 @@ def run_job(
     """One run of the job ``name`` under its lease: the one way a registered job is run.
 
     ``tick``: the slot to claim; else the slot of now (``due``, the scheduler's), or under catch_up
-    "all" the oldest one still to run. ``force`` claims no slot (docs/architecture.md, "Which slot a
-    run claims"). Raises ``UnknownJob``, ``InvalidTick``, ``LockError``."""
+    "all" the oldest one still to run; ``force``: none (docs/architecture.md, rule 12, "Which slot a run
+    claims"). Raises ``UnknownJob``, ``InvalidTick``, ``LockError``."""
     job = get_job(name)
     if force and tick is not None:
         raise InvalidTick("force and tick exclude each other: a forced run claims no tick")
