@@ -251,7 +251,7 @@ _held = _Held()
 
 def interrupt(exc: BaseException) -> None:
     """For a signal handler: raise ``exc``, or while a run takes or records its lease, once its body
-    begins or it has logged itself (docs/architecture.md, "Claim before spawn")."""
+    begins or it has logged itself (docs/architecture.md, "The scheduler", its last paragraph)."""
     if not _held.holding:
         raise exc
     _held.pending = _held.pending or exc
