@@ -113,10 +113,8 @@ class RunResult:
         return " ".join(parts)
 
     def log(self) -> None:
-        unexpected = bool(self.traceback)  # the exception itself: outside its except block
-        logger.log(
-            self.outcome.answer.level, "%s", self.describe(), exc_info=self.exception if unexpected else None
-        )
+        exc_info = self.exception if self.traceback else None  # an unexpected one's, outside its except block
+        logger.log(self.outcome.answer.level, "%s", self.describe(), exc_info=exc_info)
 
 
 class _Heartbeat(threading.Thread):
