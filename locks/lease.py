@@ -33,6 +33,7 @@ from locks.db import (
     sync_wait_cancelled,
     transaction_aborted,
     unlocked,
+    update_returning,
     without_waiting,
     write_transaction,
 )
@@ -69,14 +70,8 @@ def pause_text(by: str, since: datetime | None, note: str) -> str:
 
 @dataclass(frozen=True)
 class Skip:
-    """Why a contender did not get the lease. ``held``: another holder's lease is in force, or
-    (``locked``) the lock row is locked by a write in progress; ``tick_claimed``: this tick
-    already succeeded, or a later tick was claimed; ``tick_ahead``: the tick lies more than
-    ``horizon`` ahead of the database clock (``db_now``), nothing stored; ``attempts_used``:
-    the tick had its ``attempts`` and none succeeded; ``retry_later``: its last attempt failed
-    and the next may start at ``retry_at`` (database clock); ``paused``: by an operator
-    (stronger than force).
-    """
+    """Why a contender did not get the lease: a ``reason`` and what it was judged on (the
+    reasons: docs/architecture.md, "The rules": 1)."""
 
     job: str
     tick: datetime | None
@@ -129,21 +124,13 @@ class Skip:
 
 @dataclass
 class Lease:
-    """A lease this process holds. ``token`` is the fencing number.
-
-    ``writing`` is set while this process is inside ``fenced(lease)``;
-    ``committed`` becomes true when such a block committed (docs/architecture.md,
-    "The rules": 6, fencing). ``prior_commit`` is the token whose fenced write had committed
-    last when this lease was won: a holder that died after its commit is known by it.
-    ``attempt`` is this run's number among its tick's attempts, on every host; after attempt k
-    fails, the next may start ``retry_delays[k - 1]`` later (rule 12). ``timeline`` and
-    ``system_id``: the database history it was granted in (PostgreSQL; None elsewhere); ``failover``
-    says what acquire found when the row came from an older one (rule 16); ``failover_slot``, that
-    or the last failover's when its tick is at or before it (it may have run on the old primary). ``unconfirmed``: the
-    server said its fenced COMMIT did not wait for the synchronous standby; ``interrupted_commit``, a
-    signal (SIGTERM) came during it: its outcome is unknown until read back. ``unsettled``: runs of
-    earlier tokens may still say ``running`` or ``unknown`` (the runner settles them; rule 15).
-    """
+    """A lease this process holds; ``token`` is the fencing number. ``writing``: inside
+    ``fenced(lease)``; ``committed``: such a block committed; ``prior_commit``: the token whose
+    fenced write had committed last when it was won; ``attempt``: this run's among its tick's;
+    ``timeline``, ``system_id``: the history it was granted in; ``failover``, ``failover_slot``: a
+    failover found, or one at or after its tick; ``unconfirmed``, ``interrupted_commit``: the
+    fenced COMMIT's outcome is not known; ``unsettled``: earlier runs to settle (docs/architecture.md,
+    "The rules": 6, 12, 15, 16)."""
 
     job: str
     holder: str
@@ -251,7 +238,9 @@ def acquire(
     state, history_of = None, {"job": job, "tick": tick, "using": db, "pause": pause_on_failover}
     for pause in CONTENDER_PAUSES:
         try:  # each statement commits by itself (in a caller's transaction it joins that one)
-            won = claim.update(**values) and _history_of_win(rows.filter(holder=holder), **history_of)
+            mine = rows.filter(holder=holder)
+            won = update_returning(claim, values, _won(mine, job=job, using=db))  # one statement
+            won = won and _history_of_win(won, mine, **history_of)
         except Error as exc:  # no answer: the claim may have committed, read it back
             if missing_table(exc) or connections[db].in_atomic_block:
                 raise
@@ -301,23 +290,24 @@ def _lease_fields(won: dict, tick: datetime | None, retry_delays) -> dict:
     }
 
 
-def _history_of_win(mine, *, job: str, tick: datetime | None, using: str, pause: bool) -> dict | None:
-    """The won row (``mine``) read back in the winner's transaction, with the server's history
-    now; the row is stamped with it. A row stamped in an older history (another timeline, another
-    cluster) is a failover since its last lease: one WARNING, and ``failover`` says so (rule 16);
-    with ``pause`` the job is paused in that stamp's transaction, so no later run misses it."""
+def _won(mine, *, job: str, using: str):
+    """The read of a won row (``mine``): its lease, the server's history now, and whether a run
+    of an earlier token is unsettled (rule 15)."""
     now = history(using=using)
-    prior = Coalesce(OuterRef("committed_token"), 0)  # runs to settle (rule 15), read with the win
+    prior = Coalesce(OuterRef("committed_token"), 0)
     unsettled = Exists(JobRun.objects.for_job(job).unsettled(before=OuterRef("token"), committed=prior))
-    won = (
-        mine.annotate(**{f"now_{key}": value for key, value in now.items()}, unsettled=unsettled)
-        .values(*WON, *(WON_FAILOVER if now else ()), *(f"now_{k}" for k in now), "unsettled")
-        .first()
+    return mine.annotate(**{f"now_{key}": value for key, value in now.items()}, unsettled=unsettled).values(
+        *WON, *(WON_FAILOVER if now else ()), *(f"now_{k}" for k in now), "unsettled"
     )
-    if won is None:
-        return None
+
+
+def _history_of_win(won: dict, mine, *, job: str, tick: datetime | None, using: str, pause: bool) -> dict:
+    """``won`` (``_won``'s read of ``mine``) with the server's history; the row is stamped with it.
+    A row stamped in an older history (another timeline, another cluster) is a failover since its
+    last lease: one WARNING, and ``failover`` says so (rule 16); with ``pause`` the job is paused
+    in that stamp's transaction, so no later run misses it."""
     won["failover"] = won["failover_slot"] = ""
-    if not now:
+    if "now_timeline" not in won:
         return won
     if (won["timeline"], won["system_id"]) == (won["now_timeline"], won["now_system_id"]):
         # A later slot than the failover's moment ran only here; one at or before it may have run
@@ -459,11 +449,9 @@ def _tick_claimant(*, job: str, tick: datetime) -> str:
 
 
 def create_lock_row(*, job: str) -> bool:
-    """First use of a job: insert its row, free, for the compare-and-set to claim. A unique-key
-    clash means another contender inserted it first, which serves as well. Plain values
-    only: MongoDB cannot insert expressions such as ``Now()`` (so ``created_at`` is the database
-    clock read first, not this host's). False: another contender's
-    INSERT of it has not committed within ``CREATE_WAIT``."""
+    """First use of a job: insert its row, free (another contender's insert serves as well);
+    ``created_at`` is the database clock read first (MongoDB cannot insert ``Now()``). False:
+    another contender's INSERT of it has not committed within ``CREATE_WAIT``."""
     using = router.db_for_write(SyncLock)
     table = SyncLock._meta.db_table
     if table not in connections[using].introspection.table_names():
@@ -546,16 +534,11 @@ def _renew(lease: Lease, *, rows, values: dict) -> None:
 @contextmanager
 def fenced(lease: Lease, *, settle: bool = True) -> Iterator[None]:
     """The write phase of a run: one durable ``transaction.atomic()`` block whose first UPDATE
-    renews ``lease`` (``LockLost`` before any write if it is gone), records its token as
-    ``committed_token`` and marks its tick done (the tick re-asserted), so all are true exactly
-    when the writes commit; then ``lease.committed`` is true. A block Django rolls back without
-    raising (``set_rollback(True)``, an ``IntegrityError`` caught inside), or whose transaction the
-    server aborted (a failed raw statement caught inside, PostgreSQL), is ``NotCommitted``.
-    An error on the COMMIT itself is resolved by ``read_back_commit`` (``CommitUnknown`` when it
-    cannot tell). While inside, ``lease.writing`` is set: the heartbeat leaves the row alone.
-    docs/architecture.md, "The rules" (6, 10 and 15; MongoDB, where ``atomic()`` does nothing, too).
-    ``settle=False`` renews only: the run settles its tick later (a task's, ``locks.tasks``).
-    """
+    renews ``lease`` (else ``LockLost``), records its token as ``committed_token`` and marks its
+    tick done, so all are true exactly when the writes commit. A block rolled back without raising
+    is ``NotCommitted``; a COMMIT with no answer is read back (``CommitUnknown`` when it cannot
+    tell). ``settle=False`` renews only (a task's, ``locks.tasks``). docs/architecture.md, "The
+    rules": 6, 10, 15."""
     lease.check()
     values = {"committed_token": lease.token} if settle else {}
     if lease.tick is not None and settle:
@@ -648,7 +631,8 @@ def read_back_claim(rows, *, holder: str, ttl: timedelta, **history_of) -> dict 
         connections[using].close()  # the old connection is broken, or in an unknown state
         try:
             mine = unlocked(rows, using=using, skip=False).filter(holder=holder).held()
-            return _history_of_win(mine, **history_of)
+            won = _won(mine, job=history_of["job"], using=using).first()
+            return won and _history_of_win(won, mine, **history_of)
         except Error:  # unreachable, or the row still locked by that statement
             if time.monotonic() + delay > deadline:
                 return None
