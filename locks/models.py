@@ -324,7 +324,11 @@ class JobRun(models.Model):
     class Meta:
         verbose_name = "job run"
         ordering = ["-started_at"]
-        indexes = [models.Index(fields=["job_name", "-started_at"], name="jobrun_job_started")]
+        indexes = [
+            models.Index(fields=["job_name", "-started_at"], name="jobrun_job_started"),
+            # What a claim asks (JobRunQuerySet.unsettled): not a scan of a job's whole history.
+            models.Index(fields=["job_name", "status", "token"], name="jobrun_job_status_token"),
+        ]
 
     def __str__(self) -> str:
         token = f"{self.timeline}/{self.token}" if self.timeline is not None else self.token
