@@ -8,11 +8,11 @@ import secrets
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Literal
+from typing import Literal, TypeVar
 
 from django.conf import settings
 from django.db import Error, IntegrityError, connections, router, transaction
@@ -68,6 +68,17 @@ def pause_text(by: str, since: datetime | None, note: str) -> str:
     return f"paused by {by} since {iso(since)}" + (f": {note}" if note else "")
 
 
+# What each reason of a Skip says (docs/architecture.md, "The rules": 1).
+SKIPS = {
+    "held": "held by {0.holder} until {locked_until}",
+    "tick_ahead": "tick {tick} is more than {0.horizon} ahead of the database clock ({db_now})",
+    "attempts_used": "tick {tick} had its {0.attempts} attempts and none succeeded",
+    "retry_later": "tick {tick} failed attempt {0.attempts}; the next may start at {retry_at}",
+    "tick_done": "tick {tick} already done by {0.holder}",
+    "tick_claimed": "a later tick {claimed_tick} was already claimed by {0.holder}",
+}
+
+
 @dataclass(frozen=True)
 class Skip:
     """Why a contender did not get the lease: a ``reason`` and what it was judged on (the
@@ -94,23 +105,14 @@ class Skip:
         if self.reason == "held" and self.locked:
             lease = f"lease until {iso(self.locked_until)}" if self.locked_until else "lease released"
             return f"the lock row is locked by a write in progress (last holder {self.holder or 'none'}, {lease})"
-        if self.reason == "held":
-            return f"held by {self.holder} until {iso(self.locked_until)}"
-        if self.reason == "tick_ahead":
-            return (
-                f"tick {iso(self.tick)} is more than {self.horizon} ahead of the database clock "
-                f"({iso(self.db_now)})"
-            )
-        if self.reason == "attempts_used":
-            return f"tick {iso(self.tick)} had its {self.attempts} attempts and none succeeded"
-        if self.reason == "retry_later":
-            return (
-                f"tick {iso(self.tick)} failed attempt {self.attempts}; the next may start at "
-                f"{iso(self.retry_at)}"
-            )
-        if self.claimed_tick == self.tick:
-            return f"tick {iso(self.tick)} already done by {self.holder}"
-        return f"a later tick {iso(self.claimed_tick)} was already claimed by {self.holder}"
+        reason = (
+            "tick_done" if self.reason == "tick_claimed" and self.claimed_tick == self.tick else self.reason
+        )
+        times = {
+            name: iso(getattr(self, name))
+            for name in ("tick", "locked_until", "db_now", "claimed_tick", "retry_at")
+        }
+        return SKIPS[reason].format(self, **times)
 
     @property
     def wait(self) -> timedelta | None:
@@ -181,6 +183,7 @@ class Lease:
         return self.retry_delays[self.attempt - 1] if self.attempt <= len(self.retry_delays) else None
 
 
+T = TypeVar("T")
 # The name the lock's log lines have always carried (operators filter on it).
 logger = logging.getLogger("locks.api")
 
@@ -606,10 +609,10 @@ def _unconfirmed(lease: Lease, *, using: str, cause: BaseException | None = None
 
 
 def read_back_commit(lease: Lease) -> bool | None:
-    """Whether a fenced write of ``lease`` committed, read from its lock row (``_read_back``); None
+    """Whether a fenced write of ``lease`` committed, read from its lock row (``_lock_row``); None
     when that cannot be told: the row unreadable, a later lease committed since, or the row claimed
     since in another database history, where token numbers may repeat (rule 16)."""
-    row = _read_back(lease.job, seconds=lease.ttl.total_seconds())
+    row = _lock_row(lease.job, seconds=lease.ttl.total_seconds())
     if row is None or (row.get("timeline"), row.get("system_id")) != (lease.timeline, lease.system_id):
         return None
     committed = row["committed_token"]
@@ -622,37 +625,40 @@ def read_back_commit(lease: Lease) -> bool | None:
 
 def read_back_claim(rows, *, holder: str, ttl: timedelta, **history_of) -> dict | None:
     """What ``_history_of_win`` reads if acquire's claim committed though its answer was lost, else
-    None: on a new connection, once no statement holds the row (its own may still be running on
-    the server), tried again for at most ``READ_BACK_SECONDS`` (at most the TTL)."""
-    using = history_of["using"]
-    deadline = time.monotonic() + min(ttl.total_seconds(), READ_BACK_SECONDS)
-    delay = 0.1
-    while True:
-        connections[using].close()  # the old connection is broken, or in an unknown state
-        try:
-            mine = unlocked(rows, using=using, skip=False).filter(holder=holder).held()
-            won = _won(mine, job=history_of["job"], using=using).first()
-            return won and _history_of_win(won, mine, **history_of)
-        except Error:  # unreachable, or the row still locked by that statement
-            if time.monotonic() + delay > deadline:
-                return None
-            time.sleep(delay)
-            delay = min(delay * 2, 5.0)
+    None (``_read_back``: its own statement may still be running on the server)."""
+
+    def read() -> dict | None:
+        mine = unlocked(rows, using=rows.db, skip=False).filter(holder=holder).held()
+        won = _won(mine, job=history_of["job"], using=rows.db).first()
+        return won and _history_of_win(won, mine, **history_of)
+
+    return _read_back(read, using=rows.db, seconds=ttl.total_seconds())
 
 
-def _read_back(job: str, *, seconds: float) -> dict | None:
-    """The lock row of ``job`` ({}: none) read on a new connection, ``unlocked`` (a transaction whose
-    COMMIT answer was lost may still hold it), retried for at most ``seconds``; else None."""
+def _lock_row(job: str, *, seconds: float) -> dict | None:
+    """The lock row of ``job`` ({}: none), ``_read_back``: a transaction whose COMMIT answer was
+    lost may still hold it; None when it cannot be read."""
     using = router.db_for_write(SyncLock)
+
+    def read() -> dict:
+        with lease_transaction(using=using):
+            rows = unlocked(SyncLock.objects.using(using).for_job(job), using=using, skip=False)
+            return rows.annotate(db_now=Now()).values().first() or {}
+
+    return _read_back(read, using=using, seconds=seconds)
+
+
+def _read_back(read: Callable[[], T], *, using: str, seconds: float) -> T | None:
+    """``read()`` on a new connection (the old one is broken, or in an unknown state), tried again
+    while the database is unreachable or the row locked (``unlocked``: NOWAIT), for at most
+    ``seconds`` and ``READ_BACK_SECONDS``; None if it never answered."""
     deadline = time.monotonic() + min(seconds, READ_BACK_SECONDS)
     delay = 0.1
     while True:
-        connections[using].close()  # the old connection is broken, or in an unknown state
+        connections[using].close()
         try:
-            with lease_transaction(using=using):
-                rows = unlocked(SyncLock.objects.using(using).for_job(job), using=using, skip=False)
-                return rows.annotate(db_now=Now()).values().first() or {}
-        except Error:  # unreachable, or the row still locked by that transaction
+            return read()
+        except Error:
             if time.monotonic() + delay > deadline:
                 return None
             time.sleep(delay)
