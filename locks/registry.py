@@ -9,7 +9,6 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import cache
 
-from croniter import CroniterBadDateError
 from django.apps import apps
 from django.conf import settings
 from django.core.checks import Error
@@ -20,10 +19,8 @@ from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from locks import schedule
+from locks.schedule import SLOT_ERRORS
 
-# What the slot arithmetic raises for an expression croniter can find no slot of (``0 0 31 2 *``)
-# or one beyond what a datetime holds: that job's failure, never its readers' (docs/jobs.md, Checks).
-SLOT_ERRORS = (CroniterBadDateError, OverflowError)
 # A schedule whose next slot lies further ahead than this is refused by the checks (locks.E026).
 SLOT_HORIZON_YEARS = 5
 
@@ -180,22 +177,24 @@ def _job(name: str, entry: dict) -> Job:
     )
 
 
-def timezone_of(name: str) -> str:
-    """The zone the job ``name`` reads its schedule in; UTC for a name (or a setting) that is
-    not a valid job: where a lock row's times are shown."""
+def _job_or_none(name: str) -> Job | None:
+    """The job ``name``; None for a name (``run_locked()`` takes any) or a setting that is no valid job."""
     try:
-        return get_job(name).timezone
+        return get_job(name)
     except (UnknownJob, ImproperlyConfigured):
-        return schedule.DEFAULT_TIMEZONE
+        return None
+
+
+def timezone_of(name: str) -> str:
+    """The zone the job ``name`` reads its schedule in (UTC if no job): where a lock row's times are shown."""
+    job = _job_or_none(name)
+    return schedule.DEFAULT_TIMEZONE if job is None else job.timezone
 
 
 def prune_every(name: str) -> int:
     """Leases between two prunes of the job ``name``'s runs: an hour of its slots; 1 if no job."""
-    try:
-        job = get_job(name)
-    except (UnknownJob, ImproperlyConfigured):  # run_locked() of any name
-        return 1
-    return math.ceil(timedelta(hours=1) / job.cron.period(timezone.now()))
+    job = _job_or_none(name)
+    return 1 if job is None else math.ceil(timedelta(hours=1) / job.cron.period(timezone.now()))
 
 
 def get_job(name: str) -> Job:

@@ -1,8 +1,6 @@
-"""Cron expressions to ticks: the scheduled slot a run belongs to. A ``Schedule`` reads its fields in
-its time zone (default UTC); every slot is an aware UTC instant, and a DST night follows
-Vixie cron's rule (docs/jobs.md, "Time zones and DST"; docs/architecture.md, "Which slot a run
-claims"). Pure: no database.
-"""
+"""Cron expressions to ticks: a ``Schedule`` reads its fields in its time zone (default UTC); every slot
+is an aware UTC instant; a DST night follows Vixie cron's rule (docs/jobs.md, "Time zones and DST").
+Pure: no database."""
 
 import threading
 from dataclasses import dataclass
@@ -15,16 +13,9 @@ from croniter import CroniterBadDateError, croniter
 
 DEFAULT_TIMEZONE = "UTC"
 GAP, REPEAT = "gap", "repeat"  # where the DST rule applied to a slot (``dst_rule``)
-# croniter's nicknames, with the fields they stand for (only the hour field matters here).
-ALIASES = {
-    "@yearly": "0 0 1 1 *",
-    "@annually": "0 0 1 1 *",
-    "@monthly": "0 0 1 * *",
-    "@weekly": "0 0 * * 0",
-    "@daily": "0 0 * * *",
-    "@midnight": "0 0 * * *",
-    "@hourly": "0 * * * *",
-}
+# What the slot arithmetic raises for an expression croniter can find no slot of (``0 0 31 2 *``)
+# or one beyond what a datetime holds: that job's failure, never its readers' (docs/jobs.md, Checks).
+SLOT_ERRORS = (CroniterBadDateError, OverflowError)
 _SECOND = timedelta(seconds=1)
 _TINY = timedelta(microseconds=1)
 # One croniter per expression and thread, moved to each start: building one expands its
@@ -99,8 +90,11 @@ def _utc(moment: datetime) -> datetime:
 @lru_cache(maxsize=256)
 def fixed_time(expression: str) -> bool:
     """Whether the minute and hour fields are both fixed (``30 2``, ``0,30 1-5``): Vixie cron's
-    fixed-time job. A field that starts with ``*`` (``*``, ``*/15``) makes it a wildcard job."""
-    fields = ALIASES.get(expression.strip().lower(), expression).split()
+    fixed-time job. A field that starts with ``*`` (``*``, ``*/15``) makes it a wildcard job, and of
+    croniter's nicknames (``@daily``: ``0 0 * * *``) only ``@hourly`` (``0 * * * *``) is one."""
+    if expression.startswith("@"):
+        return expression.lower() != "@hourly"
+    fields = expression.split()
     return len(fields) > 1 and not fields[0].startswith("*") and not fields[1].startswith("*")
 
 
@@ -322,8 +316,7 @@ class Schedule:
             if self.is_slot(utc):
                 return utc
             before, after = self.slot_at_or_before(utc), self.next_slot(utc)
-        except (OverflowError, CroniterBadDateError):
-            # Near year 1 or 9999 the slot before or after lies outside what datetime holds.
+        except SLOT_ERRORS:  # near year 1 or 9999 a slot before or after lies outside a datetime
             raise InvalidTick(
                 f"tick {tick.isoformat()} is out of the range the schedule {self.expression!r} can be computed "
                 "in (a slot before and after it must lie within the years 1 to 9999)"
@@ -367,7 +360,7 @@ class Schedule:
                 Upcoming(slot, local_time(slot, tz=self.timezone), self.dst_rule(slot))
                 for slot in self.upcoming(after, count)
             ]
-        except (OverflowError, CroniterBadDateError):
+        except SLOT_ERRORS:
             raise OutOfRange(
                 f"the {count} slots of {self.expression!r} after {_utc(after).isoformat()} do not all lie "
                 "within the years 1 to 9999"
