@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import cache
 
+from croniter import CroniterBadDateError
 from django.apps import apps
 from django.conf import settings
 from django.core.checks import Error
@@ -19,8 +20,10 @@ from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from locks import schedule
-from locks.schedule import SLOT_ERRORS
 
+# What the slot arithmetic raises for an expression croniter can find no slot of (``0 0 31 2 *``)
+# or one beyond what a datetime holds: that job's failure, never its readers' (docs/jobs.md, Checks).
+SLOT_ERRORS = (CroniterBadDateError, OverflowError)
 # A schedule whose next slot lies further ahead than this is refused by the checks (locks.E026).
 SLOT_HORIZON_YEARS = 5
 

@@ -13,9 +13,6 @@ from croniter import CroniterBadDateError, croniter
 
 DEFAULT_TIMEZONE = "UTC"
 GAP, REPEAT = "gap", "repeat"  # where the DST rule applied to a slot (``dst_rule``)
-# What the slot arithmetic raises for an expression croniter can find no slot of (``0 0 31 2 *``)
-# or one beyond what a datetime holds: that job's failure, never its readers' (docs/jobs.md, Checks).
-SLOT_ERRORS = (CroniterBadDateError, OverflowError)
 _SECOND = timedelta(seconds=1)
 _TINY = timedelta(microseconds=1)
 # One croniter per expression and thread, moved to each start: building one expands its
@@ -285,7 +282,7 @@ class Schedule:
             if self.is_slot(utc):
                 return utc
             before, after = self.slot_at_or_before(utc), self.next_slot(utc)
-        except SLOT_ERRORS:  # near year 1 or 9999 a slot before or after lies outside a datetime
+        except (OverflowError, CroniterBadDateError):  # near year 1 or 9999: beyond what a datetime holds
             raise InvalidTick(
                 f"tick {tick.isoformat()} is out of the range the schedule {self.expression!r} can be computed "
                 "in (a slot before and after it must lie within the years 1 to 9999)"
@@ -331,7 +328,7 @@ class Schedule:
                 Upcoming(slot, local_time(slot, tz=self.timezone), self.dst_rule(slot))
                 for slot in self.upcoming(after, count)
             ]
-        except SLOT_ERRORS:
+        except (OverflowError, CroniterBadDateError):
             raise OutOfRange(
                 f"the {count} slots of {self.expression!r} after {_utc(after).isoformat()} do not all lie "
                 "within the years 1 to 9999"
