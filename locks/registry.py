@@ -24,8 +24,6 @@ from locks import schedule
 # What the slot arithmetic raises for an expression croniter can find no slot of (``0 0 31 2 *``)
 # or one beyond what a datetime holds: that job's failure, never its readers' (docs/jobs.md, Checks).
 SLOT_ERRORS = (CroniterBadDateError, OverflowError)
-# A schedule whose next slot lies further ahead than this is refused by the checks (locks.E026).
-SLOT_HORIZON_YEARS = 5
 
 # --- the app's own jobs -----------------------------------------------------------------
 
@@ -343,17 +341,6 @@ def _entry_errors(where: str, entry) -> list[Error]:
     ):
         errors.append(error("locks.E015", BAD_RETRY, where=where, value=retry))
     return errors
-
-
-def next_slot_error(expression: str, *, now: datetime, tz: str = schedule.DEFAULT_TIMEZONE) -> str:
-    """Why ``expression`` has no slot within ``SLOT_HORIZON_YEARS`` of ``now``; empty when it has one."""
-    try:
-        upcoming = schedule.Schedule(expression, tz).next_slot(now)
-    except SLOT_ERRORS as exc:
-        return f"no slot can be computed after {now:%Y-%m-%d} ({type(exc).__name__}: {exc})"
-    if upcoming - now > timedelta(days=365 * SLOT_HORIZON_YEARS + 1):
-        return f"its next slot is {upcoming.isoformat()}"
-    return ""
 
 
 def _positive_int(value) -> bool:
