@@ -318,21 +318,18 @@ def _entry_errors(where: str, entry) -> list[Error]:
     paths = entry.get("expected_errors", ())
     if not isinstance(paths, list | tuple) or not all(isinstance(path, str) and path for path in paths):
         errors.append(error("locks.E020", NOT_PATHS, where=where, value=paths))
-    if entry.get("catch_up", LATEST) not in CATCH_UP_POLICIES:
-        errors.append(error("locks.E024", BAD_CATCH_UP, where=where, value=entry["catch_up"]))
-    if entry.get("on_failover", RERUN) not in FAILOVER_POLICIES:
-        errors.append(error("locks.E027", BAD_ON_FAILOVER, where=where, value=entry["on_failover"]))
-    if not schedule.is_valid_timezone(entry.get("timezone", schedule.DEFAULT_TIMEZONE)):
-        errors.append(error("locks.E033", BAD_TIMEZONE, where=where, value=entry["timezone"]))
-    for key, code, message in (
-        ("ttl", "locks.E013", NOT_SECONDS),
-        ("max_run_time", "locks.E014", NOT_SECONDS),
-        ("catch_up_window", "locks.E025", NOT_SECONDS),
-        ("alert_after_failures", "locks.E030", NOT_A_COUNT),
-        ("alert_after", "locks.E031", NOT_SECONDS),
-        ("alert_after_recoveries", "locks.E032", NOT_A_COUNT),
+    for key, code, message, valid in (  # each optional: its default is valid
+        ("catch_up", "locks.E024", BAD_CATCH_UP, CATCH_UP_POLICIES.__contains__),
+        ("on_failover", "locks.E027", BAD_ON_FAILOVER, FAILOVER_POLICIES.__contains__),
+        ("timezone", "locks.E033", BAD_TIMEZONE, schedule.is_valid_timezone),
+        ("ttl", "locks.E013", NOT_SECONDS, _positive_int),
+        ("max_run_time", "locks.E014", NOT_SECONDS, _positive_int),
+        ("catch_up_window", "locks.E025", NOT_SECONDS, _positive_int),
+        ("alert_after_failures", "locks.E030", NOT_A_COUNT, _positive_int),
+        ("alert_after", "locks.E031", NOT_SECONDS, _positive_int),
+        ("alert_after_recoveries", "locks.E032", NOT_A_COUNT, _positive_int),
     ):
-        if key in entry and not _positive_int(entry[key]):
+        if key in entry and not valid(entry[key]):
             errors.append(error(code, message, where=where, key=key, value=entry[key]))
     retry = entry.get("retry", {"delays": ()})
     delays = retry.get("delays") if isinstance(retry, dict) else None
