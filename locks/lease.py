@@ -666,20 +666,11 @@ def _read_back(read: Callable[[], T], *, using: str, seconds: float) -> T | None
 
 
 def release(*, lease: Lease, status: str, error: str = "", used: bool = True) -> bool:
-    """Give the lease back, recording the outcome; only the holder's token matches, in the history
-    the lease was granted in (False: it did not; rule 16). A released row keeps no holder; the
-    run's holder stays on its JobRun. ``used=False``: the run never reached its body, and its
-    attempt is given back (rule 12).
-
-    A scheduled run's tick becomes done when it succeeded; a failed or unknown one's next
-    attempt may start after its retry delay (``retry_at``). A lease whose fenced write committed
-    succeeds only while the row shows that write (``committed_token``): otherwise it is released
-    ``failed`` and ``NotCommitted`` raised, the tick left open (rule 15: a failover may have lost
-    the write). A failure never reopens the tick on SQL databases; on MongoDB, where the done
-    mark of a failed block stays, one without a committed fenced write does (rules 10 and 12).
-    A lock row locked by another transaction is waited for ``RELEASE_WAIT`` at most (``RowLocked``;
-    the lease then expires by itself).
-    """
+    """Give the lease back, recording the outcome: its tick done when it succeeded, else its next
+    attempt's time (``used=False``: its attempt given back). Only the holder's token matches, in the
+    history it was granted in (False: it did not). A success whose fenced write the row does not show
+    is released ``failed`` and raises ``NotCommitted``. A locked row is waited for ``RELEASE_WAIT``
+    at most (``RowLocked``). docs/architecture.md, "The rules": 10, 12, 15, 16."""
     using = router.db_for_write(SyncLock)
     values = {}
     if not used and lease.tick is not None:
