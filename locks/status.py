@@ -7,7 +7,6 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, fields, replace
 from datetime import datetime, timedelta
 from functools import reduce
-from itertools import takewhile
 from operator import or_
 
 from django.apps import apps
@@ -184,8 +183,7 @@ OpenIncident = namedtuple("OpenIncident", "job reason summary opened_at email")
 
 
 def open_incidents(*, jobs: Iterable[str] | None = None) -> dict[str, OpenIncident]:
-    """The incidents open now, by job (of ``jobs``, else all): each installed app whose AppConfig has an
-    ``open_incidents(jobs=)`` method tells its own ``OpenIncident``s (locks.contrib.alerts); else none."""
+    """The incidents open now, by job (of ``jobs``, else all), from each AppConfig with an ``open_incidents(jobs=)``."""
     sources = [config for config in apps.get_app_configs() if hasattr(config, "open_incidents")]
     return {incident.job: incident for config in sources for incident in config.open_incidents(jobs=jobs)}
 
@@ -237,11 +235,14 @@ def lock_summary() -> Summary:
     return Summary(jobs=jobs, stuck=locks["stuck"], db_now=db_now)
 
 
-# A slot's outcome in the ledger; unknown: its run's COMMIT got no answer, not yet resolved.
-SUCCEEDED, RUNNING, FAILED, UNKNOWN = Outcome.SUCCEEDED, Outcome.RUNNING, Outcome.FAILED, Outcome.UNKNOWN
-MISSED, PAUSED, PENDING = Outcome.MISSED, Outcome.PAUSED, Outcome.PENDING
-OUTCOMES = (SUCCEEDED, RUNNING, FAILED, MISSED, PAUSED, PENDING, UNKNOWN)
-SETTLED = (SUCCEEDED, FAILED, MISSED, PAUSED)  # outcomes that no longer change
+# A slot's outcomes in the ledger; unknown: its run's COMMIT got no answer, not yet resolved.
+OUTCOMES = [Outcome(o) for o in ("succeeded", "running", "failed", "missed", "paused", "pending", "unknown")]
+SETTLED = (
+    Outcome.SUCCEEDED,
+    Outcome.FAILED,
+    Outcome.MISSED,
+    Outcome.PAUSED,
+)  # outcomes that no longer change
 # A slot whose job was paused this long from its tick on had its moment while paused.
 SLOT_MOMENT = timedelta(seconds=1)
 RUN_FIELDS = (
@@ -263,8 +264,7 @@ class Slot:
 
     @property
     def failover(self) -> str:
-        """What a failover did to this slot: a run of it lost with the old primary, or run again
-        after one (it may have run on the old primary too); "" when none touched it."""
+        """What a failover did to this slot (a run lost with the old primary, or run again); "" if none."""
         return next((run["failover"] for run in self.runs if run.get("failover")), "")
 
     def describe(self, *, tz: str = "UTC") -> str:
@@ -272,7 +272,7 @@ class Slot:
         another zone, "2027-03-28 03:00 CEST (01:00 UTC) failed"."""
         utc = f" ({self.tick:%H:%M} UTC)" if zone_name(tz) != "UTC" else ""
         text = f"{local_label(self.tick, tz=tz)}{utc} {self.outcome}"
-        if self.outcome == FAILED:
+        if self.outcome == Outcome.FAILED:
             text += f" ({self.attempts} attempt{'s' if self.attempts != 1 else ''})"
         if self.failover:
             text += " (a database failover: it may have run on the old primary too)"
@@ -298,10 +298,6 @@ class Ledger:
         return [
             slot for slot in self.slots if slot.outcome in SETTLED and (since is None or slot.tick >= since)
         ]
-
-    def failed_in_a_row(self, *, since: datetime | None = None) -> list[Slot]:
-        """The failed slots in a row, counted back from the newest settled one."""
-        return list(takewhile(lambda slot: slot.outcome == FAILED, self.settled(since=since)))
 
 
 def job_ledgers(*, jobs: Iterable[Job], slots: int | None = None) -> dict[str, Ledger]:
@@ -365,24 +361,24 @@ def _slot(job: Job, tick: datetime, runs: list[dict], *, lock: dict, pauses: lis
     """The one outcome of ``tick`` (the design notes' definitions, docs/architecture.md)."""
     runs = tuple({key: value for key, value in run.items() if key != "job_name"} for run in runs)
     if any(run["status"] == Outcome.SUCCEEDED for run in runs):
-        return Slot(tick, SUCCEEDED, runs)
+        return Slot(tick, Outcome.SUCCEEDED, runs)
     in_force = lock.get("locked_until") is not None and lock["locked_until"] >= db_now
     if any(run["status"] == Outcome.RUNNING and in_force and run["token"] == lock["token"] for run in runs):
-        return Slot(tick, RUNNING, runs)
+        return Slot(tick, Outcome.RUNNING, runs)
     if any(run["status"] == Outcome.UNKNOWN for run in runs):
-        return Slot(tick, UNKNOWN, runs)
+        return Slot(tick, Outcome.UNKNOWN, runs)
     ends = job.chance_end(tick)
     over = db_now >= ends or len(runs) >= job.max_attempts
     if job.catch_up == "latest" and lock.get("tick") is not None and lock["tick"] > tick:
         over = True  # superseded: a later slot was claimed (a copy may claim one a little early)
     if not over:
-        return Slot(tick, PENDING, runs)
+        return Slot(tick, Outcome.PENDING, runs)
     if runs:
-        return Slot(tick, FAILED, runs)
+        return Slot(tick, Outcome.FAILED, runs)
     # Paused when its time came (a resume too late to ask again, or cron that never does), or
     # for all of its chance: lost to the pause, not missed.
     paused = any(_covered(pauses, start=tick, end=end) for end in (tick + SLOT_MOMENT, min(ends, db_now)))
-    return Slot(tick, PAUSED if paused else MISSED, runs)
+    return Slot(tick, Outcome.PAUSED if paused else Outcome.MISSED, runs)
 
 
 def _covered(pauses: list[tuple[datetime, datetime | None]], *, start: datetime, end: datetime) -> bool:

@@ -22,10 +22,10 @@ from django.utils.module_loading import import_string
 from locks.contrib.alerts.models import Incident
 from locks.db import error_text
 from locks.lease import FAILOVER_PAUSER, Lease, fenced, iso
-from locks.models import PAUSE_FIELDS, JobPause, SyncLock, now_plus
+from locks.models import PAUSE_FIELDS, JobPause, Outcome, SyncLock, now_plus
 from locks.operator import ensure_lock_row
 from locks.registry import SLOT_ERRORS, Job, jobs
-from locks.status import FAILED, MISSED, PAUSED, SUCCEEDED, Ledger, Slot, job_ledgers, jobs_health
+from locks.status import Ledger, Slot, job_ledgers, jobs_health
 
 logger = logging.getLogger(__name__)
 
@@ -51,7 +51,7 @@ class Problem:
 
 def judged(ledger: Ledger, *, since: datetime | None = None) -> list[Slot]:
     """The settled slots that count for an incident, newest first: paused ones count for nothing."""
-    return [slot for slot in ledger.settled(since=since) if slot.outcome != PAUSED]
+    return [slot for slot in ledger.settled(since=since) if slot.outcome != Outcome.PAUSED]
 
 
 def job_problem(
@@ -66,9 +66,10 @@ def job_problem(
     a row (at or after ``resumed``), no success for ``alert_after`` since ``since``, or no slot."""
     if ledger.error:
         return Problem("error", ledger.error)
-    streak = list(takewhile(lambda slot: slot.outcome in {FAILED, MISSED}, judged(ledger, since=resumed)))
+    slots = judged(ledger, since=resumed)
+    streak = list(takewhile(lambda slot: slot.outcome in {Outcome.FAILED, Outcome.MISSED}, slots))
     if streak and len(streak) >= job.alert_after_failures:
-        reason = FAILED if any(slot.outcome == FAILED for slot in streak) else MISSED
+        reason = Outcome.FAILED if any(slot.outcome == Outcome.FAILED for slot in streak) else Outcome.MISSED
         return Problem(reason, f"{len(streak)} slots {reason} in a row, since {streak[-1].describe()}")
     try:
         delay = job.alert_delay(now=ledger.db_now)
@@ -83,8 +84,8 @@ def job_problem(
 
 def recovered(job: Job, ledger: Ledger) -> bool:
     """Whether its newest ``alert_after_recoveries`` counted slots all succeeded."""
-    newest = judged(ledger)[: job.alert_after_recoveries]
-    return len(newest) == job.alert_after_recoveries and all(slot.outcome == SUCCEEDED for slot in newest)
+    newest = [slot.outcome for slot in judged(ledger)[: job.alert_after_recoveries]]
+    return newest.count(Outcome.SUCCEEDED) == job.alert_after_recoveries
 
 
 CLOSE = "close"
@@ -198,18 +199,17 @@ def send_incident_emails(*, ledgers: dict[str, Ledger]) -> int:
 
 def _send(incident: Incident, kind: str, subject: str, body: str) -> int:
     rows = Incident.objects.filter(pk=incident.pk)
+    state, at, claimed_until = f"{kind}_state", f"{kind}_at", f"{kind}_claimed_until"
     recipients = [admin if isinstance(admin, str) else admin[1] for admin in settings.ADMINS]
     if not recipients:
-        if rows.filter(_due(kind)).update(**{f"{kind}_state": NO_RECIPIENT, f"{kind}_at": Now()}):
+        if rows.filter(_due(kind)).update(**{state: NO_RECIPIENT, at: Now()}):
             logger.warning(
                 "job=%s incident email not sent: no recipient (ADMINS is empty): %s",
                 incident.job_name,
                 subject,
             )
         return 0
-    if not rows.filter(_due(kind)).update(
-        **{f"{kind}_state": CLAIMED, f"{kind}_claimed_until": now_plus(CLAIM_TTL)}
-    ):
+    if not rows.filter(_due(kind)).update(**{state: CLAIMED, claimed_until: now_plus(CLAIM_TTL)}):
         return 0  # another run claimed it
     message = EmailMessage(
         f"{settings.EMAIL_SUBJECT_PREFIX}{subject}",
@@ -219,19 +219,18 @@ def _send(incident: Incident, kind: str, subject: str, body: str) -> int:
         headers={"Auto-Submitted": "auto-generated"},
     )
     outcome, error = hand_over(message)
-    mine = rows.filter(**{f"{kind}_state": CLAIMED})
-    if outcome == SENT:
-        mine.update(**{f"{kind}_state": SENT, f"{kind}_at": Now()})
-        logger.info("job=%s incident email sent: %s", incident.job_name, subject)
-        return 1
+    mine = rows.filter(**{state: CLAIMED})
+    if outcome not in {SENT, UNCERTAIN}:
+        mine.update(**{state: "", claimed_until: None})  # the next run sends it
+        raise AlertNotSent(f"could not email ADMINS about {incident.job_name}: {error}")
+    mine.update(**{state: outcome, at: Now()})
     if outcome == UNCERTAIN:
-        mine.update(**{f"{kind}_state": UNCERTAIN, f"{kind}_at": Now()})
         raise AlertNotSent(
             f"email to ADMINS about {incident.job_name} is uncertain ({error}): its content went out and "
             "the mail server's answer was lost; it is not sent again by itself"
         )
-    mine.update(**{f"{kind}_state": "", f"{kind}_claimed_until": None})  # the next run sends it
-    raise AlertNotSent(f"could not email ADMINS about {incident.job_name}: {error}")
+    logger.info("job=%s incident email sent: %s", incident.job_name, subject)
+    return 1
 
 
 class _Staged:
