@@ -43,15 +43,9 @@ if TYPE_CHECKING:
     from locks.status import OpenIncident
 
 
-# The words for yes and no: a trigger's ?force= here, every boolean variable in config/env.py.
+# The words for yes and no of a trigger's ?force= (case and spaces aside), as of config/env.py's variables.
 TRUE_WORDS = ("1", "true", "yes", "on")
 FALSE_WORDS = ("0", "false", "no", "off")
-
-
-def boolean(word: str) -> bool | None:
-    """``word`` as yes (True) or no (False), case and spaces aside; None when it is neither."""
-    word = word.strip().lower()
-    return True if word in TRUE_WORDS else False if word in FALSE_WORDS else None
 
 
 def bearer_token_matches(request: HttpRequest, expected: str) -> bool:
@@ -110,6 +104,21 @@ def operational(view):
     return answer
 
 
+def enabled_by(setting: str, what: str):
+    """A view disabled (404, whatever the method) while ``setting`` is empty."""
+
+    def decorate(view):
+        @functools.wraps(view)
+        def enabled(request: HttpRequest, *args, **kwargs) -> HttpResponse:
+            if not getattr(settings, setting):
+                raise Http404(f"{what} is disabled: {setting} is not set.")
+            return view(request, *args, **kwargs)
+
+        return enabled
+
+    return decorate
+
+
 # A throttle's answer; retry_after: whole seconds until the key can be claimed again.
 Claim = namedtuple("Claim", "allowed retry_after", defaults=(0,))
 THROTTLE_OPEN = datetime(1970, 1, 1, tzinfo=UTC)  # a new key's row: claimable at once
@@ -141,16 +150,10 @@ TRIGGER_MOST_RUNS = 100
 @operational
 @csrf_exempt  # a machine endpoint authenticated by its bearer token, not by a session cookie
 @never_cache
-def trigger_job(request: HttpRequest, job: str) -> JsonResponse:
-    """Run the registered ``job`` under its lease for the tick of now (or ``?force=1``),
-    as ``run_job`` does. Disabled (404, whatever the method) without LOCKS_TRIGGER_TOKEN."""
-    if not settings.LOCKS_TRIGGER_TOKEN:
-        raise Http404("The job trigger is disabled: LOCKS_TRIGGER_TOKEN is not set.")
-    return _trigger(request, job)
-
-
+@enabled_by("LOCKS_TRIGGER_TOKEN", "The job trigger")
 @require_POST
-def _trigger(request: HttpRequest, job: str) -> JsonResponse:
+def trigger_job(request: HttpRequest, job: str) -> JsonResponse:
+    """Run the registered ``job`` under its lease for the tick of now (or ``?force=1``), as ``run_job`` does."""
     if not bearer_token_matches(request, settings.LOCKS_TRIGGER_TOKEN):
         # The same answer for a missing and a wrong token: no hint either way.
         challenge = {"WWW-Authenticate": 'Bearer realm="job trigger"'}
@@ -160,11 +163,11 @@ def _trigger(request: HttpRequest, job: str) -> JsonResponse:
         get_job(job)
     except UnknownJob as exc:
         return JsonResponse({"error": exc.args[0]}, status=404)
-    given = request.GET.get("force", "").strip()
-    force = boolean(given) if given else False
-    if force is None:
+    flag = request.GET.get("force", "").strip().lower()
+    if flag not in {"", *TRUE_WORDS, *FALSE_WORDS}:
         error = f"force={request.GET['force']!r} is not a flag; use force=1 or leave it out"
         return JsonResponse({"error": error}, status=400)
+    force = flag in TRUE_WORDS
 
     address = client_address(request)
     window = timedelta(seconds=settings.LOCKS_TRIGGER_RATE_WINDOW)
@@ -301,15 +304,9 @@ def _job_health(health: Freshness, *, trusted: bool) -> dict:
 
 @operational
 @never_cache
-def metrics_view(request: HttpRequest) -> HttpResponse:
-    """Disabled (404, whatever the method) without LOCKS_METRICS_TOKEN, like the trigger."""
-    if not settings.LOCKS_METRICS_TOKEN:
-        raise Http404("/metrics is disabled: LOCKS_METRICS_TOKEN is not set.")
-    return _metrics(request)
-
-
+@enabled_by("LOCKS_METRICS_TOKEN", "/metrics")
 @require_safe
-def _metrics(request: HttpRequest) -> HttpResponse:
+def metrics_view(request: HttpRequest) -> HttpResponse:
     if not bearer_token_matches(request, settings.LOCKS_METRICS_TOKEN):
         response = HttpResponse("authentication required\n", status=401, content_type="text/plain")
         response["WWW-Authenticate"] = 'Bearer realm="metrics"'
