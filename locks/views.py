@@ -49,8 +49,7 @@ FALSE_WORDS = ("0", "false", "no", "off")
 
 
 def bearer_token_matches(request: HttpRequest, expected: str) -> bool:
-    """``Authorization: Bearer <expected>``, compared in constant time (both sides hashed: nor the
-    token's length shows); an empty ``expected`` never matches."""
+    """``Authorization: Bearer <expected>`` in constant time (docs/security.md); an empty ``expected`` never matches."""
     scheme, _, given = request.headers.get("Authorization", "").partition(" ")
     given = given.strip() if scheme.lower() == "bearer" else ""
     return hmac.compare_digest(_digest(given), _digest(expected)) and bool(expected)
@@ -60,15 +59,12 @@ def _digest(value: str) -> bytes:
     return hashlib.sha256(value.encode()).digest()
 
 
-# The longest textual IPv6 address is 45 characters; a zone id adds a few. Anything
-# longer is not an address (and would not fit the rate limit's key).
-MAX_ADDRESS_LENGTH = 64
+MAX_ADDRESS_LENGTH = 64  # the longest IPv6 address is 45 characters, a zone id adds a few
 
 
 def client_address(request: HttpRequest) -> str:
-    """The client's address: the TCP peer, or with N ``LOCKS_TRUSTED_PROXY_COUNT`` the N-th
-    X-Forwarded-For entry from the right, in its canonical form (one client, one rate-limit key);
-    an entry that is no address falls back to the TCP peer (docs/security.md)."""
+    """The TCP peer, or the N-th X-Forwarded-For entry from the right (N: ``LOCKS_TRUSTED_PROXY_COUNT``)
+    if it is an address, in its canonical form (docs/security.md, "Client addresses")."""
     hops = [hop.strip() for hop in request.META.get("HTTP_X_FORWARDED_FOR", "").split(",") if hop.strip()]
     proxies = settings.LOCKS_TRUSTED_PROXY_COUNT
     candidate = canonical_address(hops[-min(proxies, len(hops))]) if proxies > 0 and hops else None
@@ -76,8 +72,7 @@ def client_address(request: HttpRequest) -> str:
 
 
 def canonical_address(value: str) -> str | None:
-    """``value`` as an address in its canonical form (no IPv6 zone id: the proxy's interface; an
-    IPv4-mapped IPv6 address as IPv4), or None if it is not one."""
+    """``value`` as an address in its canonical form (no IPv6 zone id, IPv4-mapped as IPv4), or None."""
     if len(value) > MAX_ADDRESS_LENGTH:
         return None
     try:
@@ -90,8 +85,7 @@ def canonical_address(value: str) -> str | None:
 
 
 def operational(view):
-    """A view whose own 5xx answers report a state, not a server error: Django logs them as
-    WARNING (no ``mail_admins`` for every probe); an exception is still a 500 that is mailed."""
+    """A view whose own 5xx answers Django logs as WARNING, not mailed (docs/deployment.md); an exception still is."""
 
     @functools.wraps(view)
     def answer(request: HttpRequest, *args, **kwargs) -> HttpResponse:
