@@ -183,7 +183,7 @@ OpenIncident = namedtuple("OpenIncident", "job reason summary opened_at email")
 
 
 def open_incidents(*, jobs: Iterable[str] | None = None) -> dict[str, OpenIncident]:
-    """The incidents open now, by job (of ``jobs``, else all), from each AppConfig with an ``open_incidents(jobs=)``."""
+    """The incidents open now, by job (of ``jobs``, else all), from each AppConfig's ``open_incidents``."""
     sources = [config for config in apps.get_app_configs() if hasattr(config, "open_incidents")]
     return {incident.job: incident for config in sources for incident in config.open_incidents(jobs=jobs)}
 

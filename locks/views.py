@@ -49,7 +49,7 @@ FALSE_WORDS = ("0", "false", "no", "off")
 
 
 def bearer_token_matches(request: HttpRequest, expected: str) -> bool:
-    """``Authorization: Bearer <expected>`` in constant time (docs/security.md); an empty ``expected`` never matches."""
+    """``Authorization: Bearer <expected>``, in constant time; an empty ``expected`` never matches."""
     scheme, _, given = request.headers.get("Authorization", "").partition(" ")
     given = given.strip() if scheme.lower() == "bearer" else ""
     return hmac.compare_digest(_digest(given), _digest(expected)) and bool(expected)
@@ -85,7 +85,7 @@ def canonical_address(value: str) -> str | None:
 
 
 def operational(view):
-    """A view whose own 5xx answers Django logs as WARNING, not mailed (docs/deployment.md); an exception still is."""
+    """A view whose own 5xx answers are logged as WARNING, not mailed (docs/deployment.md, "/healthz")."""
 
     @functools.wraps(view)
     def answer(request: HttpRequest, *args, **kwargs) -> HttpResponse:
@@ -147,7 +147,7 @@ TRIGGER_MOST_RUNS = 100
 @enabled_by("LOCKS_TRIGGER_TOKEN", "The job trigger")
 @require_POST
 def trigger_job(request: HttpRequest, job: str) -> JsonResponse:
-    """Run the registered ``job`` under its lease for the tick of now (or ``?force=1``), as ``run_job`` does."""
+    """Run the registered ``job`` under its lease for the tick of now (or ``?force=1``), as run_job does."""
     if not bearer_token_matches(request, settings.LOCKS_TRIGGER_TOKEN):
         # The same answer for a missing and a wrong token: no hint either way.
         challenge = {"WWW-Authenticate": 'Bearer realm="job trigger"'}

@@ -1,7 +1,5 @@
-"""``check_jobs`` (this app's job): it watches every other registered job and emails ``ADMINS`` once
-when an incident opens and once when it is over, under its own lease, judging the ledger
-(``locks.status``) and writing the incidents in its fenced write (docs/architecture.md, "Alerts").
-"""
+"""``check_jobs``: it judges every other registered job's ledger, opens and closes incidents in its
+fenced write and emails ``ADMINS`` once at each (docs/architecture.md, "Alerts")."""
 
 from __future__ import annotations
 
@@ -32,15 +30,13 @@ logger = logging.getLogger(__name__)
 SELF = "check_jobs"
 # Slots of the ledger an email shows, newest first.
 EMAIL_SLOTS = 12
-# How long a claimed email stays claimed: then a run whose sender died is taken over (more
-# than the time a send can take, EMAIL_TIMEOUT per step).
+# How long a claimed email stays claimed (more than a send can take): then another run takes it over.
 CLAIM_TTL = timedelta(minutes=5)
 CLAIMED, SENT, UNCERTAIN, NO_RECIPIENT = "claimed", "sent", "uncertain", "no recipient"
 
 
 class AlertNotSent(RuntimeError):
-    """An email could not be handed to the mail server (the next run sends it), or its answer
-    was lost (uncertain: never sent again by itself)."""
+    """An email the mail server refused (the next run sends it), or whose answer was lost (uncertain)."""
 
 
 @dataclass(frozen=True)
@@ -112,8 +108,7 @@ def decide(
 
 
 def check_jobs(lease: Lease) -> dict[str, int]:
-    """Open or close each watched job's incident (``decide``) in a fenced write of a copy of
-    ``lease``, then send the emails due (docs/architecture.md, "Alerts")."""
+    """Open or close each watched job's incident (``decide``) in a fenced write, then send the emails due."""
     watched = {name: job for name, job in jobs().items() if name != SELF}
     rows = SyncLock.objects.filter(job_name__in=watched)
     for name in set(watched) - set(rows.values_list("job_name", flat=True)):
@@ -186,8 +181,7 @@ def _due(kind: str) -> Q:
 
 
 def send_incident_emails(*, ledgers: dict[str, Ledger]) -> int:
-    """Each opening email due, then each recovery email (after its opening one settled), each
-    claimed on its row first; ``AlertNotSent`` for the first refused or uncertain."""
+    """Each opening email due, then each recovery one (after its opening one); ``AlertNotSent`` on a failure."""
     sent = 0
     for incident in Incident.objects.filter(_due("opened_mail")).order_by("opened_at"):
         sent += _send(incident, "opened_mail", *_opening(incident, ledgers.get(incident.job_name)))
