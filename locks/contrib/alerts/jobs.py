@@ -181,7 +181,7 @@ def _due(kind: str) -> Q:
 
 
 def send_incident_emails(*, ledgers: dict[str, Ledger]) -> int:
-    """Each opening email due, then each recovery one (after its opening one); ``AlertNotSent`` on a failure."""
+    """Each opening email due, then each recovery one (after its opening one); raises ``AlertNotSent``."""
     sent = 0
     for incident in Incident.objects.filter(_due("opened_mail")).order_by("opened_at"):
         sent += _send(incident, "opened_mail", *_opening(incident, ledgers.get(incident.job_name)))
