@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections import Counter, defaultdict, namedtuple
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field, fields, replace
 from datetime import datetime, timedelta
 from functools import reduce
 from operator import or_
+from typing import Any
 
 from django.apps import apps
 from django.conf import settings
@@ -27,9 +28,12 @@ from locks.schedule import Schedule, local_label, zone_name
 NEVER_RUN = "never run"
 
 
-def slot_error(exc: BaseException) -> str:
-    """What a job's schedule raised in the slot arithmetic (``SLOT_ERRORS``), for its readers."""
-    return f"its schedule has no slot that can be computed ({type(exc).__name__}: {exc})"
+def computed(slots: Callable[..., Any], *args) -> tuple[Any, str]:
+    """``(slots(*args), "")``, or ``(None, why)`` when the job's schedule raised ``SLOT_ERRORS``."""
+    try:
+        return slots(*args), ""
+    except SLOT_ERRORS as exc:
+        return None, f"its schedule has no slot that can be computed ({type(exc).__name__}: {exc})"
 
 
 @dataclass(frozen=True)
@@ -166,10 +170,8 @@ def jobs_freshness() -> dict[str, Freshness]:
     freshness = {}
     for name, job in registered.items():
         now = health[name].db_now or timezone.now()
-        try:
-            fresh_since, error = job.cron.previous(now, 2)[1], ""  # the slot before the latest
-        except SLOT_ERRORS as exc:  # that job's failure: the others are still judged
-            fresh_since, error = None, slot_error(exc)
+        previous, error = computed(job.cron.previous, now, 2)
+        fresh_since = previous[1] if previous else None  # the slot before the latest
         freshness[name] = Freshness(health[name], job.cron, fresh_since, error)
     return freshness
 
@@ -224,10 +226,7 @@ def lock_summary() -> Summary:
     incidents = {name: incident.opened_at for name, incident in open_incidents(jobs=paused).items()}
     jobs = []
     for name, job in registered.items():
-        try:
-            upcoming, error = job.cron.next_slot(db_now), ""
-        except SLOT_ERRORS as exc:
-            upcoming, error = None, slot_error(exc)
+        upcoming, error = computed(job.cron.next_slot, db_now)
         pause = (lock.paused_at, lock.paused_by) if (lock := health[name].lock) else (None, "")
         jobs.append(
             ScheduledJob(name, health[name].last_success_at, upcoming, error, incidents.get(name), *pause)
@@ -307,14 +306,9 @@ def job_ledgers(*, jobs: Iterable[Job], slots: int | None = None) -> dict[str, L
         return {}
     count = min(slots or settings.LOCKS_LEDGER_SLOTS, MAX_LEDGER_SLOTS)
     db_now = database_now()
-    windows, broken = {}, {}
-    for job in jobs:
-        try:
-            windows[job.name] = job.cron.previous(db_now, count)
-        except SLOT_ERRORS as exc:  # that job's failure: the other ledgers are still read
-            windows[job.name], broken[job.name] = [], slot_error(exc)
+    windows = {job.name: computed(job.cron.previous, db_now, count) for job in jobs}
     names = [job.name for job in jobs]
-    oldest = {name: ticks[-1] for name, ticks in windows.items() if ticks}
+    oldest = {name: ticks[-1] for name, (ticks, _error) in windows.items() if ticks}
     runs_of = defaultdict(lambda: defaultdict(list))
     in_window = reduce(or_, (Q(job_name=name, tick__gte=since) for name, since in oldest.items()), Q())
     runs = JobRun.objects.filter(in_window) if oldest else JobRun.objects.none()  # no slot: no run read
@@ -330,11 +324,11 @@ def job_ledgers(*, jobs: Iterable[Job], slots: int | None = None) -> dict[str, L
     ledgers = {}
     for job in jobs:
         # A job starts with its lock row (its first run, or check_jobs first seeing it): no slot before.
-        lock, runs = locks.get(job.name, {"created_at": db_now}), runs_of[job.name]
+        (ticks, error), lock = windows[job.name], locks.get(job.name, {"created_at": db_now})
         ledger = build_ledger(
-            job, ticks=windows[job.name], runs=runs, lock=lock, pauses=pauses[job.name], db_now=db_now
+            job, ticks=ticks or [], runs=runs_of[job.name], lock=lock, pauses=pauses[job.name], db_now=db_now
         )
-        ledgers[job.name] = replace(ledger, error=broken.get(job.name, ""))
+        ledgers[job.name] = replace(ledger, error=error)
     return ledgers
 
 
