@@ -64,7 +64,7 @@ MAX_ADDRESS_LENGTH = 64  # the longest IPv6 address is 45 characters, a zone id 
 
 def client_address(request: HttpRequest) -> str:
     """The TCP peer, or the N-th X-Forwarded-For entry from the right (N: ``LOCKS_TRUSTED_PROXY_COUNT``)
-    if it is an address, in its canonical form (docs/security.md, "Client addresses")."""
+    if it is an address, in its canonical form (docs/security.md, "What is protected, and by what")."""
     hops = [hop.strip() for hop in request.META.get("HTTP_X_FORWARDED_FOR", "").split(",") if hop.strip()]
     proxies = settings.LOCKS_TRUSTED_PROXY_COUNT
     candidate = canonical_address(hops[-min(proxies, len(hops))]) if proxies > 0 and hops else None
@@ -85,7 +85,7 @@ def canonical_address(value: str) -> str | None:
 
 
 def operational(view):
-    """A view whose own 5xx answers are logged as WARNING, not mailed (docs/deployment.md, "/healthz")."""
+    """A view whose own 5xx answers are logged as WARNING, not mailed (docs/deployment.md, "GET /healthz")."""
 
     @functools.wraps(view)
     def answer(request: HttpRequest, *args, **kwargs) -> HttpResponse:
