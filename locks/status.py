@@ -95,6 +95,10 @@ class JobHealth:
     lock: LockState | None
     first_seen: datetime | None = None  # when its lock row was created
 
+    @property
+    def paused(self) -> bool:
+        return self.lock is not None and self.lock.paused
+
 
 def jobs_health(*, jobs: Iterable[str]) -> dict[str, JobHealth]:
     """Each job's lock and last success (the newest end of a succeeded run), with the database's now."""
@@ -139,15 +143,11 @@ class Freshness:
         return self.fresh_since is not None and self.since is not None and self.since >= self.fresh_since
 
     @property
-    def paused(self) -> bool:
-        return self.job.lock is not None and self.job.lock.paused
-
-    @property
     def status(self) -> str:
         """What /healthz says: ``error`` (no slot computable), ``paused`` (not judged), ``ok``, ``stale``."""
         if self.error:
             return "error"
-        if self.paused:
+        if self.job.paused:
             return "paused"
         return "ok" if self.fresh else "stale"
 
@@ -222,7 +222,7 @@ def lock_summary() -> Summary:
     except ImproperlyConfigured as exc:  # the page still shows the locks, and why no jobs
         return Summary(jobs=[], stuck=locks["stuck"], db_now=db_now, error=str(exc))
     health = jobs_health(jobs=registered)
-    paused = {name for name, job in health.items() if job.lock is not None and job.lock.paused}
+    paused = {name for name, job in health.items() if job.paused}
     incidents = {name: incident.opened_at for name, incident in open_incidents(jobs=paused).items()}
     jobs = []
     for name, job in registered.items():
