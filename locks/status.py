@@ -380,6 +380,4 @@ def _covered(pauses: list[tuple[datetime, datetime | None]], *, start: datetime,
         if resumed_at is None:
             return True
         reached = max(reached, resumed_at)
-        if reached >= end:
-            return True
     return reached >= end
