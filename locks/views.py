@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from locks.status import OpenIncident
 
 
-# The words for yes and no of a trigger's ?force= (case and spaces aside), as of config/env.py's variables.
+# The words for yes and no of a trigger's ?force= (case and spaces aside), config/env.py's too.
 TRUE_WORDS = ("1", "true", "yes", "on")
 FALSE_WORDS = ("0", "false", "no", "off")
 
