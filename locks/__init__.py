@@ -10,30 +10,15 @@ import importlib
 
 # name -> the module that defines it
 _API = {
-    "Lease": "lease",
-    "Skip": "lease",
-    "LockLost": "lease",
-    "LockError": "lease",
-    "CommitUnknown": "lease",
-    "NotCommitted": "lease",
-    "acquire": "lease",
-    "renew": "lease",
-    "fenced": "lease",
+    **dict.fromkeys(("Lease", "Skip", "LockLost", "LockError", "CommitUnknown", "NotCommitted"), "lease"),
+    **dict.fromkeys(("acquire", "renew", "fenced", "release", "make_holder"), "lease"),
+    **dict.fromkeys(("run_locked", "run_job", "RunResult"), "runner"),
+    **dict.fromkeys(("Outcome", "database_now", "now_plus"), "models"),
+    **dict.fromkeys(("cronjobs", "command_prefix"), "crontab"),
+    **dict.fromkeys(("ReadOnlyAdminMixin", "badge"), "admin"),
     "once": "tasks",
-    "release": "lease",
-    "run_locked": "runner",
-    "run_job": "runner",
-    "RunResult": "runner",
-    "Outcome": "models",
-    "database_now": "models",
-    "now_plus": "models",
-    "make_holder": "lease",
     "CHECK_TAG": "checks",
-    "cronjobs": "crontab",
-    "command_prefix": "crontab",
     "RunJobCommand": "management.commands.run_job",
-    "ReadOnlyAdminMixin": "admin",
-    "badge": "admin",
 }
 __all__ = sorted(_API)
 

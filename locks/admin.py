@@ -54,8 +54,7 @@ def duration(started: datetime | None, finished: datetime | None) -> str:
 
 
 def absolute(when: datetime | None, zone: str | None = None) -> str:
-    """Every time the admin shows, one format: "2026-12-02 03:00:00 UTC", in ``zone`` (a job's
-    page: the job's) or else the site's ``TIME_ZONE`` (the lists): one zone a page."""
+    """ "2026-12-02 03:00:00 UTC", in ``zone`` (a job's page: the job's), else in ``TIME_ZONE``."""
     if when is None:
         return "—"
     local = when.astimezone(ZoneInfo(zone)) if zone else timezone.localtime(when)
@@ -107,8 +106,7 @@ def outcome_badge(outcome: str) -> str:
 
 
 def ledger_strip(ledger) -> str:
-    """A ``locks.status.Ledger`` as a strip of cells, oldest left: one per slot, coloured by its
-    outcome (locks/admin.css), described in its title, outlined where a failover touched it."""
+    """A ``Ledger`` as cells, oldest left, coloured by outcome, outlined where a failover touched it."""
     cell = '<span class="tick-cell" data-outcome="{}" data-failover="{}" title="{}"></span>'
     slots = [(s.outcome, "yes" if s.failover else "no", s.describe(tz=ledger.timezone)) for s in ledger.slots]
     cells = format_html_join("", cell, reversed(slots))
@@ -125,8 +123,7 @@ def excerpt(text: str) -> str:
 
 
 def counts(stats: dict, *, zeros: bool = True) -> str:
-    """ "created 3 · fetched 1758 · …", by name (jsonb keeps no key order: one order on every
-    backend); without ``zeros``, only the counts that are not 0."""
+    """ "created 3 · fetched 1758 · …", by name (jsonb keeps no key order); ``zeros``: the 0s too."""
     shown = [(k, v) for k, v in sorted((stats or {}).items()) if not isinstance(v, dict) and (zeros or v)]
     return format_html_join(" · ", '<span class="nowrap">{} {}</span>', shown)
 
@@ -162,8 +159,7 @@ run_now_action = _operation("run_now", _("Run the selected jobs now"))
 
 
 def _shown(request: HttpRequest, lock: SyncLock) -> dict:
-    """What the confirmation page showed of ``lock`` (its token; the claimed tick and whether it
-    was done), as the operator's compare-and-set takes it; a missing or bad token matches no lease."""
+    """What the confirmation page showed, as ``expected_*`` arguments (a bad token matches no lease)."""
     token, tick, done = (request.POST.get(SHOWN[key] % lock.pk) for key in ("token", "tick", "done"))
     try:
         shown = {"expected_token": int(token) if token is not None else None}
@@ -185,8 +181,7 @@ def _permission(codename: str):
 
 
 class OperatorAdminMixin:
-    """For ``SyncLockAdmin``: each operator's write as a list action and a button on a lock's page,
-    permission-gated, confirmed first where it can harm, its outcome a message and a ``LogEntry``."""
+    """For ``SyncLockAdmin``: each operator's write as a list action and a button on a lock's page."""
 
     has_force_release_permission = _permission("force_release")
     has_pause_permission = _permission("pause")
@@ -204,8 +199,7 @@ class OperatorAdminMixin:
         ] + super().get_urls()
 
     def button_view(self, request: HttpRequest, object_id: str, operation: str) -> HttpResponse:
-        """A button of a lock's page: the confirmation page on GET (where the operation asks first),
-        the operation on POST, then back to the lock (the list, after a force release)."""
+        """GET: the confirmation page (where the operation asks first); POST: the operation."""
         asks = OPERATIONS[operation][2]
         if request.method != "POST" and not asks:
             return HttpResponseNotAllowed(["POST"])
@@ -355,8 +349,7 @@ def column(description: str, show, *, ordering: str | None = None):
 
 
 def timestamp(field: str, description: str, *, relative: bool = False):
-    """A list column showing ``field`` as "2026-11-30 14:00:00 UTC", sortable; ``relative``: under
-    how long ago it was (the database clock, ``db_now``)."""
+    """A sortable column of ``field`` as ``absolute`` shows it; ``relative``: under how long ago."""
 
     @admin.display(description=description, ordering=field)
     def show(self, obj) -> str:
@@ -410,8 +403,7 @@ class LockChangeList(ChangeList):
 
 
 class ReadOnlyAdminMixin:
-    """For rows that machines write: nobody adds, edits or deletes them here (deleting a
-    lock row would restart its fencing token at 1)."""
+    """Machine-written rows: nobody adds, edits or deletes them (a new lock row restarts its token at 1)."""
 
     def has_add_permission(self, request: HttpRequest, obj=None) -> bool:
         return False

@@ -2,6 +2,7 @@
 ``locks.registry`` (``LOCKS_JOBS``). ``run_job`` runs those tagged ``CHECK_TAG`` (docs/jobs.md, Checks)."""
 
 import importlib.util
+from datetime import timedelta
 
 from django.conf import settings
 from django.core.checks import Error, Tags, Warning, register
@@ -12,14 +13,8 @@ from django.utils.module_loading import import_string
 from locks.conf import MAX_LEDGER_SLOTS
 from locks.db import error_text, mongodb_transactions, replication_settings
 from locks.models import SyncLock
-from locks.registry import (
-    PATH_KEYS,
-    SLOT_HORIZON_YEARS,
-    error,
-    job_setting_errors,
-    job_settings,
-    next_slot_error,
-)
+from locks.registry import PATH_KEYS, SLOT_ERRORS, error, job_setting_errors, job_settings
+from locks.schedule import DEFAULT_TIMEZONE, Schedule
 from locks.tasks import is_task
 
 CHECK_TAG = "locks"
@@ -27,6 +22,7 @@ CHECK_TAG = "locks"
 # not before each run: at run time a schedule without a slot is its own job's failure only.
 SCHEDULE_TAG = "locks_schedules"
 MIN_TOKEN_LENGTH = 32
+SLOT_HORIZON_YEARS = 5  # a schedule whose next slot lies further ahead is refused (locks.E026)
 
 # Settings that are whole numbers: id, the least value allowed, its unit; a hint by id.
 WHOLE_NUMBER = "{name} must be a whole number of {unit}, {least} or more, got {value!r}."
@@ -109,10 +105,14 @@ def check_schedules(app_configs=None, **kwargs) -> list[Error]:
     entries = job_settings()
     if job_setting_errors(entries):
         return []  # check_jobs_setting reports them; a schedule is judged once it is well formed
-    now = timezone.now()
-    errors = []
+    now, errors = timezone.now(), []
     for name, entry in entries.items():
-        why = next_slot_error(entry["schedule"], now=now, tz=entry.get("timezone", "UTC"))
+        try:
+            upcoming = Schedule(entry["schedule"], entry.get("timezone", DEFAULT_TIMEZONE)).next_slot(now)
+            far = upcoming - now > timedelta(days=365 * SLOT_HORIZON_YEARS + 1)
+            why = f"its next slot is {upcoming.isoformat()}" if far else ""
+        except SLOT_ERRORS as exc:
+            why = f"no slot can be computed after {now:%Y-%m-%d} ({type(exc).__name__}: {exc})"
         if why:
             message = NO_SLOT.format(name=name, value=entry["schedule"], years=SLOT_HORIZON_YEARS, why=why)
             errors.append(Error(message, hint=NO_SLOT_HINT, id="locks.E026"))

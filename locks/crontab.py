@@ -1,8 +1,6 @@
-"""The cron wiring: django-crontab's ``CRONJOBS`` from ``LOCKS_JOBS`` (one line a minute, whose
-pass runs the jobs whose slot came), and the environment file that line sources
-(``manage.py crontab_env``), so the line holds no secret (docs/deployment-cron.md). A settings
-module calls it: it imports nothing from Django at import time.
-"""
+"""The cron wiring: django-crontab's ``CRONJOBS`` (one line a minute, whose pass runs the due jobs)
+and the environment file it sources (docs/deployment-cron.md). Imports nothing from Django at import
+time: a settings module calls it."""
 
 from __future__ import annotations
 
@@ -13,6 +11,7 @@ import shlex
 import stat
 import sys
 from collections.abc import Iterable, Mapping
+from datetime import timedelta
 from pathlib import Path
 
 from locks.registry import with_builtin_jobs
@@ -22,8 +21,7 @@ HEADER = (
     "# Do not edit: change the environment and run the command again.\n"
 )
 NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-# Written into the file itself, so a job started from it knows which file that was (run_job
-# refuses to start when others can read it: ``check_env_file``).
+# Written into the file itself, so a job started from it can check the file (``check_env_file``).
 ENV_FILE_VARIABLE = "LOCKS_CRON_ENV_FILE"
 
 
@@ -42,20 +40,9 @@ CRON_LOG = "cron.log"  # the pass's own output; each job's run appends to NAME.l
 
 
 def cronjobs(jobs: Mapping[str, Mapping], *, log_dir: Path, check_jobs: bool = True) -> list[tuple]:
-    """One line, every minute, running ``run_due`` for the jobs (and with ``check_jobs``, pass
-    ``LOCKS_CHECK_JOBS``, the app's own ``check_jobs``: ``locks.registry``): each pass runs
-    ``run_job NAME --requested-by cron`` for every job whose slot came in the minute before,
-    each in a process of its own appending to ``log_dir/NAME.log``.
-
-    Cron reads a line's fields in the host's time zone, and Debian's cron has no ``CRON_TZ``: a
-    line carrying a job's expression would fire at the host's wall time, not at the job's slot.
-    ``* * * * *`` fires every minute whatever the host's zone, and the pass asks the schedule
-    (``locks.schedule``, in the job's zone) which slots are due (docs/deployment-cron.md).
-
-    The lock makes the line safe on every host: one run per tick. A malformed entry
-    is left out, not an error here: the system checks name it (and ``crontab add``
-    runs them first).
-    """
+    """One line, every minute (not the jobs' expressions: cron reads those in the host's zone), running
+    ``run_due`` for the jobs, with ``check_jobs`` the app's own too; each job appends to
+    ``log_dir/NAME.log``. A malformed entry is left out: the system checks name it."""
     names = [
         name for name, job in with_builtin_jobs(jobs, enabled=check_jobs).items() if isinstance(job, Mapping)
     ]
@@ -65,31 +52,13 @@ def cronjobs(jobs: Mapping[str, Mapping], *, log_dir: Path, check_jobs: bool = T
     return [("* * * * *", "locks.crontab.run_due", names, {"log_dir": str(log_dir)}, suffix)]
 
 
-def due_jobs(names: Iterable[str], *, now) -> list[str]:
-    """Those of ``names`` (registered jobs) with a slot in (``now`` - PASS, ``now``]: the jobs a
-    pass at ``now`` runs. A host whose cron starts the pass late by a minute or more misses
-    the slot, as a line at the slot's own time would."""
-    from datetime import timedelta
-
-    from locks.registry import jobs
-
-    registered = jobs()
-    return [
-        name
-        for name in names
-        if name in registered and now - timedelta(seconds=PASS) < registered[name].cron.slot_at_or_before(now)
-    ]
-
-
 def run_due(*names: str, log_dir: str) -> None:
-    """What the crontab line runs (``crontab run HASH``): ``run`` for each due job
-    (``due_jobs``), each in a child process whose output goes to ``log_dir/NAME.log``, all at
-    once; the process ends with the highest of their exit statuses."""
+    """What the crontab line runs (``crontab run HASH``): ``run`` for each due job, each in a child
+    process whose output goes to ``log_dir/NAME.log``, all at once; it ends with their highest status."""
     from django.db import DatabaseError, connections
     from django.utils import timezone
 
-    now = timezone.now()
-    due, holder = _claimed(due_jobs(names, now=now), now=now)
+    due, holder = _claimed(names, now=timezone.now())
     connections.close_all()  # no connection is shared with a child
     sys.stdout.flush()
     sys.stderr.flush()
@@ -104,9 +73,10 @@ def run_due(*names: str, log_dir: str) -> None:
         os._exit(status if status > 0 else 1)  # not SystemExit: django-crontab would log a traceback
 
 
-def _claimed(due: list[str], *, now) -> tuple[list[str], str | None]:
-    """The due jobs (at ``now``) whose slot this pass claimed (locks.models.Tick, one statement), and
-    its holder; every one, and None, when the claim cannot be made (their leases decide)."""
+def _claimed(names: Iterable[str], *, now) -> tuple[list[str], str | None]:
+    """Those of ``names`` due at ``now`` (a slot in (``now`` - PASS, ``now``]) whose slot this pass
+    claimed (locks.models.Tick, one statement), and its holder; every due one, and None, when the
+    claim cannot be made (their leases decide)."""
     from django.db import DatabaseError
 
     from locks.lease import make_holder
@@ -114,7 +84,9 @@ def _claimed(due: list[str], *, now) -> tuple[list[str], str | None]:
     from locks.registry import jobs
 
     holder, registered = make_holder(), jobs()
-    ticks = {name: registered[name].cron.slot_at_or_before(now) for name in due}
+    slots = {name: registered[name].cron.slot_at_or_before(now) for name in names if name in registered}
+    ticks = {name: tick for name, tick in slots.items() if now - timedelta(seconds=PASS) < tick}
+    due = list(ticks)
     try:
         won = Tick.objects.claim([(name, ticks[name], registered[name].ttl) for name in due], holder=holder)
     except DatabaseError:
@@ -149,13 +121,8 @@ def _start(name: str, log_dir: Path) -> int:
 
 
 def run(name: str) -> None:
-    """What a crontab line runs (django-crontab's ``crontab run HASH``): ``run_job NAME``, and
-    the process ends with run_job's exit status.
-
-    django-crontab catches every exception a job raises, ``SystemExit`` included, and logs it
-    with a traceback, then exits 0. So a run that failed (exit 1) or was refused (exit 2, one
-    ``CommandError`` line) ends the process here, after its one line, with its status.
-    """
+    """``run_job NAME``, the process ending with its exit status, after its one line (django-crontab
+    would log a failed or refused run's exception with a traceback and exit 0)."""
     from django.core.management import call_command
     from django.core.management.base import CommandError
 
@@ -197,13 +164,8 @@ def command_prefix(env_file: Path) -> str:
 
 
 def crontab_environment(*, environ: Mapping[str, str], names: Iterable[str]) -> dict[str, str]:
-    """The variables the cron line needs: each of ``names`` (an explicit list of what a job
-    reads, ``LOCKS_CRONTAB_ENV_VARIABLES``) that is set and not empty; nothing else, so
-    tokens the web process needs and passwords of other tools stay out of the file.
-
-    Raises ``CrontabEnvError`` for a value with a line break (in a crontab it would
-    start a line of its own) or a name the shell cannot assign.
-    """
+    """Each of ``names`` (``LOCKS_CRONTAB_ENV_VARIABLES``) set and not empty in ``environ``, nothing else;
+    ``CrontabEnvError`` for a value with a line break or a name the shell cannot assign."""
     chosen = {name: environ[name] for name in sorted(set(names)) if environ.get(name)}
     for name, value in chosen.items():
         if not NAME.match(name):
@@ -216,12 +178,8 @@ def crontab_environment(*, environ: Mapping[str, str], names: Iterable[str]) -> 
 
 
 def write_crontab_env(*, path: Path, variables: Mapping[str, str]) -> None:
-    """Replace ``path`` with ``NAME='value'`` lines, mode 0600 from its creation on.
-
-    The file is written under a temporary name created 0600 with ``O_EXCL`` (never
-    readable by others, not even for a moment) and renamed over ``path``, so a reader
-    sees the old file or the new one, never half of one.
-    """
+    """Replace ``path`` with ``NAME='value'`` lines: a temporary file created 0600 with ``O_EXCL``,
+    renamed over ``path`` (a reader sees the old file or the new one)."""
     variables = {ENV_FILE_VARIABLE: str(path), **variables}
     text = HEADER + "".join(f"{name}={shlex.quote(value)}\n" for name, value in variables.items())
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)

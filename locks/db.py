@@ -13,6 +13,7 @@ from typing import TypeVar
 from django.db import DatabaseError, Error, OperationalError, ProgrammingError, connections, transaction
 from django.db.models import BigIntegerField, Func, QuerySet
 from django.db.models.expressions import RawSQL
+from django.db.models.sql import UpdateQuery
 
 # --- bounded waits: NOWAIT, SKIP LOCKED, server timeouts ---------------------------------
 
@@ -45,6 +46,34 @@ def unlocked(rows: QuerySet, *, using: str, skip: bool) -> QuerySet:
         return rows
     sql, params = rows.values("pk").query.get_compiler(using=using).as_sql()  # Django's SQL, its params apart
     return rows.filter(pk__in=RawSQL(f"{sql} FOR UPDATE {'SKIP LOCKED' if skip else 'NOWAIT'}", params))  # noqa: S611
+
+
+def update_returning(rows: QuerySet, values: dict, read: QuerySet) -> dict | None:
+    """``rows.update(**values)`` and the first row of ``read`` (a ``values()`` of the updated row,
+    annotations too), or None when nothing matched: one ``UPDATE … RETURNING`` where the database
+    has it (PostgreSQL, SQLite), the ORM's update and then the read elsewhere (MongoDB)."""
+    connection = connections[rows.db]
+    if (
+        connection.vendor not in ("postgresql", "sqlite")
+        or not connection.features.can_return_columns_from_insert
+    ):
+        return read.first() if rows.update(**values) else None
+    update = rows.query.chain(UpdateQuery)
+    update.add_update_values(values)
+    update.annotations = {}
+    sql, params = update.get_compiler(rows.db).as_sql()
+    select = read.query.get_compiler(rows.db)
+    select.setup_query()
+    returning = [compiled for _, compiled, _ in select.select]
+    sql = f"{sql} RETURNING {', '.join(column for column, _ in returning)}"
+    params = (*params, *(value for _, more in returning for value in more))
+    with transaction.mark_for_rollback_on_error(using=rows.db), connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    names = (*read.query.extra_select, *read.query.values_select, *read.query.annotation_select)
+    return dict(zip(names, next(select.results_iter(results=[[row]])), strict=True))
 
 
 def bound_transaction(*, using: str, seconds: float) -> None:

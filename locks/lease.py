@@ -8,11 +8,11 @@ import secrets
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Literal
+from typing import Literal, TypeVar
 
 from django.conf import settings
 from django.db import Error, IntegrityError, connections, router, transaction
@@ -33,6 +33,7 @@ from locks.db import (
     sync_wait_cancelled,
     transaction_aborted,
     unlocked,
+    update_returning,
     without_waiting,
     write_transaction,
 )
@@ -67,16 +68,21 @@ def pause_text(by: str, since: datetime | None, note: str) -> str:
     return f"paused by {by} since {iso(since)}" + (f": {note}" if note else "")
 
 
+# What each reason of a Skip says (docs/architecture.md, "The rules": 1).
+SKIPS = {
+    "held": "held by {0.holder} until {locked_until}",
+    "tick_ahead": "tick {tick} is more than {0.horizon} ahead of the database clock ({db_now})",
+    "attempts_used": "tick {tick} had its {0.attempts} attempts and none succeeded",
+    "retry_later": "tick {tick} failed attempt {0.attempts}; the next may start at {retry_at}",
+    "tick_done": "tick {tick} already done by {0.holder}",
+    "tick_claimed": "a later tick {claimed_tick} was already claimed by {0.holder}",
+}
+
+
 @dataclass(frozen=True)
 class Skip:
-    """Why a contender did not get the lease. ``held``: another holder's lease is in force, or
-    (``locked``) the lock row is locked by a write in progress; ``tick_claimed``: this tick
-    already succeeded, or a later tick was claimed; ``tick_ahead``: the tick lies more than
-    ``horizon`` ahead of the database clock (``db_now``), nothing stored; ``attempts_used``:
-    the tick had its ``attempts`` and none succeeded; ``retry_later``: its last attempt failed
-    and the next may start at ``retry_at`` (database clock); ``paused``: by an operator
-    (stronger than force).
-    """
+    """Why a contender did not get the lease: a ``reason`` and what it was judged on (the
+    reasons: docs/architecture.md, "The rules": 1)."""
 
     job: str
     tick: datetime | None
@@ -99,23 +105,14 @@ class Skip:
         if self.reason == "held" and self.locked:
             lease = f"lease until {iso(self.locked_until)}" if self.locked_until else "lease released"
             return f"the lock row is locked by a write in progress (last holder {self.holder or 'none'}, {lease})"
-        if self.reason == "held":
-            return f"held by {self.holder} until {iso(self.locked_until)}"
-        if self.reason == "tick_ahead":
-            return (
-                f"tick {iso(self.tick)} is more than {self.horizon} ahead of the database clock "
-                f"({iso(self.db_now)})"
-            )
-        if self.reason == "attempts_used":
-            return f"tick {iso(self.tick)} had its {self.attempts} attempts and none succeeded"
-        if self.reason == "retry_later":
-            return (
-                f"tick {iso(self.tick)} failed attempt {self.attempts}; the next may start at "
-                f"{iso(self.retry_at)}"
-            )
-        if self.claimed_tick == self.tick:
-            return f"tick {iso(self.tick)} already done by {self.holder}"
-        return f"a later tick {iso(self.claimed_tick)} was already claimed by {self.holder}"
+        reason = (
+            "tick_done" if self.reason == "tick_claimed" and self.claimed_tick == self.tick else self.reason
+        )
+        times = {
+            name: iso(getattr(self, name))
+            for name in ("tick", "locked_until", "db_now", "claimed_tick", "retry_at")
+        }
+        return SKIPS[reason].format(self, **times)
 
     @property
     def wait(self) -> timedelta | None:
@@ -129,21 +126,13 @@ class Skip:
 
 @dataclass
 class Lease:
-    """A lease this process holds. ``token`` is the fencing number.
-
-    ``writing`` is set while this process is inside ``fenced(lease)``;
-    ``committed`` becomes true when such a block committed (docs/architecture.md,
-    "The rules": 6, fencing). ``prior_commit`` is the token whose fenced write had committed
-    last when this lease was won: a holder that died after its commit is known by it.
-    ``attempt`` is this run's number among its tick's attempts, on every host; after attempt k
-    fails, the next may start ``retry_delays[k - 1]`` later (rule 12). ``timeline`` and
-    ``system_id``: the database history it was granted in (PostgreSQL; None elsewhere); ``failover``
-    says what acquire found when the row came from an older one (rule 16); ``failover_slot``, that
-    or the last failover's when its tick is at or before it (it may have run on the old primary). ``unconfirmed``: the
-    server said its fenced COMMIT did not wait for the synchronous standby; ``interrupted_commit``, a
-    signal (SIGTERM) came during it: its outcome is unknown until read back. ``unsettled``: runs of
-    earlier tokens may still say ``running`` or ``unknown`` (the runner settles them; rule 15).
-    """
+    """A lease this process holds; ``token`` is the fencing number. ``writing``: inside
+    ``fenced(lease)``; ``committed``: such a block committed; ``prior_commit``: the token whose
+    fenced write had committed last when it was won; ``attempt``: this run's among its tick's;
+    ``timeline``, ``system_id``: the history it was granted in; ``failover``, ``failover_slot``: a
+    failover found, or one at or after its tick; ``unconfirmed``, ``interrupted_commit``: the
+    fenced COMMIT's outcome is not known; ``unsettled``: earlier runs to settle (docs/architecture.md,
+    "The rules": 6, 12, 15, 16)."""
 
     job: str
     holder: str
@@ -194,6 +183,7 @@ class Lease:
         return self.retry_delays[self.attempt - 1] if self.attempt <= len(self.retry_delays) else None
 
 
+T = TypeVar("T")
 # The name the lock's log lines have always carried (operators filter on it).
 logger = logging.getLogger("locks.api")
 
@@ -251,7 +241,9 @@ def acquire(
     state, history_of = None, {"job": job, "tick": tick, "using": db, "pause": pause_on_failover}
     for pause in CONTENDER_PAUSES:
         try:  # each statement commits by itself (in a caller's transaction it joins that one)
-            won = claim.update(**values) and _history_of_win(rows.filter(holder=holder), **history_of)
+            mine = rows.filter(holder=holder)
+            won = update_returning(claim, values, _won(mine, job=job, using=db))  # one statement
+            won = won and _history_of_win(won, mine, **history_of)
         except Error as exc:  # no answer: the claim may have committed, read it back
             if missing_table(exc) or connections[db].in_atomic_block:
                 raise
@@ -301,23 +293,24 @@ def _lease_fields(won: dict, tick: datetime | None, retry_delays) -> dict:
     }
 
 
-def _history_of_win(mine, *, job: str, tick: datetime | None, using: str, pause: bool) -> dict | None:
-    """The won row (``mine``) read back in the winner's transaction, with the server's history
-    now; the row is stamped with it. A row stamped in an older history (another timeline, another
-    cluster) is a failover since its last lease: one WARNING, and ``failover`` says so (rule 16);
-    with ``pause`` the job is paused in that stamp's transaction, so no later run misses it."""
+def _won(mine, *, job: str, using: str):
+    """The read of a won row (``mine``): its lease, the server's history now, and whether a run
+    of an earlier token is unsettled (rule 15)."""
     now = history(using=using)
-    prior = Coalesce(OuterRef("committed_token"), 0)  # runs to settle (rule 15), read with the win
+    prior = Coalesce(OuterRef("committed_token"), 0)
     unsettled = Exists(JobRun.objects.for_job(job).unsettled(before=OuterRef("token"), committed=prior))
-    won = (
-        mine.annotate(**{f"now_{key}": value for key, value in now.items()}, unsettled=unsettled)
-        .values(*WON, *(WON_FAILOVER if now else ()), *(f"now_{k}" for k in now), "unsettled")
-        .first()
+    return mine.annotate(**{f"now_{key}": value for key, value in now.items()}, unsettled=unsettled).values(
+        *WON, *(WON_FAILOVER if now else ()), *(f"now_{k}" for k in now), "unsettled"
     )
-    if won is None:
-        return None
+
+
+def _history_of_win(won: dict, mine, *, job: str, tick: datetime | None, using: str, pause: bool) -> dict:
+    """``won`` (``_won``'s read of ``mine``) with the server's history; the row is stamped with it.
+    A row stamped in an older history (another timeline, another cluster) is a failover since its
+    last lease: one WARNING, and ``failover`` says so (rule 16); with ``pause`` the job is paused
+    in that stamp's transaction, so no later run misses it."""
     won["failover"] = won["failover_slot"] = ""
-    if not now:
+    if "now_timeline" not in won:
         return won
     if (won["timeline"], won["system_id"]) == (won["now_timeline"], won["now_system_id"]):
         # A later slot than the failover's moment ran only here; one at or before it may have run
@@ -459,11 +452,9 @@ def _tick_claimant(*, job: str, tick: datetime) -> str:
 
 
 def create_lock_row(*, job: str) -> bool:
-    """First use of a job: insert its row, free, for the compare-and-set to claim. A unique-key
-    clash means another contender inserted it first, which serves as well. Plain values
-    only: MongoDB cannot insert expressions such as ``Now()`` (so ``created_at`` is the database
-    clock read first, not this host's). False: another contender's
-    INSERT of it has not committed within ``CREATE_WAIT``."""
+    """First use of a job: insert its row, free (another contender's insert serves as well);
+    ``created_at`` is the database clock read first (MongoDB cannot insert ``Now()``). False:
+    another contender's INSERT of it has not committed within ``CREATE_WAIT``."""
     using = router.db_for_write(SyncLock)
     table = SyncLock._meta.db_table
     if table not in connections[using].introspection.table_names():
@@ -546,16 +537,11 @@ def _renew(lease: Lease, *, rows, values: dict) -> None:
 @contextmanager
 def fenced(lease: Lease, *, settle: bool = True) -> Iterator[None]:
     """The write phase of a run: one durable ``transaction.atomic()`` block whose first UPDATE
-    renews ``lease`` (``LockLost`` before any write if it is gone), records its token as
-    ``committed_token`` and marks its tick done (the tick re-asserted), so all are true exactly
-    when the writes commit; then ``lease.committed`` is true. A block Django rolls back without
-    raising (``set_rollback(True)``, an ``IntegrityError`` caught inside), or whose transaction the
-    server aborted (a failed raw statement caught inside, PostgreSQL), is ``NotCommitted``.
-    An error on the COMMIT itself is resolved by ``read_back_commit`` (``CommitUnknown`` when it
-    cannot tell). While inside, ``lease.writing`` is set: the heartbeat leaves the row alone.
-    docs/architecture.md, "The rules" (6, 10 and 15; MongoDB, where ``atomic()`` does nothing, too).
-    ``settle=False`` renews only: the run settles its tick later (a task's, ``locks.tasks``).
-    """
+    renews ``lease`` (else ``LockLost``), records its token as ``committed_token`` and marks its
+    tick done, so all are true exactly when the writes commit. A block rolled back without raising
+    is ``NotCommitted``; a COMMIT with no answer is read back (``CommitUnknown`` when it cannot
+    tell). ``settle=False`` renews only (a task's, ``locks.tasks``). docs/architecture.md, "The
+    rules": 6, 10, 15."""
     lease.check()
     values = {"committed_token": lease.token} if settle else {}
     if lease.tick is not None and settle:
@@ -623,10 +609,10 @@ def _unconfirmed(lease: Lease, *, using: str, cause: BaseException | None = None
 
 
 def read_back_commit(lease: Lease) -> bool | None:
-    """Whether a fenced write of ``lease`` committed, read from its lock row (``_read_back``); None
+    """Whether a fenced write of ``lease`` committed, read from its lock row (``_lock_row``); None
     when that cannot be told: the row unreadable, a later lease committed since, or the row claimed
     since in another database history, where token numbers may repeat (rule 16)."""
-    row = _read_back(lease.job, seconds=lease.ttl.total_seconds())
+    row = _lock_row(lease.job, seconds=lease.ttl.total_seconds())
     if row is None or (row.get("timeline"), row.get("system_id")) != (lease.timeline, lease.system_id):
         return None
     committed = row["committed_token"]
@@ -639,36 +625,40 @@ def read_back_commit(lease: Lease) -> bool | None:
 
 def read_back_claim(rows, *, holder: str, ttl: timedelta, **history_of) -> dict | None:
     """What ``_history_of_win`` reads if acquire's claim committed though its answer was lost, else
-    None: on a new connection, once no statement holds the row (its own may still be running on
-    the server), tried again for at most ``READ_BACK_SECONDS`` (at most the TTL)."""
-    using = history_of["using"]
-    deadline = time.monotonic() + min(ttl.total_seconds(), READ_BACK_SECONDS)
-    delay = 0.1
-    while True:
-        connections[using].close()  # the old connection is broken, or in an unknown state
-        try:
-            mine = unlocked(rows, using=using, skip=False).filter(holder=holder).held()
-            return _history_of_win(mine, **history_of)
-        except Error:  # unreachable, or the row still locked by that statement
-            if time.monotonic() + delay > deadline:
-                return None
-            time.sleep(delay)
-            delay = min(delay * 2, 5.0)
+    None (``_read_back``: its own statement may still be running on the server)."""
+
+    def read() -> dict | None:
+        mine = unlocked(rows, using=rows.db, skip=False).filter(holder=holder).held()
+        won = _won(mine, job=history_of["job"], using=rows.db).first()
+        return won and _history_of_win(won, mine, **history_of)
+
+    return _read_back(read, using=rows.db, seconds=ttl.total_seconds())
 
 
-def _read_back(job: str, *, seconds: float) -> dict | None:
-    """The lock row of ``job`` ({}: none) read on a new connection, ``unlocked`` (a transaction whose
-    COMMIT answer was lost may still hold it), retried for at most ``seconds``; else None."""
+def _lock_row(job: str, *, seconds: float) -> dict | None:
+    """The lock row of ``job`` ({}: none), ``_read_back``: a transaction whose COMMIT answer was
+    lost may still hold it; None when it cannot be read."""
     using = router.db_for_write(SyncLock)
+
+    def read() -> dict:
+        with lease_transaction(using=using):
+            rows = unlocked(SyncLock.objects.using(using).for_job(job), using=using, skip=False)
+            return rows.annotate(db_now=Now()).values().first() or {}
+
+    return _read_back(read, using=using, seconds=seconds)
+
+
+def _read_back(read: Callable[[], T], *, using: str, seconds: float) -> T | None:
+    """``read()`` on a new connection (the old one is broken, or in an unknown state), tried again
+    while the database is unreachable or the row locked (``unlocked``: NOWAIT), for at most
+    ``seconds`` and ``READ_BACK_SECONDS``; None if it never answered."""
     deadline = time.monotonic() + min(seconds, READ_BACK_SECONDS)
     delay = 0.1
     while True:
-        connections[using].close()  # the old connection is broken, or in an unknown state
+        connections[using].close()
         try:
-            with lease_transaction(using=using):
-                rows = unlocked(SyncLock.objects.using(using).for_job(job), using=using, skip=False)
-                return rows.annotate(db_now=Now()).values().first() or {}
-        except Error:  # unreachable, or the row still locked by that transaction
+            return read()
+        except Error:
             if time.monotonic() + delay > deadline:
                 return None
             time.sleep(delay)
@@ -676,20 +666,11 @@ def _read_back(job: str, *, seconds: float) -> dict | None:
 
 
 def release(*, lease: Lease, status: str, error: str = "", used: bool = True) -> bool:
-    """Give the lease back, recording the outcome; only the holder's token matches, in the history
-    the lease was granted in (False: it did not; rule 16). A released row keeps no holder; the
-    run's holder stays on its JobRun. ``used=False``: the run never reached its body, and its
-    attempt is given back (rule 12).
-
-    A scheduled run's tick becomes done when it succeeded; a failed or unknown one's next
-    attempt may start after its retry delay (``retry_at``). A lease whose fenced write committed
-    succeeds only while the row shows that write (``committed_token``): otherwise it is released
-    ``failed`` and ``NotCommitted`` raised, the tick left open (rule 15: a failover may have lost
-    the write). A failure never reopens the tick on SQL databases; on MongoDB, where the done
-    mark of a failed block stays, one without a committed fenced write does (rules 10 and 12).
-    A lock row locked by another transaction is waited for ``RELEASE_WAIT`` at most (``RowLocked``;
-    the lease then expires by itself).
-    """
+    """Give the lease back, recording the outcome: its tick done when it succeeded, else its next
+    attempt's time (``used=False``: its attempt given back). Only the holder's token matches, in the
+    history it was granted in (False: it did not). A success whose fenced write the row does not show
+    is released ``failed`` and raises ``NotCommitted``. A locked row is waited for ``RELEASE_WAIT``
+    at most (``RowLocked``). docs/architecture.md, "The rules": 10, 12, 15, 16."""
     using = router.db_for_write(SyncLock)
     values = {}
     if not used and lease.tick is not None:

@@ -77,16 +77,14 @@ ANSWERS = {
 # What JobRun.status and SyncLock.last_status may hold: the first eight ("skipped" too, never stored).
 RECORDED = [(o.value, o.label) for o in Outcome][:8]
 
-# The states of a lease, judged by the database clock. Each is one filter, so
-# acquire, the admin, the selectors and the command agree on them.
+# The states of a lease, judged by the database clock, each one filter (docs/architecture.md).
 FREE, HELD, EXPIRED, OVERDUE = "free", "held", "expired", "heartbeat overdue"
 
 RELEASED_Q = Q(locked_until__isnull=True)
 EXPIRED_Q = Q(locked_until__lt=Now())
 IN_FORCE_Q = Q(locked_until__gte=Now())
-# A renewal sets ``locked_until = heartbeat_at + ttl``, so a holder that missed
-# two beats (more than 2/3 of the TTL since its heartbeat) has less than half
-# as long left as it has been silent: now - heartbeat_at > 2 * (locked_until - now).
+# Two beats missed (more than 2/3 of the TTL since, as locked_until = heartbeat_at + ttl):
+# now - heartbeat_at > 2 * (locked_until - now).
 OVERDUE_Q = IN_FORCE_Q & Q(heartbeat_at__lt=Now() - (F("locked_until") - Now()) - (F("locked_until") - Now()))
 STUCK_Q = EXPIRED_Q | OVERDUE_Q
 # An operator's pause, on SyncLock (locks.operator); while paused_at is set no run acquires.
@@ -143,10 +141,8 @@ class SyncLockQuerySet(models.QuerySet):
 
 
 class SyncLock(models.Model):
-    """One row per job: the current lease and a summary of the last run.
-
-    Written only through ``locks.lease``; every write is a conditional UPDATE.
-    """
+    """One row per job: the current lease and a summary of the last run; written only through
+    ``locks.lease`` (and ``locks.operator``), every write a conditional UPDATE."""
 
     job_name = models.CharField("job", max_length=100, unique=True)
     holder = models.CharField(
@@ -324,7 +320,11 @@ class JobRun(models.Model):
     class Meta:
         verbose_name = "job run"
         ordering = ["-started_at"]
-        indexes = [models.Index(fields=["job_name", "-started_at"], name="jobrun_job_started")]
+        indexes = [
+            models.Index(fields=["job_name", "-started_at"], name="jobrun_job_started"),
+            # What a claim asks (JobRunQuerySet.unsettled): not a scan of a job's whole history.
+            models.Index(fields=["job_name", "status", "token"], name="jobrun_job_status_token"),
+        ]
 
     def __str__(self) -> str:
         token = f"{self.timeline}/{self.token}" if self.timeline is not None else self.token
@@ -332,11 +332,8 @@ class JobRun(models.Model):
 
 
 class Throttle(models.Model):
-    """One row per rate-limited key of the HTTP trigger; written only by ``locks.views``.
-
-    The key is the primary key, so the first claim is a unique insert and every
-    later one a conditional UPDATE: no auto field, the same on every backend.
-    """
+    """One row per rate-limited key of the HTTP trigger, written only by ``locks.views``: the first
+    claim a unique insert of the key (the primary key), every later one a conditional UPDATE."""
 
     key = models.CharField(
         max_length=200, primary_key=True, help_text="What is limited, e.g. send_digest:203.0.113.7."

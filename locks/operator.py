@@ -114,9 +114,13 @@ def ensure_lock_row(*, job: str) -> None:
         )
 
 
-def _no_lock(job: str) -> UnknownJob:
-    known = ", ".join(SyncLock.objects.values_list("job_name", flat=True)) or "none yet"
-    return UnknownJob(f"no lock named {job!r} (known jobs: {known})")
+def _row(job: str, locked, fields: tuple[str, ...]) -> dict:
+    """The lock row's ``fields`` (with its state); ``UnknownJob`` naming the known locks if it has none."""
+    row = locked.with_state().values(*fields).first()
+    if row is None:
+        known = ", ".join(SyncLock.objects.values_list("job_name", flat=True)) or "none yet"
+        raise UnknownJob(f"no lock named {job!r} (known jobs: {known})")
+    return row
 
 
 def _not_held(row: dict) -> str:
@@ -194,9 +198,7 @@ def force_release(*, job: str, expected_token: int | None = None, by: str = "") 
 def _release(job: str, rows, locked, expected_token: int | None, by: str) -> Change:
     fields = ("holder", "token", "state", "last_status", "locked_until", "committed_token")
     for _attempt in range(5):
-        row = locked.with_state().values(*fields).first()
-        if row is None:
-            raise _no_lock(job)
+        row = _row(job, locked, fields)
         holder, token = row["holder"], row["token"]
         seen = {"previous_holder": holder, "previous_token": token, "token": token}
         if expected_token is not None and token != expected_token:
@@ -242,10 +244,7 @@ def reset_tick(
 
 
 def _reset(job: str, rows, locked, shown: dict, by: str) -> Change:
-    fields = ("token", "tick", "tick_done", "state", "holder", "locked_until", "db_now")
-    row = locked.with_state().values(*fields).first()
-    if row is None:
-        raise _no_lock(job)
+    row = _row(job, locked, ("token", "tick", "tick_done", "state", "holder", "locked_until", "db_now"))
     tick, done = row["tick"], row["tick_done"]
     if tick is None:
         return Change(job, False)

@@ -24,8 +24,6 @@ from locks import schedule
 # What the slot arithmetic raises for an expression croniter can find no slot of (``0 0 31 2 *``)
 # or one beyond what a datetime holds: that job's failure, never its readers' (docs/jobs.md, Checks).
 SLOT_ERRORS = (CroniterBadDateError, OverflowError)
-# A schedule whose next slot lies further ahead than this is refused by the checks (locks.E026).
-SLOT_HORIZON_YEARS = 5
 
 # --- the app's own jobs -----------------------------------------------------------------
 
@@ -180,22 +178,24 @@ def _job(name: str, entry: dict) -> Job:
     )
 
 
-def timezone_of(name: str) -> str:
-    """The zone the job ``name`` reads its schedule in; UTC for a name (or a setting) that is
-    not a valid job: where a lock row's times are shown."""
+def _job_or_none(name: str) -> Job | None:
+    """The job ``name``; None for a name (``run_locked()`` takes any) or a setting that is no valid job."""
     try:
-        return get_job(name).timezone
+        return get_job(name)
     except (UnknownJob, ImproperlyConfigured):
-        return schedule.DEFAULT_TIMEZONE
+        return None
+
+
+def timezone_of(name: str) -> str:
+    """The zone the job ``name`` reads its schedule in (UTC if no job): where a lock row's times are shown."""
+    job = _job_or_none(name)
+    return schedule.DEFAULT_TIMEZONE if job is None else job.timezone
 
 
 def prune_every(name: str) -> int:
     """Leases between two prunes of the job ``name``'s runs: an hour of its slots; 1 if no job."""
-    try:
-        job = get_job(name)
-    except (UnknownJob, ImproperlyConfigured):  # run_locked() of any name
-        return 1
-    return math.ceil(timedelta(hours=1) / job.cron.period(timezone.now()))
+    job = _job_or_none(name)
+    return 1 if job is None else math.ceil(timedelta(hours=1) / job.cron.period(timezone.now()))
 
 
 def get_job(name: str) -> Job:
@@ -318,21 +318,18 @@ def _entry_errors(where: str, entry) -> list[Error]:
     paths = entry.get("expected_errors", ())
     if not isinstance(paths, list | tuple) or not all(isinstance(path, str) and path for path in paths):
         errors.append(error("locks.E020", NOT_PATHS, where=where, value=paths))
-    if entry.get("catch_up", LATEST) not in CATCH_UP_POLICIES:
-        errors.append(error("locks.E024", BAD_CATCH_UP, where=where, value=entry["catch_up"]))
-    if entry.get("on_failover", RERUN) not in FAILOVER_POLICIES:
-        errors.append(error("locks.E027", BAD_ON_FAILOVER, where=where, value=entry["on_failover"]))
-    if not schedule.is_valid_timezone(entry.get("timezone", schedule.DEFAULT_TIMEZONE)):
-        errors.append(error("locks.E033", BAD_TIMEZONE, where=where, value=entry["timezone"]))
-    for key, code, message in (
-        ("ttl", "locks.E013", NOT_SECONDS),
-        ("max_run_time", "locks.E014", NOT_SECONDS),
-        ("catch_up_window", "locks.E025", NOT_SECONDS),
-        ("alert_after_failures", "locks.E030", NOT_A_COUNT),
-        ("alert_after", "locks.E031", NOT_SECONDS),
-        ("alert_after_recoveries", "locks.E032", NOT_A_COUNT),
+    for key, code, message, valid in (  # each optional: its default is valid
+        ("catch_up", "locks.E024", BAD_CATCH_UP, CATCH_UP_POLICIES.__contains__),
+        ("on_failover", "locks.E027", BAD_ON_FAILOVER, FAILOVER_POLICIES.__contains__),
+        ("timezone", "locks.E033", BAD_TIMEZONE, schedule.is_valid_timezone),
+        ("ttl", "locks.E013", NOT_SECONDS, _positive_int),
+        ("max_run_time", "locks.E014", NOT_SECONDS, _positive_int),
+        ("catch_up_window", "locks.E025", NOT_SECONDS, _positive_int),
+        ("alert_after_failures", "locks.E030", NOT_A_COUNT, _positive_int),
+        ("alert_after", "locks.E031", NOT_SECONDS, _positive_int),
+        ("alert_after_recoveries", "locks.E032", NOT_A_COUNT, _positive_int),
     ):
-        if key in entry and not _positive_int(entry[key]):
+        if key in entry and not valid(entry[key]):
             errors.append(error(code, message, where=where, key=key, value=entry[key]))
     retry = entry.get("retry", {"delays": ()})
     delays = retry.get("delays") if isinstance(retry, dict) else None
@@ -341,17 +338,6 @@ def _entry_errors(where: str, entry) -> list[Error]:
     ):
         errors.append(error("locks.E015", BAD_RETRY, where=where, value=retry))
     return errors
-
-
-def next_slot_error(expression: str, *, now: datetime, tz: str = schedule.DEFAULT_TIMEZONE) -> str:
-    """Why ``expression`` has no slot within ``SLOT_HORIZON_YEARS`` of ``now``; empty when it has one."""
-    try:
-        upcoming = schedule.Schedule(expression, tz).next_slot(now)
-    except SLOT_ERRORS as exc:
-        return f"no slot can be computed after {now:%Y-%m-%d} ({type(exc).__name__}: {exc})"
-    if upcoming - now > timedelta(days=365 * SLOT_HORIZON_YEARS + 1):
-        return f"its next slot is {upcoming.isoformat()}"
-    return ""
 
 
 def _positive_int(value) -> bool:

@@ -1,8 +1,6 @@
-"""Cron expressions to ticks: the scheduled slot a run belongs to. A ``Schedule`` reads its fields in
-its time zone (default UTC); every slot is an aware UTC instant, and a DST night follows
-Vixie cron's rule (docs/jobs.md, "Time zones and DST"; docs/architecture.md, "Which slot a run
-claims"). Pure: no database.
-"""
+"""Cron expressions to ticks: a ``Schedule`` reads its fields in its time zone (default UTC); every slot
+is an aware UTC instant; a DST night follows Vixie cron's rule (docs/jobs.md, "Time zones and DST").
+Pure: no database."""
 
 import threading
 from dataclasses import dataclass
@@ -15,16 +13,6 @@ from croniter import CroniterBadDateError, croniter
 
 DEFAULT_TIMEZONE = "UTC"
 GAP, REPEAT = "gap", "repeat"  # where the DST rule applied to a slot (``dst_rule``)
-# croniter's nicknames, with the fields they stand for (only the hour field matters here).
-ALIASES = {
-    "@yearly": "0 0 1 1 *",
-    "@annually": "0 0 1 1 *",
-    "@monthly": "0 0 1 * *",
-    "@weekly": "0 0 * * 0",
-    "@daily": "0 0 * * *",
-    "@midnight": "0 0 * * *",
-    "@hourly": "0 * * * *",
-}
 _SECOND = timedelta(seconds=1)
 _TINY = timedelta(microseconds=1)
 # One croniter per expression and thread, moved to each start: building one expands its
@@ -99,8 +87,11 @@ def _utc(moment: datetime) -> datetime:
 @lru_cache(maxsize=256)
 def fixed_time(expression: str) -> bool:
     """Whether the minute and hour fields are both fixed (``30 2``, ``0,30 1-5``): Vixie cron's
-    fixed-time job. A field that starts with ``*`` (``*``, ``*/15``) makes it a wildcard job."""
-    fields = ALIASES.get(expression.strip().lower(), expression).split()
+    fixed-time job. A field that starts with ``*`` (``*``, ``*/15``) makes it a wildcard job, and of
+    croniter's nicknames (``@daily``: ``0 0 * * *``) only ``@hourly`` (``0 * * * *``) is one."""
+    if expression.startswith("@"):
+        return expression.lower() != "@hourly"
+    fields = expression.split()
     return len(fields) > 1 and not fields[0].startswith("*") and not fields[1].startswith("*")
 
 
@@ -134,79 +125,48 @@ def _walls_around(tz: tzinfo, change: datetime) -> tuple[datetime, datetime]:
     return _wall(change - _SECOND, tz) + _SECOND, _wall(change, tz)
 
 
-def _cron_after(expression: str, wall: datetime) -> datetime:
-    return _cron(expression, wall).get_next(datetime)
-
-
-def _cron_before(expression: str, wall: datetime) -> datetime:
-    return _cron(expression, wall).get_prev(datetime)
-
-
-def _next_zoned(expression: str, tz: tzinfo, moment: datetime) -> datetime:
+def _zoned(expression: str, tz: tzinfo, moment: datetime, *, forward: bool) -> datetime:
+    """The first slot after ``moment``, or the latest before it, under the DST rule."""
     moment = moment.astimezone(UTC)
     local = moment.astimezone(tz)
     wall, named = local.replace(tzinfo=None, fold=0), fixed_time(expression)
-    candidate = _cron_after(expression, wall)
+    ahead = moment.__lt__ if forward else moment.__gt__  # ahead(x): x lies beyond ``moment``
+
+    def cron(start: datetime) -> datetime:  # the matching wall after (or before) ``start``
+        iterator = _cron(expression, start)
+        return (iterator.get_next if forward else iterator.get_prev)(datetime)
+
+    candidate = cron(wall)
     first, second = _instants(wall, tz)
-    if first < second and local.fold == 0 and not named:
-        # ``moment`` is in the first pass of a repeat: once its matching walls are used up,
-        # the repeat's first matching wall comes again, second time round.
+    if first < second and local.fold == (0 if forward else 1):
+        # ``moment`` is in a repeat [start, end), in its first pass (forward: once its matching walls
+        # are used up, the first comes again, second time round) or its second (backward: before it
+        # lie the second occurrences of the walls before its own, then every first occurrence).
         start, end = _walls_around(tz, _transition(tz, first, second))[::-1]
-        if candidate >= end:
-            again = _cron_after(expression, start - _TINY)
+        if forward and not named and candidate >= end:
+            again = cron(start - _TINY)
             if again < end:
                 return again.replace(tzinfo=tz, fold=1).astimezone(UTC)
+        elif not forward:
+            if not named and candidate >= start:
+                return candidate.replace(tzinfo=tz, fold=1).astimezone(UTC)
+            candidate = cron(end)
+            if candidate >= start:
+                return candidate.replace(tzinfo=tz, fold=0).astimezone(UTC)
     while True:
         first, second = _instants(candidate, tz)
-        if first == second and first > moment:
-            return first
         if first > second:  # a gap: named, the first instant after it; wildcard, nothing
             change = _transition(tz, second, first)
-            if named and change > moment:
+            if named and ahead(change):
                 return change
-            candidate = _cron_after(expression, _walls_around(tz, change)[1] - _TINY)
+            before, after = _walls_around(tz, change)
+            candidate = cron(after - _TINY if forward else before)
             continue
-        if first < second:  # a repeat: the first occurrence; under a wildcard both
-            if first > moment:
-                return first
-            if not named and second > moment:
-                return second
-            candidate = _cron_after(expression, _walls_around(tz, _transition(tz, first, second))[0] - _TINY)
-            continue
-        candidate = _cron_after(expression, candidate)
-
-
-def _prev_zoned(expression: str, tz: tzinfo, moment: datetime) -> datetime:
-    moment = moment.astimezone(UTC)
-    local = moment.astimezone(tz)
-    wall, named = local.replace(tzinfo=None, fold=0), fixed_time(expression)
-    candidate = _cron_before(expression, wall)
-    first, second = _instants(wall, tz)
-    if first < second and local.fold == 1:
-        # ``moment`` is in the second pass of a repeat: before it lie the second occurrences
-        # of the walls before its own (wildcard), then every first occurrence of the repeat.
-        start, end = _walls_around(tz, _transition(tz, first, second))[::-1]
-        if not named and candidate >= start:
-            return candidate.replace(tzinfo=tz, fold=1).astimezone(UTC)
-        candidate = _cron_before(expression, end)
-        if candidate >= start:
-            return candidate.replace(tzinfo=tz, fold=0).astimezone(UTC)
-    while True:
-        first, second = _instants(candidate, tz)
-        if first == second and first < moment:
-            return first
-        if first > second:
-            change = _transition(tz, second, first)
-            if named and change < moment:
-                return change
-            candidate = _cron_before(expression, _walls_around(tz, change)[0])
-            continue
-        if first < second:
-            if not named and second < moment:
-                return second
-            if first < moment:
-                return first
-        candidate = _cron_before(expression, candidate)
+        # An ordinary wall's one instant; a repeat's first occurrence, under a wildcard both.
+        for instant in (first, second) if forward else (second, first):
+            if ahead(instant) and (instant == first or not named):
+                return instant
+        candidate = cron(candidate)
 
 
 def local_time(moment: datetime, *, tz: "str | tzinfo" = DEFAULT_TIMEZONE) -> datetime:
@@ -251,7 +211,7 @@ class Schedule:
         """The first slot strictly after ``moment`` (aware UTC), or the latest strictly before it."""
         tz = zone(self.timezone)
         if not _is_utc(tz):
-            return (_next_zoned if forward else _prev_zoned)(self.expression, tz, moment)
+            return _zoned(self.expression, tz, moment, forward=forward)
         iterator = _cron(self.expression, moment)
         # croniter marks some results fold=1; UTC has no fold, so drop it.
         return (iterator.get_next if forward else iterator.get_prev)(datetime).replace(fold=0)
@@ -322,8 +282,7 @@ class Schedule:
             if self.is_slot(utc):
                 return utc
             before, after = self.slot_at_or_before(utc), self.next_slot(utc)
-        except (OverflowError, CroniterBadDateError):
-            # Near year 1 or 9999 the slot before or after lies outside what datetime holds.
+        except (OverflowError, CroniterBadDateError):  # near year 1 or 9999: beyond what a datetime holds
             raise InvalidTick(
                 f"tick {tick.isoformat()} is out of the range the schedule {self.expression!r} can be computed "
                 "in (a slot before and after it must lie within the years 1 to 9999)"
@@ -355,7 +314,9 @@ class Schedule:
         first, second = _instants(wall, tz)
         if first < second:
             return REPEAT
-        if _cron_after(self.expression, wall - _TINY) != wall:  # no matching wall time: moved here
+        if (
+            _cron(self.expression, wall - _TINY).get_next(datetime) != wall
+        ):  # no matching wall time: moved here
             return GAP
         return None
 

@@ -42,8 +42,9 @@ RUN_SCHEDULED = partial(run_job, requested_by="scheduler")
 PAUSED_POLL = timedelta(seconds=5)
 # Asked again after an unreachable database or a locked lock row: 1 s, doubling, at most 30 s.
 BACKOFF_FIRST, BACKOFF_MOST = timedelta(seconds=1), timedelta(seconds=30)
-# The longest an ask waits for a busy pool's worker before it runs in a child of its own.
-BUSY = 1.0
+# How long an ask waits for a busy pool's worker while none answers (``BUSY``) and in all (``BUSY_MOST``),
+# before it runs in a child of its own.
+BUSY, BUSY_MOST = 1.0, 10.0
 # After the grace, how long an interrupted run has to record itself before it is killed.
 INTERRUPTED_WAIT = 10.0
 EARLIEST = datetime.min.replace(tzinfo=UTC)
@@ -179,7 +180,7 @@ class Forked:
 
 class Pool(Forked):
     """Each ask in one of ``size`` long-lived workers (forked on demand), which keep their connections;
-    after ``BUSY`` seconds without an idle one, in a child of its own (``Forked``)."""
+    while none is idle, it waits as long as they keep answering (``_patience``), then runs in a child."""
 
     def __init__(self, run: Callable[..., RunResult], size: int) -> None:
         super().__init__(run)
@@ -187,6 +188,7 @@ class Pool(Forked):
         self.workers: set[multiprocessing.Process] = set()
         self.idle: list[tuple[multiprocessing.Process, object]] = []
         self.waiting: list[tuple[_Plan, datetime, float]] = []  # (plan, due, since): oldest first
+        self.answered = 0.0  # when a worker last answered (time.monotonic())
         atexit.register(self.retire)
 
     def start(self, plan: _Plan, *, due: datetime) -> None:
@@ -194,7 +196,7 @@ class Pool(Forked):
         self._dispatch()
 
     def _dispatch(self) -> None:
-        """The waiting asks to idle workers (forked up to ``size``), or after ``BUSY`` s to children."""
+        """The waiting asks to idle workers (forked up to ``size``), or out of patience to children."""
         while self.waiting:
             if not self.idle and len(self.workers) < self.size:
                 pipe, theirs = self.context.Pipe()
@@ -211,7 +213,7 @@ class Pool(Forked):
                 worker, pipe = self.idle.pop()
                 pipe.send((plan.job.name, due))
                 self.children[pipe.fileno()] = (plan, worker, pipe)
-            elif time.monotonic() - self.waiting[0][2] >= BUSY:
+            elif self._patience() <= 0:
                 plan, due, _since = self.waiting.pop(0)
                 super().start(plan, due=due)
             else:
@@ -219,10 +221,15 @@ class Pool(Forked):
 
     def collect(self, seconds: float, *, wake: int | None = None) -> list[tuple[_Plan, RunResult]]:
         if self.waiting:  # back by the time the oldest waiting ask may have a child of its own
-            seconds = min(seconds, BUSY - (time.monotonic() - self.waiting[0][2]))
+            seconds = min(seconds, self._patience())
         finished = super().collect(seconds, wake=wake)
         self._dispatch()
         return finished
+
+    def _patience(self) -> float:
+        """How much longer the oldest waiting ask waits for a worker."""
+        now, since = time.monotonic(), self.waiting[0][2]
+        return min(BUSY - (now - max(since, self.answered)), BUSY_MOST - (now - since))
 
     def running(self) -> list[_Plan]:
         return super().running() + [plan for plan, _due, _since in self.waiting]
@@ -237,9 +244,11 @@ class Pool(Forked):
 
     def _done(self, child: multiprocessing.Process, reader, *, answered: bool) -> None:
         """A worker that answered is idle again until the pool stops; one that did not is dropped."""
-        if child in self.workers and answered and not self.stopping:
-            self.idle.append((child, reader))
-            return
+        if child in self.workers and answered:
+            self.answered = time.monotonic()
+            if not self.stopping:
+                self.idle.append((child, reader))
+                return
         self.workers.discard(child)
         super()._done(child, reader, answered=answered)
 

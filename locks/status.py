@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from collections import Counter, defaultdict, namedtuple
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field, fields, replace
 from datetime import datetime, timedelta
 from functools import reduce
-from itertools import takewhile
 from operator import or_
+from typing import Any
 
 from django.apps import apps
 from django.conf import settings
@@ -28,9 +28,12 @@ from locks.schedule import Schedule, local_label, zone_name
 NEVER_RUN = "never run"
 
 
-def slot_error(exc: BaseException) -> str:
-    """What a job's schedule raised in the slot arithmetic (``SLOT_ERRORS``), for its readers."""
-    return f"its schedule has no slot that can be computed ({type(exc).__name__}: {exc})"
+def computed(slots: Callable[..., Any], *args) -> tuple[Any, str]:
+    """``(slots(*args), "")``, or ``(None, why)`` when the job's schedule raised ``SLOT_ERRORS``."""
+    try:
+        return slots(*args), ""
+    except SLOT_ERRORS as exc:
+        return None, f"its schedule has no slot that can be computed ({type(exc).__name__}: {exc})"
 
 
 @dataclass(frozen=True)
@@ -92,6 +95,10 @@ class JobHealth:
     lock: LockState | None
     first_seen: datetime | None = None  # when its lock row was created
 
+    @property
+    def paused(self) -> bool:
+        return self.lock is not None and self.lock.paused
+
 
 def jobs_health(*, jobs: Iterable[str]) -> dict[str, JobHealth]:
     """Each job's lock and last success (the newest end of a succeeded run), with the database's now."""
@@ -136,15 +143,11 @@ class Freshness:
         return self.fresh_since is not None and self.since is not None and self.since >= self.fresh_since
 
     @property
-    def paused(self) -> bool:
-        return self.job.lock is not None and self.job.lock.paused
-
-    @property
     def status(self) -> str:
         """What /healthz says: ``error`` (no slot computable), ``paused`` (not judged), ``ok``, ``stale``."""
         if self.error:
             return "error"
-        if self.paused:
+        if self.job.paused:
             return "paused"
         return "ok" if self.fresh else "stale"
 
@@ -167,10 +170,8 @@ def jobs_freshness() -> dict[str, Freshness]:
     freshness = {}
     for name, job in registered.items():
         now = health[name].db_now or timezone.now()
-        try:
-            fresh_since, error = job.cron.previous(now, 2)[1], ""  # the slot before the latest
-        except SLOT_ERRORS as exc:  # that job's failure: the others are still judged
-            fresh_since, error = None, slot_error(exc)
+        previous, error = computed(job.cron.previous, now, 2)
+        fresh_since = previous[1] if previous else None  # the slot before the latest
         freshness[name] = Freshness(health[name], job.cron, fresh_since, error)
     return freshness
 
@@ -184,8 +185,7 @@ OpenIncident = namedtuple("OpenIncident", "job reason summary opened_at email")
 
 
 def open_incidents(*, jobs: Iterable[str] | None = None) -> dict[str, OpenIncident]:
-    """The incidents open now, by job (of ``jobs``, else all): each installed app whose AppConfig has an
-    ``open_incidents(jobs=)`` method tells its own ``OpenIncident``s (locks.contrib.alerts); else none."""
+    """The incidents open now, by job (of ``jobs``, else all), from each AppConfig's ``open_incidents``."""
     sources = [config for config in apps.get_app_configs() if hasattr(config, "open_incidents")]
     return {incident.job: incident for config in sources for incident in config.open_incidents(jobs=jobs)}
 
@@ -222,14 +222,11 @@ def lock_summary() -> Summary:
     except ImproperlyConfigured as exc:  # the page still shows the locks, and why no jobs
         return Summary(jobs=[], stuck=locks["stuck"], db_now=db_now, error=str(exc))
     health = jobs_health(jobs=registered)
-    paused = {name for name, job in health.items() if job.lock is not None and job.lock.paused}
+    paused = {name for name, job in health.items() if job.paused}
     incidents = {name: incident.opened_at for name, incident in open_incidents(jobs=paused).items()}
     jobs = []
     for name, job in registered.items():
-        try:
-            upcoming, error = job.cron.next_slot(db_now), ""
-        except SLOT_ERRORS as exc:
-            upcoming, error = None, slot_error(exc)
+        upcoming, error = computed(job.cron.next_slot, db_now)
         pause = (lock.paused_at, lock.paused_by) if (lock := health[name].lock) else (None, "")
         jobs.append(
             ScheduledJob(name, health[name].last_success_at, upcoming, error, incidents.get(name), *pause)
@@ -237,11 +234,10 @@ def lock_summary() -> Summary:
     return Summary(jobs=jobs, stuck=locks["stuck"], db_now=db_now)
 
 
-# A slot's outcome in the ledger; unknown: its run's COMMIT got no answer, not yet resolved.
-SUCCEEDED, RUNNING, FAILED, UNKNOWN = Outcome.SUCCEEDED, Outcome.RUNNING, Outcome.FAILED, Outcome.UNKNOWN
-MISSED, PAUSED, PENDING = Outcome.MISSED, Outcome.PAUSED, Outcome.PENDING
-OUTCOMES = (SUCCEEDED, RUNNING, FAILED, MISSED, PAUSED, PENDING, UNKNOWN)
-SETTLED = (SUCCEEDED, FAILED, MISSED, PAUSED)  # outcomes that no longer change
+# A slot's outcomes in the ledger; unknown: its run's COMMIT got no answer, not yet resolved.
+OUTCOMES = [Outcome(o) for o in ("succeeded", "running", "failed", "missed", "paused", "pending", "unknown")]
+# The outcomes that no longer change.
+SETTLED = (Outcome.SUCCEEDED, Outcome.FAILED, Outcome.MISSED, Outcome.PAUSED)
 # A slot whose job was paused this long from its tick on had its moment while paused.
 SLOT_MOMENT = timedelta(seconds=1)
 RUN_FIELDS = (
@@ -263,8 +259,7 @@ class Slot:
 
     @property
     def failover(self) -> str:
-        """What a failover did to this slot: a run of it lost with the old primary, or run again
-        after one (it may have run on the old primary too); "" when none touched it."""
+        """What a failover did to this slot (a run lost with the old primary, or run again); "" if none."""
         return next((run["failover"] for run in self.runs if run.get("failover")), "")
 
     def describe(self, *, tz: str = "UTC") -> str:
@@ -272,7 +267,7 @@ class Slot:
         another zone, "2027-03-28 03:00 CEST (01:00 UTC) failed"."""
         utc = f" ({self.tick:%H:%M} UTC)" if zone_name(tz) != "UTC" else ""
         text = f"{local_label(self.tick, tz=tz)}{utc} {self.outcome}"
-        if self.outcome == FAILED:
+        if self.outcome == Outcome.FAILED:
             text += f" ({self.attempts} attempt{'s' if self.attempts != 1 else ''})"
         if self.failover:
             text += " (a database failover: it may have run on the old primary too)"
@@ -299,10 +294,6 @@ class Ledger:
             slot for slot in self.slots if slot.outcome in SETTLED and (since is None or slot.tick >= since)
         ]
 
-    def failed_in_a_row(self, *, since: datetime | None = None) -> list[Slot]:
-        """The failed slots in a row, counted back from the newest settled one."""
-        return list(takewhile(lambda slot: slot.outcome == FAILED, self.settled(since=since)))
-
 
 def job_ledgers(*, jobs: Iterable[Job], slots: int | None = None) -> dict[str, Ledger]:
     """Each job's ledger of its last ``slots`` slots (default ``LOCKS_LEDGER_SLOTS``), by name."""
@@ -311,14 +302,9 @@ def job_ledgers(*, jobs: Iterable[Job], slots: int | None = None) -> dict[str, L
         return {}
     count = min(slots or settings.LOCKS_LEDGER_SLOTS, MAX_LEDGER_SLOTS)
     db_now = database_now()
-    windows, broken = {}, {}
-    for job in jobs:
-        try:
-            windows[job.name] = job.cron.previous(db_now, count)
-        except SLOT_ERRORS as exc:  # that job's failure: the other ledgers are still read
-            windows[job.name], broken[job.name] = [], slot_error(exc)
+    windows = {job.name: computed(job.cron.previous, db_now, count) for job in jobs}
     names = [job.name for job in jobs]
-    oldest = {name: ticks[-1] for name, ticks in windows.items() if ticks}
+    oldest = {name: ticks[-1] for name, (ticks, _error) in windows.items() if ticks}
     runs_of = defaultdict(lambda: defaultdict(list))
     in_window = reduce(or_, (Q(job_name=name, tick__gte=since) for name, since in oldest.items()), Q())
     runs = JobRun.objects.filter(in_window) if oldest else JobRun.objects.none()  # no slot: no run read
@@ -334,11 +320,11 @@ def job_ledgers(*, jobs: Iterable[Job], slots: int | None = None) -> dict[str, L
     ledgers = {}
     for job in jobs:
         # A job starts with its lock row (its first run, or check_jobs first seeing it): no slot before.
-        lock, runs = locks.get(job.name, {"created_at": db_now}), runs_of[job.name]
+        (ticks, error), lock = windows[job.name], locks.get(job.name, {"created_at": db_now})
         ledger = build_ledger(
-            job, ticks=windows[job.name], runs=runs, lock=lock, pauses=pauses[job.name], db_now=db_now
+            job, ticks=ticks or [], runs=runs_of[job.name], lock=lock, pauses=pauses[job.name], db_now=db_now
         )
-        ledgers[job.name] = replace(ledger, error=broken.get(job.name, ""))
+        ledgers[job.name] = replace(ledger, error=error)
     return ledgers
 
 
@@ -365,24 +351,24 @@ def _slot(job: Job, tick: datetime, runs: list[dict], *, lock: dict, pauses: lis
     """The one outcome of ``tick`` (the design notes' definitions, docs/architecture.md)."""
     runs = tuple({key: value for key, value in run.items() if key != "job_name"} for run in runs)
     if any(run["status"] == Outcome.SUCCEEDED for run in runs):
-        return Slot(tick, SUCCEEDED, runs)
+        return Slot(tick, Outcome.SUCCEEDED, runs)
     in_force = lock.get("locked_until") is not None and lock["locked_until"] >= db_now
     if any(run["status"] == Outcome.RUNNING and in_force and run["token"] == lock["token"] for run in runs):
-        return Slot(tick, RUNNING, runs)
+        return Slot(tick, Outcome.RUNNING, runs)
     if any(run["status"] == Outcome.UNKNOWN for run in runs):
-        return Slot(tick, UNKNOWN, runs)
+        return Slot(tick, Outcome.UNKNOWN, runs)
     ends = job.chance_end(tick)
     over = db_now >= ends or len(runs) >= job.max_attempts
     if job.catch_up == "latest" and lock.get("tick") is not None and lock["tick"] > tick:
         over = True  # superseded: a later slot was claimed (a copy may claim one a little early)
     if not over:
-        return Slot(tick, PENDING, runs)
+        return Slot(tick, Outcome.PENDING, runs)
     if runs:
-        return Slot(tick, FAILED, runs)
+        return Slot(tick, Outcome.FAILED, runs)
     # Paused when its time came (a resume too late to ask again, or cron that never does), or
     # for all of its chance: lost to the pause, not missed.
     paused = any(_covered(pauses, start=tick, end=end) for end in (tick + SLOT_MOMENT, min(ends, db_now)))
-    return Slot(tick, PAUSED if paused else MISSED, runs)
+    return Slot(tick, Outcome.PAUSED if paused else Outcome.MISSED, runs)
 
 
 def _covered(pauses: list[tuple[datetime, datetime | None]], *, start: datetime, end: datetime) -> bool:
@@ -394,6 +380,4 @@ def _covered(pauses: list[tuple[datetime, datetime | None]], *, start: datetime,
         if resumed_at is None:
             return True
         reached = max(reached, resumed_at)
-        if reached >= end:
-            return True
     return reached >= end

@@ -3,10 +3,9 @@
 from django.urls import path
 
 from locks import views
-from locks.views import metrics_view
 
 urlpatterns = [
     path("api/jobs/<str:job>/run", views.trigger_job, name="job-trigger"),
     path("healthz", views.healthz, name="healthz"),
-    path("metrics", metrics_view, name="metrics"),
+    path("metrics", views.metrics_view, name="metrics"),
 ]

@@ -43,20 +43,13 @@ if TYPE_CHECKING:
     from locks.status import OpenIncident
 
 
-# The words for yes and no: a trigger's ?force= here, every boolean variable in config/env.py.
+# The words for yes and no of a trigger's ?force= (case and spaces aside), config/env.py's too.
 TRUE_WORDS = ("1", "true", "yes", "on")
 FALSE_WORDS = ("0", "false", "no", "off")
 
 
-def boolean(word: str) -> bool | None:
-    """``word`` as yes (True) or no (False), case and spaces aside; None when it is neither."""
-    word = word.strip().lower()
-    return True if word in TRUE_WORDS else False if word in FALSE_WORDS else None
-
-
 def bearer_token_matches(request: HttpRequest, expected: str) -> bool:
-    """``Authorization: Bearer <expected>``, compared in constant time (both sides hashed: nor the
-    token's length shows); an empty ``expected`` never matches."""
+    """``Authorization: Bearer <expected>``, in constant time; an empty ``expected`` never matches."""
     scheme, _, given = request.headers.get("Authorization", "").partition(" ")
     given = given.strip() if scheme.lower() == "bearer" else ""
     return hmac.compare_digest(_digest(given), _digest(expected)) and bool(expected)
@@ -66,15 +59,12 @@ def _digest(value: str) -> bytes:
     return hashlib.sha256(value.encode()).digest()
 
 
-# The longest textual IPv6 address is 45 characters; a zone id adds a few. Anything
-# longer is not an address (and would not fit the rate limit's key).
-MAX_ADDRESS_LENGTH = 64
+MAX_ADDRESS_LENGTH = 64  # the longest IPv6 address is 45 characters, a zone id adds a few
 
 
 def client_address(request: HttpRequest) -> str:
-    """The client's address: the TCP peer, or with N ``LOCKS_TRUSTED_PROXY_COUNT`` the N-th
-    X-Forwarded-For entry from the right, in its canonical form (one client, one rate-limit key);
-    an entry that is no address falls back to the TCP peer (docs/security.md)."""
+    """The TCP peer, or the N-th X-Forwarded-For entry from the right (N: ``LOCKS_TRUSTED_PROXY_COUNT``)
+    if it is an address, in its canonical form (docs/security.md, "What is protected, and by what")."""
     hops = [hop.strip() for hop in request.META.get("HTTP_X_FORWARDED_FOR", "").split(",") if hop.strip()]
     proxies = settings.LOCKS_TRUSTED_PROXY_COUNT
     candidate = canonical_address(hops[-min(proxies, len(hops))]) if proxies > 0 and hops else None
@@ -82,8 +72,7 @@ def client_address(request: HttpRequest) -> str:
 
 
 def canonical_address(value: str) -> str | None:
-    """``value`` as an address in its canonical form (no IPv6 zone id: the proxy's interface; an
-    IPv4-mapped IPv6 address as IPv4), or None if it is not one."""
+    """``value`` as an address in its canonical form (no IPv6 zone id, IPv4-mapped as IPv4), or None."""
     if len(value) > MAX_ADDRESS_LENGTH:
         return None
     try:
@@ -96,8 +85,7 @@ def canonical_address(value: str) -> str | None:
 
 
 def operational(view):
-    """A view whose own 5xx answers report a state, not a server error: Django logs them as
-    WARNING (no ``mail_admins`` for every probe); an exception is still a 500 that is mailed."""
+    """A view whose own 5xx answers are logged as WARNING, not mailed (docs/deployment.md, "GET /healthz")."""
 
     @functools.wraps(view)
     def answer(request: HttpRequest, *args, **kwargs) -> HttpResponse:
@@ -108,6 +96,21 @@ def operational(view):
         return response
 
     return answer
+
+
+def enabled_by(setting: str, what: str):
+    """A view disabled (404, whatever the method) while ``setting`` is empty."""
+
+    def decorate(view):
+        @functools.wraps(view)
+        def enabled(request: HttpRequest, *args, **kwargs) -> HttpResponse:
+            if not getattr(settings, setting):
+                raise Http404(f"{what} is disabled: {setting} is not set.")
+            return view(request, *args, **kwargs)
+
+        return enabled
+
+    return decorate
 
 
 # A throttle's answer; retry_after: whole seconds until the key can be claimed again.
@@ -141,16 +144,10 @@ TRIGGER_MOST_RUNS = 100
 @operational
 @csrf_exempt  # a machine endpoint authenticated by its bearer token, not by a session cookie
 @never_cache
-def trigger_job(request: HttpRequest, job: str) -> JsonResponse:
-    """Run the registered ``job`` under its lease for the tick of now (or ``?force=1``),
-    as ``run_job`` does. Disabled (404, whatever the method) without LOCKS_TRIGGER_TOKEN."""
-    if not settings.LOCKS_TRIGGER_TOKEN:
-        raise Http404("The job trigger is disabled: LOCKS_TRIGGER_TOKEN is not set.")
-    return _trigger(request, job)
-
-
+@enabled_by("LOCKS_TRIGGER_TOKEN", "The job trigger")
 @require_POST
-def _trigger(request: HttpRequest, job: str) -> JsonResponse:
+def trigger_job(request: HttpRequest, job: str) -> JsonResponse:
+    """Run the registered ``job`` under its lease for the tick of now (or ``?force=1``), as run_job does."""
     if not bearer_token_matches(request, settings.LOCKS_TRIGGER_TOKEN):
         # The same answer for a missing and a wrong token: no hint either way.
         challenge = {"WWW-Authenticate": 'Bearer realm="job trigger"'}
@@ -160,11 +157,11 @@ def _trigger(request: HttpRequest, job: str) -> JsonResponse:
         get_job(job)
     except UnknownJob as exc:
         return JsonResponse({"error": exc.args[0]}, status=404)
-    given = request.GET.get("force", "").strip()
-    force = boolean(given) if given else False
-    if force is None:
+    flag = request.GET.get("force", "").strip().lower()
+    if flag not in {"", *TRUE_WORDS, *FALSE_WORDS}:
         error = f"force={request.GET['force']!r} is not a flag; use force=1 or leave it out"
         return JsonResponse({"error": error}, status=400)
+    force = flag in TRUE_WORDS
 
     address = client_address(request)
     window = timedelta(seconds=settings.LOCKS_TRIGGER_RATE_WINDOW)
@@ -301,15 +298,9 @@ def _job_health(health: Freshness, *, trusted: bool) -> dict:
 
 @operational
 @never_cache
-def metrics_view(request: HttpRequest) -> HttpResponse:
-    """Disabled (404, whatever the method) without LOCKS_METRICS_TOKEN, like the trigger."""
-    if not settings.LOCKS_METRICS_TOKEN:
-        raise Http404("/metrics is disabled: LOCKS_METRICS_TOKEN is not set.")
-    return _metrics(request)
-
-
+@enabled_by("LOCKS_METRICS_TOKEN", "/metrics")
 @require_safe
-def _metrics(request: HttpRequest) -> HttpResponse:
+def metrics_view(request: HttpRequest) -> HttpResponse:
     if not bearer_token_matches(request, settings.LOCKS_METRICS_TOKEN):
         response = HttpResponse("authentication required\n", status=401, content_type="text/plain")
         response["WWW-Authenticate"] = 'Bearer realm="metrics"'

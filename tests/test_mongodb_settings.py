@@ -335,6 +335,11 @@ ALLOWED = {
     # The server's history (WAL timeline, system id) and replication settings: PostgreSQL only.
     ("locks/db.py", "replication_settings", "cursor"),
     ("locks/db.py", "replication_settings", "execute"),
+    # acquire's claim returning the won row (UPDATE … RETURNING), only where the vendor is PostgreSQL
+    # or SQLite; on MongoDB update_returning takes the ORM's update and then a read.
+    ("locks/db.py", "update_returning", "cursor"),
+    ("locks/db.py", "update_returning", "execute"),
+    ("locks/db.py", "update_returning", "SQL text"),
     # The tick claim's one statement, only where the vendor is PostgreSQL or SQLite (CLAIM_NOW);
     # on MongoDB TickQuerySet.claim takes its ORM path (tests/test_mongodb.py runs it).
     ("locks/models.py", "_claim_in_one", "cursor"),

@@ -7,12 +7,13 @@ inside a test's transaction.
 """
 
 from datetime import UTC, datetime, timedelta
+from itertools import cycle
 
 import pytest
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
-from locks.lease import Lease, Skip, acquire, release, renew
+from locks.lease import Lease, Skip, _won, acquire, release, renew
 from locks.models import JobRun, SyncLock
 from locks.runner import run_locked
 from tests.locks.conftest import register
@@ -37,7 +38,7 @@ def free_row():
 
 @pytest.mark.usefixtures("free_row")
 @pytest.mark.parametrize("tick", [TICK, None], ids=["scheduled", "forced"])
-def test_acquire_and_release_take_three_statements_on_the_happy_path(tick):
+def test_acquire_and_release_take_two_statements_on_the_happy_path(tick):
     with CaptureQueriesContext(connection) as acquiring:
         lease = acquire(job=JOB, tick=tick, ttl=TTL)
     with CaptureQueriesContext(connection) as releasing:
@@ -45,17 +46,18 @@ def test_acquire_and_release_take_three_statements_on_the_happy_path(tick):
 
     assert isinstance(lease, Lease) and lease.token == 2
     assert released
-    # The compare-and-set, then the winner's read of its token; each commits by itself (no BEGIN,
-    # no COMMIT, no server bound: there is no transaction a frozen process could keep open).
-    assert verbs(acquiring) == ["UPDATE", "SELECT"], [q["sql"] for q in acquiring]
+    # The compare-and-set returning the winner's token (UPDATE … RETURNING); it commits by itself (no
+    # BEGIN, no COMMIT, no server bound: there is no transaction a frozen process could keep open).
+    assert verbs(acquiring) == ["UPDATE"], [q["sql"] for q in acquiring]
+    assert " RETURNING " in acquiring[0]["sql"]
     assert verbs(releasing) == ["UPDATE"], [q["sql"] for q in releasing]
 
 
 @pytest.mark.usefixtures("free_row")
-def test_the_winner_reads_its_own_row_after_its_update_each_in_autocommit():
+def test_the_claim_returns_the_winners_row_in_its_own_statement_in_autocommit():
     """Issue 36, item 4: the claim and its read were one transaction (BEGIN, the server's bound,
-    UPDATE, SELECT, COMMIT). Each is a statement of its own now: the read matches the winner's
-    holder, so it sees the state the UPDATE made while the lease is its own, or nothing."""
+    UPDATE, SELECT, COMMIT), then two statements in autocommit; now one UPDATE … RETURNING: what the
+    winner reads is the row its own UPDATE wrote."""
     seen = []
 
     def record(execute, sql, params, many, context):
@@ -66,7 +68,7 @@ def test_the_winner_reads_its_own_row_after_its_update_each_in_autocommit():
         lease = acquire(job=JOB, tick=TICK, ttl=TTL)
 
     assert isinstance(lease, Lease)
-    assert seen == [("UPDATE", False), ("SELECT", False)]
+    assert seen == [("UPDATE", False)]
     row = SyncLock.objects.get(job_name=JOB)
     assert (lease.token, lease.acquired_at) == (row.token, row.acquired_at)
 
@@ -77,7 +79,7 @@ def test_inside_a_callers_transaction_acquire_adds_no_savepoint():
         lease = acquire(job=JOB, tick=TICK, ttl=TTL)
 
     assert isinstance(lease, Lease)
-    assert verbs(acquiring) == ["UPDATE", "SELECT"], [q["sql"] for q in acquiring]
+    assert verbs(acquiring) == ["UPDATE"], [q["sql"] for q in acquiring]
 
 
 @pytest.mark.usefixtures("free_row")
@@ -156,7 +158,8 @@ def test_a_winners_no_op_scheduled_run(settings):
     committed) and a DELETE pruned (in a transaction of its own) on every run; then 12 on PostgreSQL
     (11 on SQLite): one UPDATE settled them on every run, now only when the claim's read saw an
     unsettled one, and the claim and the release were transactions of their own (BEGIN, the server's
-    bound, COMMIT), now statements that commit by themselves: 5 on every database."""
+    bound, COMMIT), then statements that commit by themselves: 5; now the claim returns its row
+    (UPDATE … RETURNING): 4 (MongoDB, with no RETURNING, reads it: 5, tests/test_mongodb.py)."""
     register(settings, **{JOB: {**NO_OP, "schedule": "* * * * *"}})
 
     with CaptureQueriesContext(connection) as running:
@@ -164,7 +167,7 @@ def test_a_winners_no_op_scheduled_run(settings):
 
     assert result.outcome == "succeeded" and result.token == 2  # token 2 of a job every minute: no prune
     assert verbs(running) == [
-        *("UPDATE", "SELECT"),  # the claim, its token read back
+        "UPDATE",  # the claim, returning its token
         "INSERT",  # this run's row (no earlier run to settle: the claim's read saw none)
         "UPDATE",  # the release
         "UPDATE",  # the run's outcome
@@ -221,3 +224,20 @@ def test_a_winner_settles_earlier_runs_only_when_one_is_unsettled(settings):
     settled = [q["sql"] for q in running if q["sql"].startswith('UPDATE "locks_jobrun"')]
     assert len(settled) == 2, settled  # the settling, then this run's outcome
     assert len([q for q in again if q["sql"].startswith('UPDATE "locks_jobrun"')]) == 1
+
+
+def test_the_claims_question_of_unsettled_runs_is_answered_by_an_index():
+    """Every claim asks whether a run of an earlier token is unsettled (``JobRunQuerySet.unsettled``):
+    by the runs' (job, status, token) index, locks 0015, not a scan of the job's whole history
+    (43,200 runs for a job every minute kept 30 days)."""
+    statuses = ["succeeded"] * 8 + ["failed", "abandoned"]  # a history, not one status
+    JobRun.objects.bulk_create(
+        JobRun(job_name=JOB, tick=TICK, holder="h:1:aaaaaa", token=token, started_at=TICK, status=status)
+        for token, status in zip(range(1, 2001), cycle(statuses), strict=False)
+    )
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE")  # the planner's statistics, as a database in use has them
+
+    plan = _won(SyncLock.objects.for_job(JOB), job=JOB, using=connection.alias).explain()  # the claim's read
+
+    assert "jobrun_job_status_token" in plan, plan

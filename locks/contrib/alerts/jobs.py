@@ -1,7 +1,5 @@
-"""``check_jobs`` (this app's job): it watches every other registered job and emails ``ADMINS`` once
-when an incident opens and once when it is over, under its own lease, judging the ledger
-(``locks.status``) and writing the incidents in its fenced write (docs/architecture.md, "Alerts").
-"""
+"""``check_jobs``: it judges every other registered job's ledger, opens and closes incidents in its
+fenced write and emails ``ADMINS`` once at each (docs/architecture.md, "Alerts")."""
 
 from __future__ import annotations
 
@@ -22,25 +20,23 @@ from django.utils.module_loading import import_string
 from locks.contrib.alerts.models import Incident
 from locks.db import error_text
 from locks.lease import FAILOVER_PAUSER, Lease, fenced, iso
-from locks.models import PAUSE_FIELDS, JobPause, SyncLock, now_plus
+from locks.models import PAUSE_FIELDS, JobPause, Outcome, SyncLock, now_plus
 from locks.operator import ensure_lock_row
 from locks.registry import SLOT_ERRORS, Job, jobs
-from locks.status import FAILED, MISSED, PAUSED, SUCCEEDED, Ledger, Slot, job_ledgers, jobs_health
+from locks.status import Ledger, Slot, job_ledgers, jobs_health
 
 logger = logging.getLogger(__name__)
 
 SELF = "check_jobs"
 # Slots of the ledger an email shows, newest first.
 EMAIL_SLOTS = 12
-# How long a claimed email stays claimed: then a run whose sender died is taken over (more
-# than the time a send can take, EMAIL_TIMEOUT per step).
+# How long a claimed email stays claimed (more than a send can take): then another run takes it over.
 CLAIM_TTL = timedelta(minutes=5)
 CLAIMED, SENT, UNCERTAIN, NO_RECIPIENT = "claimed", "sent", "uncertain", "no recipient"
 
 
 class AlertNotSent(RuntimeError):
-    """An email could not be handed to the mail server (the next run sends it), or its answer
-    was lost (uncertain: never sent again by itself)."""
+    """An email the mail server refused (the next run sends it), or whose answer was lost (uncertain)."""
 
 
 @dataclass(frozen=True)
@@ -51,7 +47,7 @@ class Problem:
 
 def judged(ledger: Ledger, *, since: datetime | None = None) -> list[Slot]:
     """The settled slots that count for an incident, newest first: paused ones count for nothing."""
-    return [slot for slot in ledger.settled(since=since) if slot.outcome != PAUSED]
+    return [slot for slot in ledger.settled(since=since) if slot.outcome != Outcome.PAUSED]
 
 
 def job_problem(
@@ -66,9 +62,10 @@ def job_problem(
     a row (at or after ``resumed``), no success for ``alert_after`` since ``since``, or no slot."""
     if ledger.error:
         return Problem("error", ledger.error)
-    streak = list(takewhile(lambda slot: slot.outcome in {FAILED, MISSED}, judged(ledger, since=resumed)))
+    slots = judged(ledger, since=resumed)
+    streak = list(takewhile(lambda slot: slot.outcome in {Outcome.FAILED, Outcome.MISSED}, slots))
     if streak and len(streak) >= job.alert_after_failures:
-        reason = FAILED if any(slot.outcome == FAILED for slot in streak) else MISSED
+        reason = Outcome.FAILED if any(slot.outcome == Outcome.FAILED for slot in streak) else Outcome.MISSED
         return Problem(reason, f"{len(streak)} slots {reason} in a row, since {streak[-1].describe()}")
     try:
         delay = job.alert_delay(now=ledger.db_now)
@@ -83,8 +80,8 @@ def job_problem(
 
 def recovered(job: Job, ledger: Ledger) -> bool:
     """Whether its newest ``alert_after_recoveries`` counted slots all succeeded."""
-    newest = judged(ledger)[: job.alert_after_recoveries]
-    return len(newest) == job.alert_after_recoveries and all(slot.outcome == SUCCEEDED for slot in newest)
+    newest = [slot.outcome for slot in judged(ledger)[: job.alert_after_recoveries]]
+    return newest.count(Outcome.SUCCEEDED) == job.alert_after_recoveries
 
 
 CLOSE = "close"
@@ -111,8 +108,7 @@ def decide(
 
 
 def check_jobs(lease: Lease) -> dict[str, int]:
-    """Open or close each watched job's incident (``decide``) in a fenced write of a copy of
-    ``lease``, then send the emails due (docs/architecture.md, "Alerts")."""
+    """Open or close each watched job's incident (``decide``) in a fenced write, then send the emails due."""
     watched = {name: job for name, job in jobs().items() if name != SELF}
     rows = SyncLock.objects.filter(job_name__in=watched)
     for name in set(watched) - set(rows.values_list("job_name", flat=True)):
@@ -185,8 +181,7 @@ def _due(kind: str) -> Q:
 
 
 def send_incident_emails(*, ledgers: dict[str, Ledger]) -> int:
-    """Each opening email due, then each recovery email (after its opening one settled), each
-    claimed on its row first; ``AlertNotSent`` for the first refused or uncertain."""
+    """Each opening email due, then each recovery one (after its opening one); raises ``AlertNotSent``."""
     sent = 0
     for incident in Incident.objects.filter(_due("opened_mail")).order_by("opened_at"):
         sent += _send(incident, "opened_mail", *_opening(incident, ledgers.get(incident.job_name)))
@@ -198,18 +193,17 @@ def send_incident_emails(*, ledgers: dict[str, Ledger]) -> int:
 
 def _send(incident: Incident, kind: str, subject: str, body: str) -> int:
     rows = Incident.objects.filter(pk=incident.pk)
+    state, at, claimed_until = f"{kind}_state", f"{kind}_at", f"{kind}_claimed_until"
     recipients = [admin if isinstance(admin, str) else admin[1] for admin in settings.ADMINS]
     if not recipients:
-        if rows.filter(_due(kind)).update(**{f"{kind}_state": NO_RECIPIENT, f"{kind}_at": Now()}):
+        if rows.filter(_due(kind)).update(**{state: NO_RECIPIENT, at: Now()}):
             logger.warning(
                 "job=%s incident email not sent: no recipient (ADMINS is empty): %s",
                 incident.job_name,
                 subject,
             )
         return 0
-    if not rows.filter(_due(kind)).update(
-        **{f"{kind}_state": CLAIMED, f"{kind}_claimed_until": now_plus(CLAIM_TTL)}
-    ):
+    if not rows.filter(_due(kind)).update(**{state: CLAIMED, claimed_until: now_plus(CLAIM_TTL)}):
         return 0  # another run claimed it
     message = EmailMessage(
         f"{settings.EMAIL_SUBJECT_PREFIX}{subject}",
@@ -219,19 +213,18 @@ def _send(incident: Incident, kind: str, subject: str, body: str) -> int:
         headers={"Auto-Submitted": "auto-generated"},
     )
     outcome, error = hand_over(message)
-    mine = rows.filter(**{f"{kind}_state": CLAIMED})
-    if outcome == SENT:
-        mine.update(**{f"{kind}_state": SENT, f"{kind}_at": Now()})
-        logger.info("job=%s incident email sent: %s", incident.job_name, subject)
-        return 1
+    mine = rows.filter(**{state: CLAIMED})
+    if outcome not in {SENT, UNCERTAIN}:
+        mine.update(**{state: "", claimed_until: None})  # the next run sends it
+        raise AlertNotSent(f"could not email ADMINS about {incident.job_name}: {error}")
+    mine.update(**{state: outcome, at: Now()})
     if outcome == UNCERTAIN:
-        mine.update(**{f"{kind}_state": UNCERTAIN, f"{kind}_at": Now()})
         raise AlertNotSent(
             f"email to ADMINS about {incident.job_name} is uncertain ({error}): its content went out and "
             "the mail server's answer was lost; it is not sent again by itself"
         )
-    mine.update(**{f"{kind}_state": "", f"{kind}_claimed_until": None})  # the next run sends it
-    raise AlertNotSent(f"could not email ADMINS about {incident.job_name}: {error}")
+    logger.info("job=%s incident email sent: %s", incident.job_name, subject)
+    return 1
 
 
 class _Staged:

@@ -16,6 +16,17 @@ MAIL_STATES = [
 ]
 
 
+def mail_settled_at(email: str) -> models.DateTimeField:
+    help_text = f"When the {email} email was sent, became uncertain or found no recipient."
+    return models.DateTimeField(f"{email} email settled", null=True, blank=True, help_text=help_text)
+
+
+def mail_state(email: str) -> models.CharField:
+    return models.CharField(
+        f"{email} email", max_length=20, blank=True, default="", db_default="", choices=MAIL_STATES
+    )
+
+
 class Incident(models.Model):
     """A job that needs a human, from the time ``check_jobs`` saw it until it recovered:
     one opening email, one recovery email (``jobs.py``). Read-only in the admin."""
@@ -28,27 +39,13 @@ class Incident(models.Model):
     last_error = models.TextField("last error", blank=True, default="")
     opened_at = models.DateTimeField("opened at")
     closed_at = models.DateTimeField("closed at", null=True, blank=True, help_text="Empty: still open.")
-    opened_mail_at = models.DateTimeField(
-        "opening email settled",
-        null=True,
-        blank=True,
-        help_text="When the opening email was sent, became uncertain or found no recipient.",
-    )
-    closed_mail_at = models.DateTimeField(
-        "recovery email settled",
-        null=True,
-        blank=True,
-        help_text="When the recovery email was sent, became uncertain or found no recipient.",
-    )
+    opened_mail_at = mail_settled_at("opening")
+    closed_mail_at = mail_settled_at("recovery")
     # Each email is claimed, then sent or uncertain (jobs.py): a claim that expires unsettled
     # (its sender died) is claimed again; an uncertain one is never sent again by itself.
-    opened_mail_state = models.CharField(
-        "opening email", max_length=20, blank=True, default="", db_default="", choices=MAIL_STATES
-    )
+    opened_mail_state = mail_state("opening")
     opened_mail_claimed_until = models.DateTimeField("opening email claimed until", null=True, blank=True)
-    closed_mail_state = models.CharField(
-        "recovery email", max_length=20, blank=True, default="", db_default="", choices=MAIL_STATES
-    )
+    closed_mail_state = mail_state("recovery")
     closed_mail_claimed_until = models.DateTimeField("recovery email claimed until", null=True, blank=True)
 
     objects = IncidentQuerySet.as_manager()
