@@ -20,10 +20,10 @@ from django.utils.module_loading import import_string
 from locks.contrib.alerts.models import Incident
 from locks.db import error_text
 from locks.lease import FAILOVER_PAUSER, Lease, fenced, iso
-from locks.models import PAUSE_FIELDS, JobPause, Outcome, SyncLock, now_plus
+from locks.models import JobPause, Outcome, SyncLock, now_plus
 from locks.operator import ensure_lock_row
 from locks.registry import SLOT_ERRORS, Job, jobs
-from locks.status import Ledger, Slot, job_ledgers, jobs_health
+from locks.status import Ledger, LockState, Slot, job_ledgers, jobs_health
 
 logger = logging.getLogger(__name__)
 
@@ -114,9 +114,6 @@ def check_jobs(lease: Lease) -> dict[str, int]:
     for name in set(watched) - set(rows.values_list("job_name", flat=True)):
         ensure_lock_row(job=name)  # first seen now: its earlier slots are not judged
     ledgers = job_ledgers(jobs=watched.values())
-    locks = {
-        row["job_name"]: row for row in rows.values("job_name", *PAUSE_FIELDS, "last_error", "created_at")
-    }
     health = jobs_health(jobs=watched)
     resumes = dict(
         JobPause.objects.filter(job_name__in=watched, resumed_at__isnull=False)
@@ -131,16 +128,17 @@ def check_jobs(lease: Lease) -> dict[str, int]:
     opened = closed = 0
     with fenced(replace(lease)):
         for name, job in watched.items():
-            lock, incident, resumed = locks[name], open_incidents.get(name), resumes.get(name)
+            lock, incident, resumed = health[name].lock, open_incidents.get(name), resumes.get(name)
+            seen = health[name].first_seen
             action = decide(
                 job,
                 ledgers[name],
                 incident_open=incident is not None,
-                paused=lock["paused_at"] is not None,
-                since=max(lock["created_at"], resumed or lock["created_at"]),
+                paused=lock.paused,
+                since=max(seen, resumed or seen),
                 last_success=health[name].last_success_at,
                 resumed=resumed,
-                failover=lock["paused_note"] if lock["paused_by"] == FAILOVER_PAUSER else "",
+                failover=lock.paused_note if lock.paused_by == FAILOVER_PAUSER else "",
             )
             if action == CLOSE:
                 closed += _close(job, incident)
@@ -152,12 +150,12 @@ def check_jobs(lease: Lease) -> dict[str, int]:
     return {"jobs": len(watched), "opened": opened, "closed": closed, "open": still_open, "emails": sent}
 
 
-def _open(name: str, problem: Problem, *, lock: dict, ledger: Ledger) -> None:
+def _open(name: str, problem: Problem, *, lock: LockState, ledger: Ledger) -> None:
     Incident.objects.create(
         job_name=name,
         reason=problem.reason,
         summary=problem.summary,
-        last_error=lock["last_error"][:2000],
+        last_error=lock.last_error[:2000],
         opened_at=ledger.db_now,
     )
     logger.warning("job=%s incident opened (%s): %s", name, problem.reason, problem.summary)
