@@ -419,7 +419,7 @@ class Scheduler:
         if not plan.running:
             tick = _slot_of(plan, now)
             if tick is None:
-                return  # its slots cannot be computed: looked at again if the clock goes back
+                return False  # its slots cannot be computed: looked at again if the clock goes back
             if tick != plan.tick:
                 plan.tick, plan.again_at, plan.backoff = tick, None, timedelta(0)
                 return True
