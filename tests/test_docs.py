@@ -129,12 +129,17 @@ SETTING = re.compile(r"[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+")
 @cache
 def known_names() -> frozenset[str]:
     """Every ALL_CAPS name the project's code, Makefile and scripts spell, and Django's
-    settings, django-axes' and django-crontab's."""
+    settings (a database's keys too: ``CONN_MAX_AGE``), django-axes' and django-crontab's."""
     import axes.conf
+    import django.db.utils
     import django_crontab.app_settings
 
     sources = [*CODE, ROOT / "Makefile", *(ROOT / "scripts").glob("*"), ROOT / ".ci" / "run"]
-    sources += [Path(axes.conf.__file__), Path(django_crontab.app_settings.__file__)]
+    sources += [
+        Path(axes.conf.__file__),
+        Path(django_crontab.app_settings.__file__),
+        Path(django.db.utils.__file__),
+    ]
     names = {name for path in sources for name in SETTING.findall(path.read_text())}
     return frozenset(names | {name for name in dir(global_settings) if name.isupper()})
 
