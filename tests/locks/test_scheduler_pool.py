@@ -227,7 +227,10 @@ def test_on_postgresql_a_workers_connection_the_server_ended_is_replaced_before_
     try:
         wait_for(lambda: len(succeeded_ticks("write_slot")) >= 1, timeout=30, what="a slot of write_slot")
         released = SyncLock.objects.filter(job_name="write_slot", locked_until=None)
-        wait_for(released.exists, timeout=10, what="the run to release its lease")  # the worker is idle
+        running = JobRun.objects.filter(job_name="write_slot", status="running")
+        # The worker is idle once its run released the lease and then recorded its outcome (a run's
+        # last statement, after the release: a connection ended under that statement fails it).
+        wait_for(lambda: released.exists() and not running.exists(), timeout=10, what="the run to end")
         with connection.cursor() as cursor:
             cursor.execute(others)
             backends = [pid for (pid,) in cursor.fetchall()]
