@@ -322,8 +322,11 @@ class JobRun(models.Model):
         ordering = ["-started_at"]
         indexes = [
             models.Index(fields=["job_name", "-started_at"], name="jobrun_job_started"),
-            # What a claim asks (JobRunQuerySet.unsettled): not a scan of a job's whole history.
+            # What a claim asks (JobRunQuerySet.unsettled), a job's last success (status.jobs_health)
+            # and its ledger's window of ticks: not a scan of a job's whole history.
             models.Index(fields=["job_name", "status", "token"], name="jobrun_job_status_token"),
+            models.Index(fields=["job_name", "status", "finished_at"], name="jobrun_job_status_finished"),
+            models.Index(fields=["job_name", "tick"], name="jobrun_job_tick"),
         ]
 
     def __str__(self) -> str:

@@ -13,7 +13,7 @@ from typing import Any
 from django.apps import apps
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
-from django.db.models import Count, Max, Q
+from django.db.models import Count, Max, OuterRef, Q, Subquery
 from django.db.models.functions import Coalesce, Now
 from django.utils import timezone
 
@@ -101,25 +101,19 @@ class JobHealth:
 
 
 def jobs_health(*, jobs: Iterable[str]) -> dict[str, JobHealth]:
-    """Each job's lock and last success (the newest end of a succeeded run), with the database's now."""
+    """Each job's lock and last success (the newest end of a succeeded run; none without a lock row),
+    with the database's now: one query."""
     jobs = list(jobs)
-    rows = SyncLock.objects.filter(job_name__in=jobs).with_state()
-    locks = {row.job_name: (_lock_state_of(row), row.created_at) for row in rows}
-    successes = {
-        row["job_name"]: row
-        for row in JobRun.objects.filter(job_name__in=jobs, finished_at__isnull=False)
-        .succeeded()
-        .order_by()
-        .values("job_name")
-        .annotate(last_success_at=Max("finished_at"), db_now=Max(Now()))
-    }
-    nows = [*(row["db_now"] for row in successes.values()), *(lock.db_now for lock, _seen in locks.values())]
-    any_now = nows[0] if nows else None
+    runs = JobRun.objects.filter(job_name=OuterRef("job_name"), finished_at__isnull=False).succeeded()
+    newest = runs.order_by("-finished_at").values("finished_at")[:1]  # an index's first entry
+    rows = SyncLock.objects.filter(job_name__in=jobs).with_state().annotate(last_success_at=Subquery(newest))
+    locks = {row.job_name: row for row in rows}
+    db_now = next(iter(locks.values())).db_now if locks else None
     health = {}
     for job in jobs:
-        success = successes.get(job, {})
-        db_now = success.get("db_now") or any_now
-        health[job] = JobHealth(job, db_now, success.get("last_success_at"), *locks.get(job, (None, None)))
+        row = locks.get(job)
+        lock = (row.last_success_at, _lock_state_of(row), row.created_at) if row else (None, None, None)
+        health[job] = JobHealth(job, db_now, *lock)
     return health
 
 
@@ -308,7 +302,7 @@ def job_ledgers(*, jobs: Iterable[Job], slots: int | None = None) -> dict[str, L
     runs_of = defaultdict(lambda: defaultdict(list))
     in_window = reduce(or_, (Q(job_name=name, tick__gte=since) for name, since in oldest.items()), Q())
     runs = JobRun.objects.filter(in_window) if oldest else JobRun.objects.none()  # no slot: no run read
-    for run in runs.order_by("started_at").values(*RUN_FIELDS, "requested_by"):
+    for run in runs.order_by("tick", "started_at").values(*RUN_FIELDS, "requested_by"):  # the index's order
         runs_of[run["job_name"]][run["tick"]].append(run)
     locks = {row["job_name"]: row for row in SyncLock.objects.filter(job_name__in=names).values(*LOCK_FIELDS)}
     pauses = defaultdict(list)

@@ -12,12 +12,16 @@ from datetime import datetime, timedelta
 import pytest
 import requests
 from django.core.checks import run_checks
+from django.db import connection
+from django.db.models import F
+from django.test.utils import CaptureQueriesContext
 
 from locks.lease import acquire
 from locks.models import JobRun, Outcome, SyncLock, database_now, now_plus
 from locks.operator import pause_job
 from locks.runner import run_job
 from locks.schedule import Schedule
+from locks.status import jobs_health
 from tests.conftest import gunicorn, project_env
 from tests.hostproject.settings import RECORD
 from tests.locks.conftest import register, reschedule
@@ -61,7 +65,7 @@ def finished_ago(seconds: float, *, job: str = JOB_NAME) -> int:
 
 
 def test_fresh_after_a_sync(client, synced, django_assert_num_queries):
-    with django_assert_num_queries(2):  # the lock row and the newest successful run
+    with django_assert_num_queries(1):  # the lock row, with its newest successful run
         response = client.get(URL)
     assert response.status_code == 200
     body = response.json()
@@ -366,7 +370,7 @@ def test_a_second_job_that_never_ran_makes_the_whole_answer_stale(client, synced
 def test_each_job_is_fresh_by_its_own_schedule(client, synced, settings, django_assert_num_queries):
     register(settings, record=RECORD)
     assert run_job(name="record", force=True).outcome == "succeeded"
-    with django_assert_num_queries(2):  # whatever the number of jobs
+    with django_assert_num_queries(1):  # whatever the number of jobs
         response = client.get(URL)
     assert response.status_code == 200, response.json()
     jobs = response.json()["jobs"]
@@ -428,3 +432,26 @@ def test_a_stale_job_answers_503_to_every_probe_without_mailing_admins_but_a_rea
     client.raise_request_exception = False
     assert client.get(URL).status_code == 500
     assert [message.to for message in mailoutbox] == [["ops@example.com"]]
+
+
+def test_each_jobs_last_success_is_read_from_an_index_with_its_lock_row(synced):
+    """/healthz, /metrics and check_jobs read each job's last success: the first entry of the runs'
+    (job, status, finished_at) index (locks 0015), in the lock rows' query, not an aggregate of the
+    job's whole history (on PostgreSQL a sequential scan of every run of every job)."""
+    now = database_now()
+    JobRun.objects.bulk_create(
+        JobRun(job_name=JOB_NAME, tick=None, holder="h:1:a", token=n, started_at=now - timedelta(minutes=n))
+        for n in range(2, 2001)
+    )
+    JobRun.objects.filter(token__gte=2).update(finished_at=F("started_at"), status=Outcome.SUCCEEDED)
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE")
+    with CaptureQueriesContext(connection) as queries:
+        health = jobs_health(jobs=[JOB_NAME])
+
+    assert health[JOB_NAME].last_success_at == JobRun.objects.order_by("-finished_at")[0].finished_at
+    [query] = queries.captured_queries
+    with connection.cursor() as cursor:
+        cursor.execute(f"EXPLAIN {'QUERY PLAN ' if connection.vendor == 'sqlite' else ''}{query['sql']}")
+        plan = "\n".join(str(row) for row in cursor.fetchall())
+    assert "jobrun_job_status_finished" in plan, plan

@@ -272,3 +272,29 @@ def test_a_forced_run_after_a_failed_attempt_settles_the_slot_for_the_ledger_sta
     # A forced run when the slot of now is done claims none: it runs beside the schedule.
     again = run_job(name="refuse", force=True)
     assert (again.outcome, again.tick, again.attempt) == ("succeeded", None, None)
+
+
+@pytest.mark.django_db
+def test_the_ledgers_window_of_runs_is_read_from_an_index_not_the_jobs_whole_history(settings):
+    """A ledger reads the runs of its window of slots: through the runs' (job, tick) index (locks
+    0015), not by reading every run the job kept (2,000 slots of a job every minute here)."""
+    reschedule(settings, "record", "* * * * *")
+    slots = Schedule("* * * * *").previous(database_now(), 2000)
+    JobRun.objects.bulk_create(
+        JobRun(
+            job_name="record", tick=tick, holder="h:1:a", token=n, started_at=tick, status=Outcome.SUCCEEDED
+        )
+        for n, tick in enumerate(slots, start=1)
+    )
+    SyncLock.objects.create(job_name="record", created_at=slots[-1])
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE")
+    with CaptureQueriesContext(connection) as queries:
+        ledger = job_ledgers(jobs=[get_job("record")])["record"]
+
+    assert ledger.counts["succeeded"] == settings.LOCKS_LEDGER_SLOTS
+    [runs] = [query["sql"] for query in queries.captured_queries if 'FROM "locks_jobrun"' in query["sql"]]
+    with connection.cursor() as cursor:
+        cursor.execute(f"EXPLAIN {'QUERY PLAN ' if connection.vendor == 'sqlite' else ''}{runs}")
+        plan = "\n".join(str(row) for row in cursor.fetchall())
+    assert "jobrun_job_tick" in plan, plan
