@@ -479,6 +479,7 @@ def test_pause_resume_run_now_status_and_the_ledger(mongo, standin):
     [slot] = [row for row in answers["ticks"] if row["tick"] == answers["scheduled"]["tick"]]
     assert (slot["outcome"], slot["attempts"]) == ("succeeded", 1)
     assert [run["status"] for run in slot["runs"]] == ["succeeded"]  # the forced run claimed no slot
+    assert answers["last_success"] == answers["newest_success"] is not None
 
 
 # --- the lock ---------------------------------------------------------------------
@@ -926,6 +927,7 @@ def step_operator(*, job: str) -> dict:
     from locks.models import JobRun
     from locks.operator import run_now
     from locks.runner import run_job
+    from locks.status import jobs_health
 
     def locks(*args: str) -> str:
         out = StringIO()
@@ -949,6 +951,11 @@ def step_operator(*, job: str) -> dict:
     answers["scheduled"] = {"outcome": scheduled.outcome.recorded, "tick": _iso(scheduled.tick)}
     answers["status"] = json.loads(locks("status", "--json"))
     answers["ticks"] = json.loads(locks("ticks", job, "--json", "--last", "3"))
+    # /healthz's, /metrics' and check_jobs' last success: a subquery of the lock row's query
+    answers["last_success"] = _iso(jobs_health(jobs=[job])[job].last_success_at)
+    answers["newest_success"] = _iso(
+        runs.model.objects.filter(job_name=job, status="succeeded").latest("finished_at").finished_at
+    )
     return answers
 
 
