@@ -44,4 +44,4 @@ def test_reminders_by_delivery_state_in_one_query(client, settings, extra):
     # Each in one state, as the admin shows it: uncertain before failed.
     assert reminders == {"pending": 2 + extra, "delivered": 1, "uncertain": 2, "failed": 1}
     assert {"locks_job_paused", "locks_ticks"} <= set(families)
-    assert len(queries) == 10  # the locks app's nine and this one, whatever the number of reminders
+    assert len(queries) == 9  # the locks app's eight and this one, whatever the number of reminders
