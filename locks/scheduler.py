@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import heapq
 import logging
 import multiprocessing
 import os
@@ -63,7 +62,6 @@ class _Plan:
     """What the scheduler knows of one job: the slot it last asked for, when to ask again."""
 
     job: Job
-    index: int  # its place among the jobs: the plans due at one wake are looked at in that order
     tick: datetime | None = None  # the latest slot at or before now, when last asked
     again_at: datetime | None = None
     backoff: timedelta = timedelta(0)
@@ -71,7 +69,7 @@ class _Plan:
     broken: str = ""  # why its slots cannot be computed (logged once): it is never asked
     paused: bool = False  # its last ask was skipped for a pause: look for a resume first
     claimed: bool = False  # its tick's row names this copy (claim before spawn)
-    entry: tuple | None = None  # (when to look at it, index, number): its one live entry in the queue
+    look_at: datetime | None = EARLIEST  # when to look at it next; None: once the clock goes back
 
 
 def paused_in_database(name: str) -> bool:
@@ -330,12 +328,8 @@ class Scheduler:
         paused: Callable[[str], bool] = paused_in_database,
         claim: bool = False,
     ) -> None:
-        self.plans = [_Plan(job, index) for index, job in enumerate(jobs)]
-        # The plans by when to look at each next (a heap; a replaced entry stays until popped).
-        self.queue: list[tuple[datetime, int, int]] = []
-        self.queued, self.seen = 0, None
-        for plan in self.plans:
-            self._queue(plan)
+        self.plans = [_Plan(job) for job in jobs]  # looked at in this order at each wake
+        self.seen: datetime | None = None  # the clock at the last wake
         self.paused = paused
         self.host_now = now
         # The database clock minus this host's, learned from a slot refused as ahead of it.
@@ -401,25 +395,16 @@ class Scheduler:
 
     def _due(self, now: datetime) -> list[_Plan]:
         """The plans whose time to look has come, in the jobs' order; every plan if the clock went back."""
-        if self.seen is not None and now < self.seen:
-            self.queue.clear()
-            due = list(self.plans)
-        else:
-            due = []
-            while self.queue and self.queue[0][0] <= now:
-                entry = heapq.heappop(self.queue)
-                if self.plans[entry[1]].entry is entry:
-                    due.append(self.plans[entry[1]])
-            due.sort(key=lambda plan: plan.index)
-        self.seen = now
-        return due
+        back, self.seen = self.seen is not None and now < self.seen, now
+        return [plan for plan in self.plans if back or (plan.look_at is not None and plan.look_at <= now)]
 
     def _look(self, plan: _Plan, now: datetime) -> bool:
         """Whether to ask for ``plan``'s job now; if not, it is queued again."""
         if not plan.running:
             tick = _slot_of(plan, now)
             if tick is None:
-                return False  # its slots cannot be computed: looked at again if the clock goes back
+                plan.look_at = None  # its slots cannot be computed: looked at again if the clock goes back
+                return False
             if tick != plan.tick:
                 plan.tick, plan.again_at, plan.backoff = tick, None, timedelta(0)
                 return True
@@ -433,10 +418,7 @@ class Scheduler:
     def _queue(self, plan: _Plan, now: datetime | None = None) -> None:
         """Look at ``plan`` again when its slot is over (while it runs: at its next slot after
         ``now``), or at its time to ask again if that comes first; without ``now``, at the next wake."""
-        when = EARLIEST if now is None else self._wake_of(plan, now if plan.running else plan.tick)
-        self.queued += 1
-        plan.entry = (when, plan.index, self.queued)
-        heapq.heappush(self.queue, plan.entry)
+        plan.look_at = EARLIEST if now is None else self._wake_of(plan, now if plan.running else plan.tick)
 
     def _wake_of(self, plan: _Plan, after: datetime) -> datetime:
         when = plan.job.cron.next_slot(after)
@@ -449,9 +431,7 @@ class Scheduler:
             return min(
                 [now + MAX_SLEEP, *(self._wake_of(plan, now) for plan in self.plans if not plan.broken)]
             )
-        while self.queue and self.plans[self.queue[0][1]].entry is not self.queue[0]:
-            heapq.heappop(self.queue)  # replaced
-        return min(now + MAX_SLEEP, self.queue[0][0]) if self.queue else now + MAX_SLEEP
+        return min([now + MAX_SLEEP, *(plan.look_at for plan in self.plans if plan.look_at is not None)])
 
     def run_forever(
         self, *, wait: Callable[[float], object] | None = None, iterations: int | None = None
