@@ -49,6 +49,8 @@ logger = logging.getLogger("locks.api")
 ERROR_LIMIT = 2000
 # The most runs one run_due makes to catch up slots behind (a day of minutes, and then some).
 MAX_CATCH_UP = 2000
+# The skips after which no copy asks for the tick again: it is settled, or has no attempt left.
+SETTLED = frozenset({"tick_claimed", "attempts_used"})
 
 
 @dataclass
@@ -91,7 +93,7 @@ class RunResult:
             return False
         if self.outcome.recorded in RETRIED:
             return self.retry_after is None
-        settled_elsewhere = self.skip is not None and self.skip.reason in {"attempts_used", "tick_claimed"}
+        settled_elsewhere = self.skip is not None and self.skip.reason in SETTLED
         return self.outcome.recorded == Outcome.SUCCEEDED or settled_elsewhere
 
     def describe(self) -> str:

@@ -314,11 +314,8 @@ class Schedule:
         first, second = _instants(wall, tz)
         if first < second:
             return REPEAT
-        if (
-            _cron(self.expression, wall - _TINY).get_next(datetime) != wall
-        ):  # no matching wall time: moved here
-            return GAP
-        return None
+        moved = _cron(self.expression, wall - _TINY).get_next(datetime) != wall  # no matching wall time
+        return GAP if moved else None
 
     def preview(self, after: datetime, count: int) -> list[Upcoming]:
         """The ``count`` slots after ``after``, each with its wall time and DST mark (``locks next``).

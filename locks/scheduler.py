@@ -27,7 +27,7 @@ from locks.db import error_text
 from locks.lease import RETRIED, make_holder
 from locks.models import Outcome, SyncLock, Tick
 from locks.registry import SLOT_ERRORS, Job
-from locks.runner import RunResult, interrupt, run_job
+from locks.runner import SETTLED, RunResult, interrupt, run_job
 from locks.schedule import InvalidTick
 from locks.tasks import sweep
 
@@ -47,8 +47,6 @@ BUSY, BUSY_MOST = 1.0, 10.0
 # After the grace, how long an interrupted run has to record itself before it is killed.
 INTERRUPTED_WAIT = 10.0
 EARLIEST = datetime.min.replace(tzinfo=UTC)
-# The skips after which no copy asks for the tick again: it is settled, or has no attempt left.
-FINAL = {"tick_claimed", "attempts_used"}
 NO_SLOT = "scheduler: job=%s outcome=failed: its schedule %r has no slot that can be computed (%s: %s); the other jobs go on"
 
 
@@ -152,13 +150,12 @@ class Forked:
                     os.read(wake, 64)
                 continue
             plan, child, _reader = self.children.pop(reader.fileno())
-            answered = True
             try:
-                outcome = reader.recv()
+                outcome, answered = reader.recv(), True
             except (EOFError, OSError):
-                answered = False
-                logger.warning("scheduler: job=%s: its run's process ended without an answer", plan.job.name)
-                outcome = _broke(plan.job.name, None, "its run's process ended without an answer")
+                why, answered = "its run's process ended without an answer", False
+                logger.warning("scheduler: job=%s: %s", plan.job.name, why)
+                outcome = _broke(plan.job.name, None, why)
             self._done(child, reader, answered=answered)
             finished.append((plan, outcome))
         return finished
@@ -474,7 +471,8 @@ class Scheduler:
         plan.paused = outcome.skip is not None and outcome.skip.reason == "paused"
         if outcome.skip is not None and outcome.skip.reason == "tick_ahead":  # before the time to ask again
             self.skew = min(timedelta(0), self.skew + outcome.skip.db_now - self.now())
-        plan.again_at = self._again_at(plan, outcome)
+        delay = self._delay(plan, outcome)  # when to ask again, never past the chance of the slot asked for
+        plan.again_at = None if delay is None else self._within_chance(plan, self.now() + delay)
         self._queue(plan, self.now())
         if plan.again_at is not None:
             logger.info(
@@ -491,7 +489,7 @@ class Scheduler:
         copy need ask for the tick again."""
         plan.claimed = False
         skip, recorded = outcome.skip, outcome.outcome.recorded
-        final = skip.reason in FINAL if skip is not None else recorded == Outcome.SUCCEEDED
+        final = skip.reason in SETTLED if skip is not None else recorded == Outcome.SUCCEEDED
         final = final or (recorded in RETRIED and plan.again_at is None)
         # Under catch_up "all" the run may have been of an earlier slot, with this one still to come.
         final = final and outcome.tick == plan.tick and not outcome.next_due_now
@@ -499,11 +497,6 @@ class Scheduler:
         if skip is not None and skip.reason == "tick_claimed" and skip.claimed_tick == skip.tick:
             status = Outcome.SUCCEEDED  # done by a run that outlived its claim: say what happened to it
         return plan.job.name, plan.tick, status, not final
-
-    def _again_at(self, plan: _Plan, outcome: RunResult) -> datetime | None:
-        """When to ask for the job again, or None; never past the chance of the slot asked for."""
-        delay = self._delay(plan, outcome)
-        return None if delay is None else self._within_chance(plan, self.now() + delay)
 
     def _within_chance(self, plan: _Plan, again: datetime) -> datetime | None:
         """``again`` if it is before the chance of the slot asked for ends, else None."""
