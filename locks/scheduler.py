@@ -64,10 +64,10 @@ class _Plan:
     again_at: datetime | None = None
     backoff: timedelta = timedelta(0)
     running: bool = False
-    broken: str = ""  # why its slots cannot be computed (logged once): it is never asked
     paused: bool = False  # its last ask was skipped for a pause: look for a resume first
     claimed: bool = False  # its tick's row names this copy (claim before spawn)
-    look_at: datetime | None = EARLIEST  # when to look at it next; None: once the clock goes back
+    # When to look at it next; None: its slots cannot be computed, so only once the clock goes back.
+    look_at: datetime | None = EARLIEST
 
 
 def paused_in_database(name: str) -> bool:
@@ -81,14 +81,12 @@ def paused_in_database(name: str) -> bool:
 def _slot_of(plan: _Plan, now: datetime) -> datetime | None:
     """The latest slot of ``plan``'s job at or before ``now``; None (logged once) when there is none."""
     try:
-        tick = plan.job.cron.slot_at_or_before(now)
+        return plan.job.cron.slot_at_or_before(now)
     except SLOT_ERRORS as exc:
-        if not plan.broken:
+        if plan.look_at is not None:
             logger.error(NO_SLOT, plan.job.name, plan.job.schedule, type(exc).__name__, exc)
-        plan.broken = f"{type(exc).__name__}: {exc}"
+        plan.look_at = None
         return None
-    plan.broken = ""
-    return tick
 
 
 def ask(run: Callable[..., RunResult], *, name: str, due: datetime) -> RunResult:
@@ -400,7 +398,6 @@ class Scheduler:
         if not plan.running:
             tick = _slot_of(plan, now)
             if tick is None:
-                plan.look_at = None  # its slots cannot be computed: looked at again if the clock goes back
                 return False
             if tick != plan.tick:
                 plan.tick, plan.again_at, plan.backoff = tick, None, timedelta(0)
@@ -426,7 +423,10 @@ class Scheduler:
         now = self.now()
         if self.seen is not None and now < self.seen:  # the clock went back: each job's next slot
             return min(
-                [now + MAX_SLEEP, *(self._wake_of(plan, now) for plan in self.plans if not plan.broken)]
+                [
+                    now + MAX_SLEEP,
+                    *(self._wake_of(plan, now) for plan in self.plans if plan.look_at is not None),
+                ]
             )
         return min([now + MAX_SLEEP, *(plan.look_at for plan in self.plans if plan.look_at is not None)])
 
