@@ -1,8 +1,5 @@
-"""The locks app's settings and their defaults, in the django-axes way: each default is
-defined here, once, and applied to ``django.conf.settings`` when this module is imported
-(``LocksConfig.ready``); the rest of the app reads ``settings.LOCKS_*`` plainly. A host
-project sets only what it changes. What each one means: docs/jobs.md, Settings.
-"""
+"""The ``LOCKS_*`` settings' defaults, applied to ``django.conf.settings`` on import (``LocksConfig.ready``):
+the app reads ``settings.LOCKS_*`` plainly. What each one means: docs/jobs.md, Settings."""
 
 from django.conf import settings
 

@@ -509,7 +509,8 @@ class Scheduler:
         # A write in progress holds the lock row, or the database could not be asked: a backoff.
         locked = skip is not None and skip.reason == "held" and skip.locked
         if locked or result.outcome in {Outcome.BROKE, Outcome.UNREACHABLE}:
-            return _backoff(plan)
+            plan.backoff = min(max(plan.backoff * 2, BACKOFF_FIRST), BACKOFF_MOST)
+            return plan.backoff
         plan.backoff = timedelta(0)
         if result.next_due_now:
             return timedelta(0)  # catch_up "all": that slot is settled, the next one is due
@@ -548,11 +549,6 @@ class Scheduler:
             )
             executor.signal(then)
         self._settle_all(executor.collect(5))
-
-
-def _backoff(plan: _Plan) -> timedelta:
-    plan.backoff = min(max(plan.backoff * 2, BACKOFF_FIRST), BACKOFF_MOST)
-    return plan.backoff
 
 
 def install_signal_handlers(scheduler: Scheduler) -> None:

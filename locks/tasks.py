@@ -55,11 +55,13 @@ def run_task(lease: Lease, *, task_path: str, wait: timedelta | None) -> dict:
     """A task job's run: the slot's task, enqueued unless an earlier attempt's is still on its way,
     then followed until it finishes (at most ``wait``): its outcome is the run's."""
     task, wait = import_string(task_path), wait or DEFAULT_WAIT
-    _settle_outlived(lease, task)
-    result = _earlier_task(lease, task) or _enqueue(lease, task)
+    follows = task.get_backend().supports_get_result  # ImmediateBackend's: no result to follow
+    if follows:
+        _settle_outlived(lease, task)
+    result = (follows and _earlier_task(lease, task)) or _enqueue(lease, task)
     if result is None:
         return {"task_done_earlier": 1}
-    if not result.is_finished and not task.get_backend().supports_get_result:
+    if not result.is_finished and not follows:
         return {"task": str(result.id)}  # sent; the backend runs it, locks.once guards its body
     deadline = time.monotonic() + wait.total_seconds()
     while not result.is_finished:
@@ -155,7 +157,7 @@ def once(job: str) -> Callable:
 
 def _earlier_task(lease: Lease, task):
     """The task an earlier attempt at this slot enqueued, unless it failed (or is gone)."""
-    if lease.tick is None or not task.get_backend().supports_get_result:  # ImmediateBackend: none to follow
+    if lease.tick is None:
         return None
     earlier = JobRun.objects.for_job(lease.job).filter(tick=lease.tick, token__lt=lease.token)
     stats = earlier.filter(stats__has_key="task").order_by("-token").values_list("stats", flat=True).first()
@@ -176,8 +178,6 @@ def _failure(result) -> str:
 def _settle_outlived(lease: Lease, task) -> None:
     """Earlier slots' runs that stopped following their task (``abandoned``, ``unknown``) and were
     not attempted again take their task's outcome once it has one."""
-    if not task.get_backend().supports_get_result:
-        return
     runs = JobRun.objects.for_job(lease.job).filter(token__lt=lease.token, stats__has_key="task")
     outlived = runs.filter(status__in=(Outcome.ABANDONED, Outcome.UNKNOWN)).exclude(tick=lease.tick)
     for run in outlived.values("pk", "tick", "token", "stats"):
