@@ -219,9 +219,7 @@ JOB_KEYS = (
     *("on_failover", "timezone", "task"),
 )
 LATEST, ALL = "latest", "all"  # the catch-up policies
-CATCH_UP_POLICIES = (LATEST, ALL)
 RERUN, PAUSE = "rerun", "pause"  # what a failover means to a job
-FAILOVER_POLICIES = (RERUN, PAUSE)
 DEFAULT_CATCH_UP_WINDOW = 86400  # seconds: a day of slots
 PATH_KEYS = ("callable", "dry_run", "task")  # dotted paths; one of callable and task is required
 # Keys a Job takes as they are.
@@ -319,8 +317,8 @@ def _entry_errors(where: str, entry) -> list[Error]:
     if not isinstance(paths, list | tuple) or not all(isinstance(path, str) and path for path in paths):
         errors.append(error("locks.E020", NOT_PATHS, where=where, value=paths))
     for key, code, message, valid in (  # each optional: its default is valid
-        ("catch_up", "locks.E024", BAD_CATCH_UP, CATCH_UP_POLICIES.__contains__),
-        ("on_failover", "locks.E027", BAD_ON_FAILOVER, FAILOVER_POLICIES.__contains__),
+        ("catch_up", "locks.E024", BAD_CATCH_UP, (LATEST, ALL).__contains__),
+        ("on_failover", "locks.E027", BAD_ON_FAILOVER, (RERUN, PAUSE).__contains__),
         ("timezone", "locks.E033", BAD_TIMEZONE, schedule.is_valid_timezone),
         ("ttl", "locks.E013", NOT_SECONDS, _positive_int),
         ("max_run_time", "locks.E014", NOT_SECONDS, _positive_int),
