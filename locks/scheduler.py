@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import heapq
 import logging
 import multiprocessing
 import os
@@ -60,6 +61,7 @@ class _Plan:
     """What the scheduler knows of one job: the slot it last asked for, when to ask again."""
 
     job: Job
+    index: int  # its place among the jobs: the due ones of a wake are looked at in that order
     tick: datetime | None = None  # the latest slot at or before now, when last asked
     again_at: datetime | None = None
     backoff: timedelta = timedelta(0)
@@ -323,7 +325,9 @@ class Scheduler:
         paused: Callable[[str], bool] = paused_in_database,
         claim: bool = False,
     ) -> None:
-        self.plans = [_Plan(job) for job in jobs]  # looked at in this order at each wake
+        self.plans = [_Plan(job, index) for index, job in enumerate(jobs)]
+        # (when to look at a plan, its index), a heap: an entry whose time is not its plan's look_at is stale.
+        self.queue = [(EARLIEST, index) for index in range(len(self.plans))]
         self.seen: datetime | None = None  # the clock at the last wake
         self.paused = paused
         self.host_now = now
@@ -391,7 +395,15 @@ class Scheduler:
     def _due(self, now: datetime) -> list[_Plan]:
         """The plans whose time to look has come, in the jobs' order; every plan if the clock went back."""
         back, self.seen = self.seen is not None and now < self.seen, now
-        return [plan for plan in self.plans if back or (plan.look_at is not None and plan.look_at <= now)]
+        if back:
+            self.queue.clear()
+            return list(self.plans)
+        due = set()
+        while self.queue and self.queue[0][0] <= now:
+            when, index = heapq.heappop(self.queue)
+            if self.plans[index].look_at == when:
+                due.add(index)
+        return [self.plans[index] for index in sorted(due)]
 
     def _look(self, plan: _Plan, now: datetime) -> bool:
         """Whether to ask for ``plan``'s job now; if not, it is queued again."""
@@ -413,6 +425,7 @@ class Scheduler:
         """Look at ``plan`` again when its slot is over (while it runs: at its next slot after
         ``now``), or at its time to ask again if that comes first; without ``now``, at the next wake."""
         plan.look_at = EARLIEST if now is None else self._wake_of(plan, now if plan.running else plan.tick)
+        heapq.heappush(self.queue, (plan.look_at, plan.index))
 
     def _wake_of(self, plan: _Plan, after: datetime) -> datetime:
         when = plan.job.cron.next_slot(after)
@@ -428,7 +441,9 @@ class Scheduler:
                     *(self._wake_of(plan, now) for plan in self.plans if plan.look_at is not None),
                 ]
             )
-        return min([now + MAX_SLEEP, *(plan.look_at for plan in self.plans if plan.look_at is not None)])
+        while self.queue and self.plans[self.queue[0][1]].look_at != self.queue[0][0]:
+            heapq.heappop(self.queue)  # stale
+        return min(now + MAX_SLEEP, self.queue[0][0]) if self.queue else now + MAX_SLEEP
 
     def run_forever(
         self, *, wait: Callable[[float], object] | None = None, iterations: int | None = None

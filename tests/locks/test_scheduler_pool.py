@@ -264,7 +264,7 @@ def test_a_burst_of_short_runs_waits_for_a_worker_that_keeps_answering_not_a_pro
     due = datetime(2030, 1, 1, tzinfo=UTC)
     pool = Pool(sleepy, 1)
     for index in range(8):
-        pool.start(_Plan(job=SimpleNamespace(name=f"burst_{index}")), due=due)
+        pool.start(_Plan(job=SimpleNamespace(name=f"burst_{index}"), index=index), due=due)
     results, deadline = [], time.monotonic() + 60
     while len(results) < 8 and time.monotonic() < deadline:
         results += [outcome for _plan, outcome in pool.collect(1.0)]
