@@ -188,14 +188,14 @@ class OperatorAdminMixin:
     has_run_permission = _permission("run")
 
     def get_urls(self):
-        buttons = {row[3]: operation for operation, row in OPERATIONS.items() if row[3]}
         return [
             path(
                 f"<path:object_id>/{segment}/",
                 self.admin_site.admin_view(functools.partial(self.button_view, operation=operation)),
                 name=f"locks_synclock_{segment.replace('-', '_')}",
             )
-            for segment, operation in buttons.items()
+            for operation, (*_, segment) in OPERATIONS.items()
+            if segment
         ] + super().get_urls()
 
     def button_view(self, request: HttpRequest, object_id: str, operation: str) -> HttpResponse:
@@ -221,14 +221,14 @@ class OperatorAdminMixin:
         if OPERATIONS[operation][2] and not confirmed:
             return self.confirmation(request, locks, operation, action=action)
         by = admin_name(request.user)
-        if operation == "reset_tick":
-            self._reset(request, locks, by)
-            return None
+        changes = []
         for lock in locks:
             try:
-                self._one(request, lock, operation, by)
+                changes.append(self._one(request, lock, operation, by))
             except (UnknownJob, LockError, RowLocked) as exc:
                 self.message_user(request, str(exc), messages.ERROR)
+        if operation == "reset_tick":
+            self._reset_counts(request, reset=changes.count(True), untouched=changes.count(False))
         return None
 
     def confirmation(self, request: HttpRequest, locks: list[SyncLock], operation: str, *, action: bool):
@@ -252,8 +252,9 @@ class OperatorAdminMixin:
         }
         return TemplateResponse(request, "admin/locks/synclock/confirmation.html", context)
 
-    def _one(self, request: HttpRequest, lock: SyncLock, operation: str, by: str) -> None:
-        job = lock.job_name
+    def _one(self, request: HttpRequest, lock: SyncLock, operation: str, by: str) -> bool | None:
+        """Do ``operation`` on ``lock`` and say so: whether it changed it, None when a message says why not."""
+        job, nothing = lock.job_name, ""  # nothing: what a detail of why nothing changed starts with
         values = {"job": job}
         if operation == "force_release":
             done = force_release(job=job, expected_token=_shown(request, lock)["expected_token"], by=by)
@@ -263,7 +264,18 @@ class OperatorAdminMixin:
                 "The old holder can no longer renew or release it."
             )
             log = _("Force-released; previous holder %(holder)s (token %(old)s), new token %(new)s.")
-            idle = _("Nothing to release: %(job)s was not held.")
+            idle, nothing = _("Nothing to release: %(job)s was not held."), gettext("Nothing released: ")
+        elif operation == "reset_tick":
+            shown = _shown(request, lock)
+            if "expected_tick" not in shown:
+                message = gettext("Nothing reset for %(job)s: the request did not say which tick was shown.")
+                self.message_user(request, message % values, messages.ERROR)
+                return None
+            done = reset_tick(job=job, by=by, **shown)
+            state = gettext("done") if done.was_done else gettext("not done")
+            values.update(tick=iso(done.previous_tick), state=state)
+            ok, log, idle = "", _("Reset the claimed tick; it was %(tick)s (%(state)s)."), ""
+            nothing = gettext("Nothing reset: ")
         elif operation == "pause_jobs":
             done = pause_job(job=job, by=by, note=request.POST.get(NOTE_FIELD, ""))
             values.update(state=done.describe(), note=done.paused_note or gettext("no note"))
@@ -285,36 +297,15 @@ class OperatorAdminMixin:
             log, idle = _("Run now requested (background process %(pid)s)."), ""
         if done.changed:
             self.log_change(request, lock, str(log) % values)
-            self.message_user(request, str(ok) % values, messages.SUCCESS)
+            if ok:
+                self.message_user(request, str(ok) % values, messages.SUCCESS)
         elif done.detail:
-            prefix = gettext("Nothing released: ") if operation == "force_release" else ""
-            self.message_user(request, f"{prefix}{done.detail}.", messages.WARNING)
-        else:
+            self.message_user(request, f"{nothing}{done.detail}.", messages.WARNING)
+        elif idle:
             self.message_user(request, str(idle) % values, messages.WARNING)
+        return done.changed if not done.detail else None
 
-    def _reset(self, request: HttpRequest, locks: list[SyncLock], by: str) -> None:
-        reset = untouched = 0
-        for lock in locks:
-            shown = _shown(request, lock)
-            if "expected_tick" not in shown:
-                message = gettext("Nothing reset for %(job)s: the request did not say which tick was shown.")
-                self.message_user(request, message % {"job": lock.job_name}, messages.ERROR)
-                continue
-            try:
-                result = reset_tick(job=lock.job_name, by=by, **shown)
-            except (UnknownJob, LockError, RowLocked) as exc:
-                self.message_user(request, str(exc), messages.ERROR)
-                continue
-            if result.detail:
-                message = gettext("Nothing reset: %(detail)s.") % {"detail": result.detail}
-                self.message_user(request, message, messages.WARNING)
-            elif not result.changed:
-                untouched += 1
-            else:
-                reset += 1
-                state = gettext("done") if result.was_done else gettext("not done")
-                message = gettext("Reset the claimed tick; it was %(tick)s (%(state)s).")
-                self.log_change(request, lock, message % {"tick": iso(result.previous_tick), "state": state})
+    def _reset_counts(self, request: HttpRequest, *, reset: int, untouched: int) -> None:
         if reset:
             message = ngettext(
                 "Reset the claimed tick of %(count)d job lock: its next scheduled run may claim any tick.",
@@ -522,10 +513,6 @@ class SyncLockAdmin(OperatorAdminMixin, ReadOnlyAdminMixin, Styled, admin.ModelA
             runs = list(JobRun.objects.for_job(lock.job_name).order_by("-started_at")[:RECENT_RUNS])
             ledger = ledgers_for([lock.job_name]).get(lock.job_name)
             zone = lock.shown_zone  # the job's: every time on its page
-            urls = {
-                name: reverse(f"admin:locks_synclock_{name}", args=[lock.pk])
-                for name in ("pause", "resume", "run_now")
-            }
             extra_context.update(
                 ledger=ledger,
                 ledger_strip=ledger_strip(ledger) if ledger is not None else "",
@@ -538,13 +525,15 @@ class SyncLockAdmin(OperatorAdminMixin, ReadOnlyAdminMixin, Styled, admin.ModelA
                 paused=lock.paused_at is not None,
                 can_pause=self.has_pause_permission(request, lock),
                 can_run=self.has_run_permission(request, lock) and ledger is not None,
-                control_urls=urls,
+                control_urls={
+                    name: reverse(f"admin:locks_synclock_{name}", args=[lock.pk])
+                    for name in ("pause", "resume", "run_now", "force_release")
+                },
                 recent_runs=[_run_row(run, zone) for run in runs],
                 runs_url=f"{reverse('admin:locks_jobrun_changelist')}?{urlencode({'job_name': lock.job_name})}",
                 can_force_release=(
                     lock.state in {HELD, OVERDUE} and self.has_force_release_permission(request, lock)
                 ),
-                force_release_url=reverse("admin:locks_synclock_force_release", args=[lock.pk]),
             )
         return super().change_view(request, object_id, form_url, extra_context)
 

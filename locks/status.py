@@ -133,17 +133,14 @@ class Freshness:
         return self.job.last_success_at or self.job.first_seen
 
     @property
-    def fresh(self) -> bool:
-        return self.fresh_since is not None and self.since is not None and self.since >= self.fresh_since
-
-    @property
     def status(self) -> str:
         """What /healthz says: ``error`` (no slot computable), ``paused`` (not judged), ``ok``, ``stale``."""
         if self.error:
             return "error"
         if self.job.paused:
             return "paused"
-        return "ok" if self.fresh else "stale"
+        fresh = self.fresh_since is not None and self.since is not None and self.since >= self.fresh_since
+        return "ok" if fresh else "stale"
 
     def healthy(self, *, paused_unhealthy: bool = False) -> bool:
         return self.status == "ok" or (self.status == "paused" and not paused_unhealthy)

@@ -207,16 +207,15 @@ def _run_payload(result: RunResult) -> dict:
     }
     if result.reason:
         payload["reason"] = result.reason
-    if result.skip is not None and result.skip.reason == "paused":
-        # A pause is stronger than force: who paused it, since when and why, for the caller to act on.
-        payload.update(
-            reason="paused",
-            detail=result.reason,
-            paused_by=result.skip.paused_by,
-            paused_at=iso(result.skip.paused_at),
-            paused_note=result.skip.paused_note,
-        )
     if result.skip is not None:
+        if result.skip.reason == "paused":  # stronger than force: who paused it, since when and why
+            payload.update(
+                reason="paused",
+                detail=result.reason,
+                paused_by=result.skip.paused_by,
+                paused_at=iso(result.skip.paused_at),
+                paused_note=result.skip.paused_note,
+            )
         payload["skip"] = {
             "kind": result.skip.reason,
             "holder": result.skip.holder,
