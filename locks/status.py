@@ -184,23 +184,13 @@ def open_incidents(*, jobs: Iterable[str] | None = None) -> dict[str, OpenIncide
 # --- the summary above the admin's list of locks ----------------------------------
 
 
-@dataclass(frozen=True)
-class ScheduledJob:
-    job: str
-    last_success: datetime | None
-    next_tick: datetime | None  # None: its schedule has no slot that can be computed (``error``)
-    error: str = ""
-    paused_incident_since: datetime | None = None  # paused with an incident open: since when
-    paused_at: datetime | None = None  # paused by an operator (by whom): its next tick will not run
-    paused_by: str = ""
-
-
-@dataclass(frozen=True)
-class Summary:
-    jobs: list[ScheduledJob]
-    stuck: int
-    db_now: datetime
-    error: str = ""  # LOCKS_JOBS is invalid: the jobs cannot be listed
+# next_tick: None when its schedule has no slot that can be computed (error); paused_incident_since: paused
+# with an incident open, since when; paused_at, paused_by: an operator's pause (its next tick will not run).
+ScheduledJob = namedtuple(
+    "ScheduledJob", "job last_success next_tick error paused_incident_since paused_at paused_by"
+)
+# error: LOCKS_JOBS is invalid, the jobs cannot be listed.
+Summary = namedtuple("Summary", "jobs stuck db_now error", defaults=("",))
 
 
 def lock_summary() -> Summary:
