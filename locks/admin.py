@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+from collections import namedtuple
 from datetime import datetime, timedelta
 from urllib.parse import urlencode
 from zoneinfo import ZoneInfo
@@ -132,30 +133,28 @@ def counts(stats: dict, *, zeros: bool = True) -> str:
 
 SHOWN = {"token": "shown-%s", "tick": "shown-tick-%s", "done": "shown-done-%s"}  # what the page showed
 NOTE_FIELD = "note"
-# operation: (permission, title, whether it asks first, its button's URL segment on a lock's page)
-OPERATIONS = {
-    "force_release": ("force_release", _("Force-release job locks?"), True, "force-release"),
-    "reset_tick": ("force_release", _("Reset the claimed tick of job locks?"), True, None),
-    "pause_jobs": ("pause", _("Pause jobs?"), True, "pause"),
-    "resume_jobs": ("pause", None, False, "resume"),
-    "run_now": ("run", None, False, "run_now"),
+# title: its confirmation page's (None: it does not ask first); segment: its button's URL on a lock's page.
+Operation = namedtuple("Operation", "permission description title segment")
+OPERATIONS = {  # in the order of the list's actions
+    "run_now": Operation("run", _("Run the selected jobs now"), None, "run_now"),
+    "pause_jobs": Operation("pause", _("Pause the selected jobs"), _("Pause jobs?"), "pause"),
+    "resume_jobs": Operation("pause", _("Resume the selected jobs"), None, "resume"),
+    "force_release": Operation(
+        "force_release", _("Force-release the selected locks"), _("Force-release job locks?"), "force-release"
+    ),
+    "reset_tick": Operation(
+        "force_release", _("Reset the claimed tick"), _("Reset the claimed tick of job locks?"), None
+    ),
 }
 
 
-def _operation(name: str, description: str):
-    @admin.action(description=description, permissions=[OPERATIONS[name][0]])
+def _action(name: str):
+    @admin.action(description=OPERATIONS[name].description, permissions=[OPERATIONS[name].permission])
     def act(modeladmin, request: HttpRequest, queryset) -> HttpResponse | None:
         return modeladmin.operate(request, list(queryset), name, action=True)
 
     act.__name__ = name
     return act
-
-
-force_release_action = _operation("force_release", _("Force-release the selected locks"))
-reset_tick_action = _operation("reset_tick", _("Reset the claimed tick"))
-pause_action = _operation("pause_jobs", _("Pause the selected jobs"))
-resume_action = _operation("resume_jobs", _("Resume the selected jobs"))
-run_now_action = _operation("run_now", _("Run the selected jobs now"))
 
 
 def _shown(request: HttpRequest, lock: SyncLock) -> dict:
@@ -190,23 +189,22 @@ class OperatorAdminMixin:
     def get_urls(self):
         return [
             path(
-                f"<path:object_id>/{segment}/",
+                f"<path:object_id>/{row.segment}/",
                 self.admin_site.admin_view(functools.partial(self.button_view, operation=operation)),
-                name=f"locks_synclock_{segment.replace('-', '_')}",
+                name=f"locks_synclock_{row.segment.replace('-', '_')}",
             )
-            for operation, (*_, segment) in OPERATIONS.items()
-            if segment
+            for operation, row in OPERATIONS.items()
+            if row.segment
         ] + super().get_urls()
 
     def button_view(self, request: HttpRequest, object_id: str, operation: str) -> HttpResponse:
         """GET: the confirmation page (where the operation asks first); POST: the operation."""
-        asks = OPERATIONS[operation][2]
-        if request.method != "POST" and not asks:
+        if request.method != "POST" and OPERATIONS[operation].title is None:
             return HttpResponseNotAllowed(["POST"])
         lock = self.get_object(request, unquote(object_id))  # None for a pk of another shape too
         if lock is None:
             return self._get_obj_does_not_exist_redirect(request, self.opts, object_id)
-        if not getattr(self, f"has_{OPERATIONS[operation][0]}_permission")(request, lock):
+        if not getattr(self, f"has_{OPERATIONS[operation].permission}_permission")(request, lock):
             raise PermissionDenied
         response = self.operate(request, [lock], operation, action=False)
         if response is not None:
@@ -218,7 +216,7 @@ class OperatorAdminMixin:
     def operate(self, request: HttpRequest, locks: list[SyncLock], operation: str, *, action: bool):
         """Confirm first (a GET, or an action not yet confirmed), else do it for each lock."""
         confirmed = request.POST.get("post") == "yes" if action else request.method == "POST"
-        if OPERATIONS[operation][2] and not confirmed:
+        if OPERATIONS[operation].title is not None and not confirmed:
             return self.confirmation(request, locks, operation, action=action)
         by = admin_name(request.user)
         changes = []
@@ -241,7 +239,7 @@ class OperatorAdminMixin:
             )
         context = {
             **self.admin_site.each_context(request),
-            "title": OPERATIONS[operation][1],
+            "title": OPERATIONS[operation].title,
             "operation": operation,
             "opts": self.opts,
             "locks": rows,
@@ -409,7 +407,7 @@ class SyncLockAdmin(OperatorAdminMixin, ReadOnlyAdminMixin, Styled, admin.ModelA
     list_display_links = ("job_name",)
     list_filter = (LockStateFilter, "last_status")
     search_fields = ("job_name", "holder")
-    actions = (run_now_action, pause_action, resume_action, force_release_action, reset_tick_action)
+    actions = [_action(name) for name in OPERATIONS]
     fieldsets = (
         (
             _("Lease"),
