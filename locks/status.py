@@ -142,9 +142,6 @@ class Freshness:
         fresh = self.fresh_since is not None and self.since is not None and self.since >= self.fresh_since
         return "ok" if fresh else "stale"
 
-    def healthy(self, *, paused_unhealthy: bool = False) -> bool:
-        return self.status == "ok" or (self.status == "paused" and not paused_unhealthy)
-
     @property
     def stale_after(self) -> datetime | None:
         """When it stops being fresh: at the second slot after ``since``."""
