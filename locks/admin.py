@@ -350,9 +350,6 @@ def timestamp(field: str, description: str, *, relative: bool = False):
     return show
 
 
-# --- filters ---------------------------------------------------------------------
-
-
 class LockStateFilter(admin.SimpleListFilter):
     title = _("state")
     parameter_name = "state"
