@@ -506,7 +506,8 @@ class SyncLockAdmin(OperatorAdminMixin, ReadOnlyAdminMixin, Styled, admin.ModelA
         lock = self.get_object(request, unquote(object_id))
         if lock is not None:
             runs = list(JobRun.objects.for_job(lock.job_name).order_by("-started_at")[:RECENT_RUNS])
-            ledger = ledgers_for([lock.job_name]).get(lock.job_name)
+            ledger = ledgers_for([lock.job_name]).get(lock.job_name)  # None: the job is no longer registered
+            upcoming = get_job(lock.job_name).next_slots(count=5) if ledger is not None else []
             zone = lock.shown_zone  # the job's: every time on its page
             extra_context.update(
                 ledger=ledger,
@@ -515,7 +516,7 @@ class SyncLockAdmin(OperatorAdminMixin, ReadOnlyAdminMixin, Styled, admin.ModelA
                     {"slot": slot, "badge": outcome_badge(slot.outcome), "at": slot_time(slot.tick, zone)}
                     for slot in (ledger.slots if ledger else [])
                 ],
-                next_slots=[(slot_time(s.slot, zone), s.dst) for s in _next_five(lock.job_name)],
+                next_slots=[(slot_time(s.slot, zone), s.dst) for s in upcoming],
                 shown_zone=zone,
                 paused=lock.paused_at is not None,
                 can_pause=self.has_pause_permission(request, lock),
@@ -531,13 +532,6 @@ class SyncLockAdmin(OperatorAdminMixin, ReadOnlyAdminMixin, Styled, admin.ModelA
                 ),
             )
         return super().change_view(request, object_id, form_url, extra_context)
-
-
-def _next_five(job: str) -> list:
-    try:
-        return get_job(job).next_slots(count=5)
-    except (UnknownJob, ImproperlyConfigured):  # a lock row of a job no longer registered
-        return []
 
 
 # --- run history ----------------------------------------------------------------------
