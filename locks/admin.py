@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+from collections import namedtuple
 from datetime import datetime, timedelta
 from urllib.parse import urlencode
 from zoneinfo import ZoneInfo
@@ -132,30 +133,28 @@ def counts(stats: dict, *, zeros: bool = True) -> str:
 
 SHOWN = {"token": "shown-%s", "tick": "shown-tick-%s", "done": "shown-done-%s"}  # what the page showed
 NOTE_FIELD = "note"
-# operation: (permission, title, whether it asks first, its button's URL segment on a lock's page)
-OPERATIONS = {
-    "force_release": ("force_release", _("Force-release job locks?"), True, "force-release"),
-    "reset_tick": ("force_release", _("Reset the claimed tick of job locks?"), True, None),
-    "pause_jobs": ("pause", _("Pause jobs?"), True, "pause"),
-    "resume_jobs": ("pause", None, False, "resume"),
-    "run_now": ("run", None, False, "run_now"),
+# title: its confirmation page's (None: it does not ask first); segment: its button's URL on a lock's page.
+Operation = namedtuple("Operation", "permission description title segment")
+OPERATIONS = {  # in the order of the list's actions
+    "run_now": Operation("run", _("Run the selected jobs now"), None, "run_now"),
+    "pause_jobs": Operation("pause", _("Pause the selected jobs"), _("Pause jobs?"), "pause"),
+    "resume_jobs": Operation("pause", _("Resume the selected jobs"), None, "resume"),
+    "force_release": Operation(
+        "force_release", _("Force-release the selected locks"), _("Force-release job locks?"), "force-release"
+    ),
+    "reset_tick": Operation(
+        "force_release", _("Reset the claimed tick"), _("Reset the claimed tick of job locks?"), None
+    ),
 }
 
 
-def _operation(name: str, description: str):
-    @admin.action(description=description, permissions=[OPERATIONS[name][0]])
+def _action(name: str):
+    @admin.action(description=OPERATIONS[name].description, permissions=[OPERATIONS[name].permission])
     def act(modeladmin, request: HttpRequest, queryset) -> HttpResponse | None:
         return modeladmin.operate(request, list(queryset), name, action=True)
 
     act.__name__ = name
     return act
-
-
-force_release_action = _operation("force_release", _("Force-release the selected locks"))
-reset_tick_action = _operation("reset_tick", _("Reset the claimed tick"))
-pause_action = _operation("pause_jobs", _("Pause the selected jobs"))
-resume_action = _operation("resume_jobs", _("Resume the selected jobs"))
-run_now_action = _operation("run_now", _("Run the selected jobs now"))
 
 
 def _shown(request: HttpRequest, lock: SyncLock) -> dict:
@@ -188,25 +187,24 @@ class OperatorAdminMixin:
     has_run_permission = _permission("run")
 
     def get_urls(self):
-        buttons = {row[3]: operation for operation, row in OPERATIONS.items() if row[3]}
         return [
             path(
-                f"<path:object_id>/{segment}/",
+                f"<path:object_id>/{row.segment}/",
                 self.admin_site.admin_view(functools.partial(self.button_view, operation=operation)),
-                name=f"locks_synclock_{segment.replace('-', '_')}",
+                name=f"locks_synclock_{row.segment.replace('-', '_')}",
             )
-            for segment, operation in buttons.items()
+            for operation, row in OPERATIONS.items()
+            if row.segment
         ] + super().get_urls()
 
     def button_view(self, request: HttpRequest, object_id: str, operation: str) -> HttpResponse:
         """GET: the confirmation page (where the operation asks first); POST: the operation."""
-        asks = OPERATIONS[operation][2]
-        if request.method != "POST" and not asks:
+        if request.method != "POST" and OPERATIONS[operation].title is None:
             return HttpResponseNotAllowed(["POST"])
         lock = self.get_object(request, unquote(object_id))  # None for a pk of another shape too
         if lock is None:
             return self._get_obj_does_not_exist_redirect(request, self.opts, object_id)
-        if not getattr(self, f"has_{OPERATIONS[operation][0]}_permission")(request, lock):
+        if not getattr(self, f"has_{OPERATIONS[operation].permission}_permission")(request, lock):
             raise PermissionDenied
         response = self.operate(request, [lock], operation, action=False)
         if response is not None:
@@ -218,17 +216,17 @@ class OperatorAdminMixin:
     def operate(self, request: HttpRequest, locks: list[SyncLock], operation: str, *, action: bool):
         """Confirm first (a GET, or an action not yet confirmed), else do it for each lock."""
         confirmed = request.POST.get("post") == "yes" if action else request.method == "POST"
-        if OPERATIONS[operation][2] and not confirmed:
+        if OPERATIONS[operation].title is not None and not confirmed:
             return self.confirmation(request, locks, operation, action=action)
         by = admin_name(request.user)
-        if operation == "reset_tick":
-            self._reset(request, locks, by)
-            return None
+        changes = []
         for lock in locks:
             try:
-                self._one(request, lock, operation, by)
+                changes.append(self._one(request, lock, operation, by))
             except (UnknownJob, LockError, RowLocked) as exc:
                 self.message_user(request, str(exc), messages.ERROR)
+        if operation == "reset_tick":
+            self._reset_counts(request, reset=changes.count(True), untouched=changes.count(False))
         return None
 
     def confirmation(self, request: HttpRequest, locks: list[SyncLock], operation: str, *, action: bool):
@@ -241,7 +239,7 @@ class OperatorAdminMixin:
             )
         context = {
             **self.admin_site.each_context(request),
-            "title": OPERATIONS[operation][1],
+            "title": OPERATIONS[operation].title,
             "operation": operation,
             "opts": self.opts,
             "locks": rows,
@@ -252,8 +250,9 @@ class OperatorAdminMixin:
         }
         return TemplateResponse(request, "admin/locks/synclock/confirmation.html", context)
 
-    def _one(self, request: HttpRequest, lock: SyncLock, operation: str, by: str) -> None:
-        job = lock.job_name
+    def _one(self, request: HttpRequest, lock: SyncLock, operation: str, by: str) -> bool | None:
+        """Do ``operation`` on ``lock`` and say so: whether it changed it, None when a message says why not."""
+        job, nothing = lock.job_name, ""  # nothing: what a detail of why nothing changed starts with
         values = {"job": job}
         if operation == "force_release":
             done = force_release(job=job, expected_token=_shown(request, lock)["expected_token"], by=by)
@@ -263,7 +262,18 @@ class OperatorAdminMixin:
                 "The old holder can no longer renew or release it."
             )
             log = _("Force-released; previous holder %(holder)s (token %(old)s), new token %(new)s.")
-            idle = _("Nothing to release: %(job)s was not held.")
+            idle, nothing = _("Nothing to release: %(job)s was not held."), gettext("Nothing released: ")
+        elif operation == "reset_tick":
+            shown = _shown(request, lock)
+            if "expected_tick" not in shown:
+                message = gettext("Nothing reset for %(job)s: the request did not say which tick was shown.")
+                self.message_user(request, message % values, messages.ERROR)
+                return None
+            done = reset_tick(job=job, by=by, **shown)
+            state = gettext("done") if done.was_done else gettext("not done")
+            values.update(tick=iso(done.previous_tick), state=state)
+            ok, log, idle = "", _("Reset the claimed tick; it was %(tick)s (%(state)s)."), ""
+            nothing = gettext("Nothing reset: ")
         elif operation == "pause_jobs":
             done = pause_job(job=job, by=by, note=request.POST.get(NOTE_FIELD, ""))
             values.update(state=done.describe(), note=done.paused_note or gettext("no note"))
@@ -285,36 +295,15 @@ class OperatorAdminMixin:
             log, idle = _("Run now requested (background process %(pid)s)."), ""
         if done.changed:
             self.log_change(request, lock, str(log) % values)
-            self.message_user(request, str(ok) % values, messages.SUCCESS)
+            if ok:
+                self.message_user(request, str(ok) % values, messages.SUCCESS)
         elif done.detail:
-            prefix = gettext("Nothing released: ") if operation == "force_release" else ""
-            self.message_user(request, f"{prefix}{done.detail}.", messages.WARNING)
-        else:
+            self.message_user(request, f"{nothing}{done.detail}.", messages.WARNING)
+        elif idle:
             self.message_user(request, str(idle) % values, messages.WARNING)
+        return done.changed if not done.detail else None
 
-    def _reset(self, request: HttpRequest, locks: list[SyncLock], by: str) -> None:
-        reset = untouched = 0
-        for lock in locks:
-            shown = _shown(request, lock)
-            if "expected_tick" not in shown:
-                message = gettext("Nothing reset for %(job)s: the request did not say which tick was shown.")
-                self.message_user(request, message % {"job": lock.job_name}, messages.ERROR)
-                continue
-            try:
-                result = reset_tick(job=lock.job_name, by=by, **shown)
-            except (UnknownJob, LockError, RowLocked) as exc:
-                self.message_user(request, str(exc), messages.ERROR)
-                continue
-            if result.detail:
-                message = gettext("Nothing reset: %(detail)s.") % {"detail": result.detail}
-                self.message_user(request, message, messages.WARNING)
-            elif not result.changed:
-                untouched += 1
-            else:
-                reset += 1
-                state = gettext("done") if result.was_done else gettext("not done")
-                message = gettext("Reset the claimed tick; it was %(tick)s (%(state)s).")
-                self.log_change(request, lock, message % {"tick": iso(result.previous_tick), "state": state})
+    def _reset_counts(self, request: HttpRequest, *, reset: int, untouched: int) -> None:
         if reset:
             message = ngettext(
                 "Reset the claimed tick of %(count)d job lock: its next scheduled run may claim any tick.",
@@ -359,9 +348,6 @@ def timestamp(field: str, description: str, *, relative: bool = False):
         return nowrap(absolute(when, zone_of(obj)))
 
     return show
-
-
-# --- filters ---------------------------------------------------------------------
 
 
 class LockStateFilter(admin.SimpleListFilter):
@@ -418,7 +404,7 @@ class SyncLockAdmin(OperatorAdminMixin, ReadOnlyAdminMixin, Styled, admin.ModelA
     list_display_links = ("job_name",)
     list_filter = (LockStateFilter, "last_status")
     search_fields = ("job_name", "holder")
-    actions = (run_now_action, pause_action, resume_action, force_release_action, reset_tick_action)
+    actions = [_action(name) for name in OPERATIONS]
     fieldsets = (
         (
             _("Lease"),
@@ -520,12 +506,9 @@ class SyncLockAdmin(OperatorAdminMixin, ReadOnlyAdminMixin, Styled, admin.ModelA
         lock = self.get_object(request, unquote(object_id))
         if lock is not None:
             runs = list(JobRun.objects.for_job(lock.job_name).order_by("-started_at")[:RECENT_RUNS])
-            ledger = ledgers_for([lock.job_name]).get(lock.job_name)
+            ledger = ledgers_for([lock.job_name]).get(lock.job_name)  # None: the job is no longer registered
+            upcoming = get_job(lock.job_name).next_slots(count=5) if ledger is not None else []
             zone = lock.shown_zone  # the job's: every time on its page
-            urls = {
-                name: reverse(f"admin:locks_synclock_{name}", args=[lock.pk])
-                for name in ("pause", "resume", "run_now")
-            }
             extra_context.update(
                 ledger=ledger,
                 ledger_strip=ledger_strip(ledger) if ledger is not None else "",
@@ -533,27 +516,22 @@ class SyncLockAdmin(OperatorAdminMixin, ReadOnlyAdminMixin, Styled, admin.ModelA
                     {"slot": slot, "badge": outcome_badge(slot.outcome), "at": slot_time(slot.tick, zone)}
                     for slot in (ledger.slots if ledger else [])
                 ],
-                next_slots=[(slot_time(s.slot, zone), s.dst) for s in _next_five(lock.job_name)],
+                next_slots=[(slot_time(s.slot, zone), s.dst) for s in upcoming],
                 shown_zone=zone,
                 paused=lock.paused_at is not None,
                 can_pause=self.has_pause_permission(request, lock),
                 can_run=self.has_run_permission(request, lock) and ledger is not None,
-                control_urls=urls,
+                control_urls={
+                    name: reverse(f"admin:locks_synclock_{name}", args=[lock.pk])
+                    for name in ("pause", "resume", "run_now", "force_release")
+                },
                 recent_runs=[_run_row(run, zone) for run in runs],
                 runs_url=f"{reverse('admin:locks_jobrun_changelist')}?{urlencode({'job_name': lock.job_name})}",
                 can_force_release=(
                     lock.state in {HELD, OVERDUE} and self.has_force_release_permission(request, lock)
                 ),
-                force_release_url=reverse("admin:locks_synclock_force_release", args=[lock.pk]),
             )
         return super().change_view(request, object_id, form_url, extra_context)
-
-
-def _next_five(job: str) -> list:
-    try:
-        return get_job(job).next_slots(count=5)
-    except (UnknownJob, ImproperlyConfigured):  # a lock row of a job no longer registered
-        return []
 
 
 # --- run history ----------------------------------------------------------------------

@@ -132,9 +132,6 @@ def _not_held(row: dict) -> str:
     return f"(finished as {row['last_status'] or 'nothing yet'})"
 
 
-# --- pause and resume -------------------------------------------------------------------------
-
-
 def pause_job(*, job: str, by: str, note: str = "") -> Change:
     """Pause the registered ``job`` (a run holding the lease finishes); one already paused keeps its pause."""
     get_job(job)
@@ -181,9 +178,6 @@ def resume_job(*, job: str, by: str) -> Change:
         return Change(job, changed)
 
     return _write(resume, job=job, what="resume")
-
-
-# --- force release and reset tick --------------------------------------------------------------
 
 
 def force_release(*, job: str, expected_token: int | None = None, by: str = "") -> Change:
@@ -274,9 +268,6 @@ def _reset(job: str, rows, locked, shown: dict, by: str) -> Change:
         return Change(job, False, "the lock row changed meanwhile; nothing reset", **seen)
     logger.warning("job=%s claimed tick reset by %s; it was %s (%s)", job, by, iso(tick), state)
     return Change(job, True, **seen)
-
-
-# --- run now -----------------------------------------------------------------------------------
 
 
 def run_now(*, job: str, by: str) -> Change:

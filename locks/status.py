@@ -133,20 +133,14 @@ class Freshness:
         return self.job.last_success_at or self.job.first_seen
 
     @property
-    def fresh(self) -> bool:
-        return self.fresh_since is not None and self.since is not None and self.since >= self.fresh_since
-
-    @property
     def status(self) -> str:
         """What /healthz says: ``error`` (no slot computable), ``paused`` (not judged), ``ok``, ``stale``."""
         if self.error:
             return "error"
         if self.job.paused:
             return "paused"
-        return "ok" if self.fresh else "stale"
-
-    def healthy(self, *, paused_unhealthy: bool = False) -> bool:
-        return self.status == "ok" or (self.status == "paused" and not paused_unhealthy)
+        fresh = self.fresh_since is not None and self.since is not None and self.since >= self.fresh_since
+        return "ok" if fresh else "stale"
 
     @property
     def stale_after(self) -> datetime | None:
@@ -187,23 +181,13 @@ def open_incidents(*, jobs: Iterable[str] | None = None) -> dict[str, OpenIncide
 # --- the summary above the admin's list of locks ----------------------------------
 
 
-@dataclass(frozen=True)
-class ScheduledJob:
-    job: str
-    last_success: datetime | None
-    next_tick: datetime | None  # None: its schedule has no slot that can be computed (``error``)
-    error: str = ""
-    paused_incident_since: datetime | None = None  # paused with an incident open: since when
-    paused_at: datetime | None = None  # paused by an operator (by whom): its next tick will not run
-    paused_by: str = ""
-
-
-@dataclass(frozen=True)
-class Summary:
-    jobs: list[ScheduledJob]
-    stuck: int
-    db_now: datetime
-    error: str = ""  # LOCKS_JOBS is invalid: the jobs cannot be listed
+# next_tick: None when its schedule has no slot that can be computed (error); paused_incident_since: paused
+# with an incident open, since when; paused_at, paused_by: an operator's pause (its next tick will not run).
+ScheduledJob = namedtuple(
+    "ScheduledJob", "job last_success next_tick error paused_incident_since paused_at paused_by"
+)
+# error: LOCKS_JOBS is invalid, the jobs cannot be listed.
+Summary = namedtuple("Summary", "jobs stuck db_now error", defaults=("",))
 
 
 def lock_summary() -> Summary:

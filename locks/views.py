@@ -207,16 +207,15 @@ def _run_payload(result: RunResult) -> dict:
     }
     if result.reason:
         payload["reason"] = result.reason
-    if result.skip is not None and result.skip.reason == "paused":
-        # A pause is stronger than force: who paused it, since when and why, for the caller to act on.
-        payload.update(
-            reason="paused",
-            detail=result.reason,
-            paused_by=result.skip.paused_by,
-            paused_at=iso(result.skip.paused_at),
-            paused_note=result.skip.paused_note,
-        )
     if result.skip is not None:
+        if result.skip.reason == "paused":  # stronger than force: who paused it, since when and why
+            payload.update(
+                reason="paused",
+                detail=result.reason,
+                paused_by=result.skip.paused_by,
+                paused_at=iso(result.skip.paused_at),
+                paused_note=result.skip.paused_note,
+            )
         payload["skip"] = {
             "kind": result.skip.reason,
             "holder": result.skip.holder,
@@ -252,8 +251,8 @@ def healthz(request: HttpRequest) -> HttpResponse:
             body["error"] = error_text(exc)
         return JsonResponse(body, status=503)
 
-    paused_unhealthy = settings.LOCKS_HEALTHZ_PAUSED_UNHEALTHY
-    fresh = all(job.healthy(paused_unhealthy=paused_unhealthy) for job in freshness.values())
+    healthy = {"ok"} if settings.LOCKS_HEALTHZ_PAUSED_UNHEALTHY else {"ok", "paused"}
+    fresh = all(job.status in healthy for job in freshness.values())
     body = {"status": "ok" if fresh else "stale", "database": True}
     if summary in freshness:  # the fields /healthz had before it reported every job
         fields = _job_health(freshness[summary], trusted=trusted)

@@ -14,6 +14,5 @@ class IncidentAdmin(ReadOnlyAdminMixin, Styled, admin.ModelAdmin):
     readonly_fields = fields
     opened = timestamp("opened_at", _("opened"))
     closed = timestamp("closed_at", _("closed"))
-    # Every time on the page in one format and zone (locks.admin.absolute).
     opened_mail = timestamp("opened_mail_at", _("opening email settled"))
     closed_mail = timestamp("closed_mail_at", _("recovery email settled"))

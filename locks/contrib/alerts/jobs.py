@@ -50,34 +50,6 @@ def judged(ledger: Ledger, *, since: datetime | None = None) -> list[Slot]:
     return [slot for slot in ledger.settled(since=since) if slot.outcome != Outcome.PAUSED]
 
 
-def job_problem(
-    job: Job,
-    ledger: Ledger,
-    *,
-    since: datetime,
-    last_success: datetime | None,
-    resumed: datetime | None = None,
-) -> Problem | None:
-    """What is wrong with ``job``, if anything: ``alert_after_failures`` failed or missed slots in
-    a row (at or after ``resumed``), no success for ``alert_after`` since ``since``, or no slot."""
-    if ledger.error:
-        return Problem("error", ledger.error)
-    slots = judged(ledger, since=resumed)
-    streak = list(takewhile(lambda slot: slot.outcome in {Outcome.FAILED, Outcome.MISSED}, slots))
-    if streak and len(streak) >= job.alert_after_failures:
-        reason = Outcome.FAILED if any(slot.outcome == Outcome.FAILED for slot in streak) else Outcome.MISSED
-        return Problem(reason, f"{len(streak)} slots {reason} in a row, since {streak[-1].describe()}")
-    try:
-        delay = job.alert_delay(now=ledger.db_now)
-    except SLOT_ERRORS:
-        return None  # the ledger said so above
-    start = max(since, last_success) if last_success is not None else since
-    if ledger.db_now - start > delay:
-        what = f"its last success was at {iso(last_success)}" if last_success else "it never succeeded"
-        return Problem("stale", f"no success for more than {delay} ({what})")
-    return None
-
-
 def recovered(job: Job, ledger: Ledger) -> bool:
     """Whether its newest ``alert_after_recoveries`` counted slots all succeeded."""
     newest = [slot.outcome for slot in judged(ledger)[: job.alert_after_recoveries]]
@@ -98,13 +70,30 @@ def decide(
     resumed: datetime | None = None,
     failover: str = "",
 ) -> Problem | str | None:
-    """What check_jobs does about ``job`` now: open an incident (its ``Problem``), ``CLOSE`` the
-    open one, or nothing (paused: nothing, unless a ``failover`` paused it; rule 16)."""
+    """What check_jobs does about ``job`` now: ``CLOSE`` the open incident once it recovered, or open
+    one (its ``Problem``) for ``alert_after_failures`` failed or missed slots in a row (at or after
+    ``resumed``), no success for ``alert_after`` since ``since``, or no slot; paused: nothing, unless
+    a ``failover`` paused it (rule 16)."""
     if paused:
         return Problem("failover", failover) if failover and not incident_open else None
     if incident_open:
         return CLOSE if recovered(job, ledger) else None
-    return job_problem(job, ledger, since=since, last_success=last_success, resumed=resumed)
+    if ledger.error:
+        return Problem("error", ledger.error)
+    slots = judged(ledger, since=resumed)
+    streak = list(takewhile(lambda slot: slot.outcome in {Outcome.FAILED, Outcome.MISSED}, slots))
+    if streak and len(streak) >= job.alert_after_failures:
+        reason = Outcome.FAILED if any(slot.outcome == Outcome.FAILED for slot in streak) else Outcome.MISSED
+        return Problem(reason, f"{len(streak)} slots {reason} in a row, since {streak[-1].describe()}")
+    try:
+        delay = job.alert_delay(now=ledger.db_now)
+    except SLOT_ERRORS:
+        return None  # the ledger said so above
+    start = max(since, last_success) if last_success is not None else since
+    if ledger.db_now - start > delay:
+        what = f"its last success was at {iso(last_success)}" if last_success else "it never succeeded"
+        return Problem("stale", f"no success for more than {delay} ({what})")
+    return None
 
 
 def check_jobs(lease: Lease) -> dict[str, int]:
@@ -252,18 +241,10 @@ class _Staged:
             self.content_sent = True
 
 
-class _StagedSMTP(_Staged, smtplib.SMTP):
-    pass
-
-
-class _StagedSMTPSSL(_Staged, smtplib.SMTP_SSL):
-    pass
-
-
 class _AlertBackend(smtp.EmailBackend):
     @property
     def connection_class(self):
-        return _StagedSMTPSSL if self.use_ssl else _StagedSMTP
+        return type("StagedSMTP", (_Staged, super().connection_class), {})
 
 
 def hand_over(message: EmailMessage) -> tuple[str, str]:
