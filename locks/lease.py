@@ -626,14 +626,15 @@ def release(*, lease: Lease, status: str, error: str = "", used: bool = True) ->
     update = dict(
         holder="", locked_until=None, last_finished_at=Now(), last_status=status, last_error=error[:2000]
     )
-
-    def write(rows=rows, update=update) -> int:
-        return unlocked(rows, using=using, skip=False).update(**update)
-
     what = f"releasing the lease on {lease.job} (token {lease.token})"
-    if without_waiting(
-        lambda: write(update={**update, **values}), using=using, within=RELEASE_WAIT, what=what
-    ):
+
+    def write(rows, update: dict) -> int:
+        unlocked_rows = unlocked(rows, using=using, skip=False)
+        return without_waiting(
+            lambda: unlocked_rows.update(**update), using=using, within=RELEASE_WAIT, what=what
+        )
+
+    if write(rows, {**update, **values}):
         return True
     if status != Outcome.SUCCEEDED or not lease.committed:
         return False
@@ -641,8 +642,7 @@ def release(*, lease: Lease, status: str, error: str = "", used: bool = True) ->
     failed = {**update, "last_status": Outcome.FAILED, "last_error": missing}
     if lease.retry_delay is not None:
         failed["retry_at"] = now_plus(lease.retry_delay)
-    rows = _granted(lease, using=using)
-    if not without_waiting(lambda: write(rows, failed), using=using, within=RELEASE_WAIT, what=what):
+    if not write(_granted(lease, using=using), failed):
         return False
     raise NotCommitted(missing)
 
