@@ -1,4 +1,6 @@
-"""Every difference between the database backends, in one place (docs/architecture.md, "The rules": 11): waits on a lock row that are never unbounded (SKIP LOCKED, NOWAIT and a short bounded retry; the server's timeouts of a fenced write on PostgreSQL), telling a missing table or a locked row by its error, and database errors (or any outside text) made safe to log and store."""
+"""Every difference between the database backends, in one place: bounded waits on a lock row, a
+missing table or a locked row told by its error, and outside text made safe to log and store
+(docs/architecture.md, "The rules": 11)."""
 
 from __future__ import annotations
 

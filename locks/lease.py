@@ -1,4 +1,6 @@
-"""The lease on a job: acquire, renew, the fenced write phase, release, the read-back of an unanswered COMMIT; what they answer (a ``Lease`` held, a ``Skip`` saying why not, ``LockLost``). With the operator's writes (``locks.operator``) the only code that writes ``SyncLock`` rows. Every state change is one conditional UPDATE (compare-and-set) judged by the database's clock (docs/architecture.md, "The lock")."""
+"""The lease on a job: acquire, renew, the fenced write phase, release and the read-back of an
+unanswered COMMIT; with ``locks.operator`` the only writer of ``SyncLock`` rows, each write one
+conditional UPDATE judged by the database's clock (docs/architecture.md, "The lock")."""
 
 from __future__ import annotations
 
@@ -104,14 +106,11 @@ class Skip:
         if self.reason == "held" and self.locked:
             lease = f"lease until {iso(self.locked_until)}" if self.locked_until else "lease released"
             return f"the lock row is locked by a write in progress (last holder {self.holder or 'none'}, {lease})"
-        reason = (
-            "tick_done" if self.reason == "tick_claimed" and self.claimed_tick == self.tick else self.reason
-        )
+        done = self.reason == "tick_claimed" and self.claimed_tick == self.tick
         times = {
-            name: iso(getattr(self, name))
-            for name in ("tick", "locked_until", "db_now", "claimed_tick", "retry_at")
+            n: iso(getattr(self, n)) for n in ("tick", "locked_until", "db_now", "claimed_tick", "retry_at")
         }
-        return SKIPS[reason].format(self, **times)
+        return SKIPS["tick_done" if done else self.reason].format(self, **times)
 
     @property
     def wait(self) -> timedelta | None:
