@@ -90,11 +90,11 @@ LEASE_IDLE = 5.0
 
 
 @contextmanager
-def lease_transaction(*, using: str, savepoint: bool = True) -> Iterator[None]:
+def lease_transaction(*, using: str) -> Iterator[None]:
     """``transaction.atomic()`` for the lease's own writes, ended by the server once idle longer than
     ``LEASE_IDLE`` (PostgreSQL); a caller's transaction keeps its settings."""
     own = not connections[using].in_atomic_block
-    with transaction.atomic(using=using, savepoint=savepoint):
+    with transaction.atomic(using=using):
         if own:
             _set_local(using, ("idle_in_transaction_session_timeout",), LEASE_IDLE)
         yield
@@ -265,16 +265,13 @@ _repr.maxstring = _repr.maxother = LIMIT
 _WHITESPACE = re.compile(r"\s+")
 
 
-def safe_text(value: object, *, limit: int = LIMIT, quote: bool = False) -> str:
+def safe_text(value: object, *, limit: int = LIMIT) -> str:
     """``value`` with non-printable characters escaped, cut to ``limit`` characters and "… (N more)";
-    ``quote``: as ``repr()`` shows it; not a string: a bounded ``repr()``."""
+    not a string: a bounded ``repr()``."""
     if not isinstance(value, str):
         return _repr.repr(value)
     head, more = value[:limit], len(value) - limit
-    if quote:
-        shown = repr(head)
-    else:
-        shown = "".join(char if char.isprintable() else repr(char)[1:-1] for char in head)
+    shown = "".join(char if char.isprintable() else repr(char)[1:-1] for char in head)
     return f"{shown}… ({more} more)" if more > 0 else shown
 
 
@@ -283,13 +280,13 @@ def error_text(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {safe_text(_WHITESPACE.sub(' ', str(exc)).strip()) or 'no details'}"
 
 
-def traceback_text(exc: BaseException, *, limit: int = TRACEBACK_LIMIT) -> str:
-    """``exc``'s formatted traceback, control characters escaped; when longer than ``limit``, its end
-    after a line saying how much was cut."""
+def traceback_text(exc: BaseException) -> str:
+    """``exc``'s formatted traceback, control characters escaped; when longer than ``TRACEBACK_LIMIT``,
+    its end after a line saying how much was cut."""
     text = "".join(traceback.format_exception(exc))
     text = "\n".join(safe_text(line, limit=len(line)) for line in text.splitlines())
-    if len(text) <= limit:
+    if len(text) <= TRACEBACK_LIMIT:
         return text
-    cut = len(text) - limit
+    cut = len(text) - TRACEBACK_LIMIT
     tail = text[cut:]
     return f"… ({cut} characters cut)\n{tail[tail.find(chr(10)) + 1 :] if chr(10) in tail else tail}"

@@ -75,7 +75,8 @@ ANSWERS = {
 # What JobRun.status and SyncLock.last_status may hold: the first eight ("skipped" too, never stored).
 RECORDED = [(o.value, o.label) for o in Outcome][:8]
 
-# The states of a lease, judged by the database clock, each one filter (docs/architecture.md).
+# The states of a lease, judged by the database clock, each one filter (docs/architecture.md, "Lease
+# states"): held is in force, heartbeat overdue or not; expired, its holder stopped without releasing.
 FREE, HELD, EXPIRED, OVERDUE = "free", "held", "expired", "heartbeat overdue"
 
 RELEASED_Q = Q(locked_until__isnull=True)
@@ -108,15 +109,12 @@ class SyncLockQuerySet(models.QuerySet):
         return self.filter(RELEASED_Q | EXPIRED_Q)
 
     def held(self) -> "SyncLockQuerySet":
-        """Leases in force (heartbeat overdue or not)."""
         return self.filter(IN_FORCE_Q)
 
     def expired(self) -> "SyncLockQuerySet":
-        """Leases whose holder stopped without releasing them."""
         return self.filter(EXPIRED_Q)
 
     def overdue(self) -> "SyncLockQuerySet":
-        """Leases in force whose holder missed two heartbeats."""
         return self.filter(OVERDUE_Q)
 
     def stuck(self) -> "SyncLockQuerySet":
