@@ -133,18 +133,18 @@ class Lease:
     ttl: timedelta
     acquired_at: datetime
     lost_reason: str = ""
-    committed: bool = False
-    prior_commit: int | None = None
-    attempt: int | None = None
+    committed: bool = False  # a fenced(lease) block committed
+    prior_commit: int | None = None  # the token whose fenced write had committed last when it was won
+    attempt: int | None = None  # this run's among its tick's
     retry_delay: timedelta | None = None  # after this attempt fails; None: it was the last one
-    timeline: int | None = None
+    timeline: int | None = None  # with system_id, the database history it was granted in
     system_id: int | None = None
-    failover: str = ""
-    failover_slot: str = ""
-    unconfirmed: bool = False
-    interrupted_commit: bool = False
-    unsettled: bool = True
-    writing: threading.Event = field(default_factory=threading.Event, repr=False)
+    failover: str = ""  # a failover its claim found
+    failover_slot: str = ""  # that one, or an earlier one at or after its tick
+    unconfirmed: bool = False  # the fenced COMMIT was not confirmed by the synchronous standby
+    interrupted_commit: bool = False  # a signal came during the fenced COMMIT
+    unsettled: bool = True  # runs of earlier tokens to settle
+    writing: threading.Event = field(default_factory=threading.Event, repr=False)  # inside fenced(lease)
     _lost: threading.Event = field(default_factory=threading.Event, repr=False)
 
     @property
