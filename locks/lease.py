@@ -243,9 +243,7 @@ def acquire(
         skip = _why_not(job, tick, state, horizon=horizon, most=most)
         if skip is not None:
             return skip
-        # It looked free: the row is locked by a write in progress (PostgreSQL skipped it),
-        # or its holder released it between our UPDATE and our read. Look again shortly.
-        time.sleep(pause)
+        time.sleep(pause)  # it looked free: locked by a write in progress, or released meanwhile
     if state is None:
         raise LockError(f"the lock row for {job!r} keeps disappearing; is something deleting it?")
     return _skip(job, tick, state, "held", locked=True)
@@ -254,6 +252,7 @@ def acquire(
 # What the winner reads back, and what a contender that lost reads to say why.
 WON = ("token", "acquired_at", "committed_token", "tick_attempts", "timeline", "system_id")
 WON_FAILOVER = ("failover_note", "failover_through")
+SEEN = ("holder", "locked_until", "tick", "tick_done", "tick_attempts", "retry_at", "db_now")
 
 
 def _lease(won: dict, *, job: str, holder: str, tick: datetime | None, ttl: timedelta, delays) -> Lease:
@@ -329,9 +328,6 @@ NOTE_LIMIT = 500  # characters of a pause note kept: it is repeated on every ski
 
 def failover_pause_note(failover: str) -> str:
     return safe_text(" ".join(f"paused on a database failover: {failover}".split()), limit=NOTE_LIMIT)
-
-
-SEEN = ("holder", "locked_until", "tick", "tick_done", "tick_attempts", "retry_at", "db_now")
 
 
 def _claim(rows, *, holder: str, tick, ttl: timedelta, horizon, most) -> tuple:
