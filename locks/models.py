@@ -75,8 +75,8 @@ ANSWERS = {
 # What JobRun.status and SyncLock.last_status may hold: the first eight ("skipped" too, never stored).
 RECORDED = [(o.value, o.label) for o in Outcome][:8]
 
-# The states of a lease, judged by the database clock, each one filter (docs/architecture.md, "Lease
-# states"): held is in force, heartbeat overdue or not; expired, its holder stopped without releasing.
+# The states of a lease, judged by the database clock, each one filter (docs/architecture.md,
+# "Lease states"): held is in force, heartbeat overdue or not; expired, its holder stopped without releasing.
 FREE, HELD, EXPIRED, OVERDUE = "free", "held", "expired", "heartbeat overdue"
 
 RELEASED_Q = Q(locked_until__isnull=True)
