@@ -1,4 +1,6 @@
-"""Every difference between the database backends, in one place (docs/architecture.md, "The rules": 11): waits on a lock row that are never unbounded (SKIP LOCKED, NOWAIT and a short bounded retry; the server's timeouts of a fenced write on PostgreSQL), telling a missing table or a locked row by its error, and database errors (or any outside text) made safe to log and store."""
+"""Every difference between the database backends, in one place: bounded waits on a lock row, a
+missing table or a locked row told by its error, and outside text made safe to log and store
+(docs/architecture.md, "The rules": 11)."""
 
 from __future__ import annotations
 
@@ -19,28 +21,30 @@ from django.db.models.sql import UpdateQuery
 
 T = TypeVar("T")
 
-# PostgreSQL's SQLSTATEs for "could not obtain lock on row" (NOWAIT, lock_timeout) and "relation
-# does not exist".
-LOCK_NOT_AVAILABLE, UNDEFINED_TABLE = "55P03", "42P01"
+# PostgreSQL's SQLSTATEs: "could not obtain lock on row" (NOWAIT, lock_timeout), "relation does not
+# exist", "cannot execute … in a read-only transaction".
+LOCK_NOT_AVAILABLE, UNDEFINED_TABLE, READ_ONLY_SQL_TRANSACTION = "55P03", "42P01", "25006"
+
+
+def _sqlstate(exc: BaseException) -> str | None:
+    return getattr(exc.__cause__, "sqlstate", None)
 
 
 def missing_table(exc: BaseException) -> bool:
-    """Whether a database error says a table does not exist (``migrate`` was not run): by its
-    SQLSTATE on PostgreSQL; SQLite gives only a generic error code, so by its text there."""
+    """Whether a database error says a table does not exist (by its text on SQLite)."""
     if not isinstance(exc, ProgrammingError | OperationalError):
         return False
-    return getattr(exc.__cause__, "sqlstate", None) == UNDEFINED_TABLE or "no such table" in str(exc).lower()
+    return _sqlstate(exc) == UNDEFINED_TABLE or "no such table" in str(exc).lower()
 
 
 def row_locked(exc: BaseException) -> bool:
     """Whether a database error says the statement met a row another transaction has locked."""
-    return getattr(exc.__cause__, "sqlstate", None) == LOCK_NOT_AVAILABLE
+    return _sqlstate(exc) == LOCK_NOT_AVAILABLE
 
 
 def unlocked(rows: QuerySet, *, using: str, skip: bool) -> QuerySet:
-    """``rows`` as a filter that never waits for a row another transaction has locked (``skip``:
-    ``FOR UPDATE SKIP LOCKED``, else ``NOWAIT``: ``row_locked``), where the database locks rows; in
-    autocommit too (a statement of its own), where Django's ``select_for_update()`` is refused."""
+    """``rows`` as a filter that never waits for a locked row (``skip``: ``FOR UPDATE SKIP LOCKED``,
+    else ``NOWAIT``), in autocommit too, where Django's ``select_for_update()`` is refused."""
     features = connections[using].features
     if not (features.has_select_for_update_skip_locked and features.has_select_for_update_nowait):
         return rows
@@ -49,9 +53,8 @@ def unlocked(rows: QuerySet, *, using: str, skip: bool) -> QuerySet:
 
 
 def update_returning(rows: QuerySet, values: dict, read: QuerySet) -> dict | None:
-    """``rows.update(**values)`` and the first row of ``read`` (a ``values()`` of the updated row,
-    annotations too), or None when nothing matched: one ``UPDATE … RETURNING`` where the database
-    has it (PostgreSQL, SQLite), the ORM's update and then the read elsewhere (MongoDB)."""
+    """``rows.update(**values)`` and the first row of ``read`` (a ``values()`` of the updated row), or
+    None when nothing matched: one ``UPDATE … RETURNING`` on PostgreSQL and SQLite."""
     connection = connections[rows.db]
     if (
         connection.vendor not in ("postgresql", "sqlite")
@@ -77,9 +80,8 @@ def update_returning(rows: QuerySet, values: dict, read: QuerySet) -> dict | Non
 
 
 def bound_transaction(*, using: str, seconds: float) -> None:
-    """On PostgreSQL, have the server end the current transaction when a statement, a lock wait or
-    a pause between two statements (a frozen process) lasts longer than ``seconds``."""
-    # (transaction_timeout, a bound on the whole transaction, needs PostgreSQL 17.)
+    """On PostgreSQL, the server ends the current transaction when a statement, a lock wait or a
+    pause between two statements lasts longer than ``seconds`` (transaction_timeout needs 17)."""
     _set_local(using, ("statement_timeout", "lock_timeout", "idle_in_transaction_session_timeout"), seconds)
 
 
@@ -88,11 +90,11 @@ LEASE_IDLE = 5.0
 
 
 @contextmanager
-def lease_transaction(*, using: str, savepoint: bool = True) -> Iterator[None]:
-    """``transaction.atomic()`` for the lease's own writes: on PostgreSQL the server ends it once it
-    pauses longer than ``LEASE_IDLE`` between statements; a caller's transaction keeps its settings."""
+def lease_transaction(*, using: str) -> Iterator[None]:
+    """``transaction.atomic()`` for the lease's own writes, ended by the server once idle longer than
+    ``LEASE_IDLE`` (PostgreSQL); a caller's transaction keeps its settings."""
     own = not connections[using].in_atomic_block
-    with transaction.atomic(using=using, savepoint=savepoint):
+    with transaction.atomic(using=using):
         if own:
             _set_local(using, ("idle_in_transaction_session_timeout",), LEASE_IDLE)
         yield
@@ -106,8 +108,8 @@ def mongodb_transactions(*, using: str) -> bool | None:
 
 @contextmanager
 def write_transaction(*, using: str) -> Iterator[None]:
-    """On a MongoDB replica set, django-mongodb-backend's own transaction (Django's ``atomic()`` does
-    nothing there; an aborted one is a ``DatabaseError``); elsewhere nothing (docs/mongodb.md)."""
+    """On a MongoDB replica set, django-mongodb-backend's own transaction (an aborted one is a
+    ``DatabaseError``); elsewhere nothing (docs/mongodb.md)."""
     if not mongodb_transactions(using=using):
         yield
         return
@@ -129,7 +131,7 @@ def bound_lock_wait(*, using: str, seconds: float) -> None:
 
 
 def _set_local(using: str, names: tuple[str, ...], seconds: float) -> None:
-    """Each server setting of ``names`` to ``seconds`` for this transaction (SET LOCAL), on PostgreSQL."""
+    """SET LOCAL each server setting of ``names`` to ``seconds``, on PostgreSQL."""
     connection = connections[using]
     if connection.vendor != "postgresql":
         return
@@ -140,8 +142,7 @@ def _set_local(using: str, names: tuple[str, ...], seconds: float) -> None:
 
 
 def transaction_aborted(*, using: str) -> bool:
-    """Whether the server aborted the current transaction (PostgreSQL, after a statement in it
-    failed, even one whose error was caught): its COMMIT would be a silent ROLLBACK."""
+    """Whether PostgreSQL aborted the current transaction (a statement failed, even one caught)."""
     connection = connections[using]
     if connection.vendor != "postgresql" or connection.connection is None:
         return False
@@ -156,9 +157,7 @@ class RowLocked(RuntimeError):
 
 def without_waiting(operation: Callable[[], T], *, using: str, within: float, what: str) -> T:
     """``operation()`` (built with ``unlocked(..., skip=False)``) tried again while it meets a locked
-    row for at most ``within`` seconds; then ``RowLocked``. In a caller's transaction, in a savepoint
-    of its own (a failed statement aborts no more than it); else as it is (one statement commits by
-    itself; an operation of several opens its own transaction)."""
+    row for at most ``within`` seconds, then ``RowLocked``; in a caller's transaction, in a savepoint."""
     connection = connections[using]
     if not connection.features.has_select_for_update_nowait:
         return operation()
@@ -181,8 +180,6 @@ def without_waiting(operation: Callable[[], T], *, using: str, within: float, wh
 # --- one database history (docs/architecture.md, "The rules": 16) ---
 
 STANDBY = "the database is a standby in recovery"
-# PostgreSQL's SQLSTATE for "cannot execute … in a read-only transaction".
-READ_ONLY_SQL_TRANSACTION = "25006"
 # What libpq and the server say of a standby: target_session_attrs=read-write refused it, or a
 # function only a primary has (pg_current_wal_lsn()) was called on it.
 STANDBY_TEXTS = ("session is read-only", "is in hot standby mode", "recovery is in progress")
@@ -193,14 +190,11 @@ SYNC_WAIT_CANCELLED = "canceling wait for synchronous replication"
 
 def standby(exc: BaseException) -> bool:
     """Whether a database error says the server is a standby in recovery (read-only)."""
-    if getattr(exc.__cause__, "sqlstate", None) == READ_ONLY_SQL_TRANSACTION:
-        return True
-    return any(text in str(exc) for text in STANDBY_TEXTS)
+    return _sqlstate(exc) == READ_ONLY_SQL_TRANSACTION or any(text in str(exc) for text in STANDBY_TEXTS)
 
 
 class Timeline(Func):
-    """The server's WAL timeline, a number that grows at every promotion; any role may read it,
-    on a primary only (a standby raises: ``standby``)."""
+    """The server's WAL timeline, which grows at every promotion (a standby raises: ``standby``)."""
 
     template = "('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint"
     output_field = BigIntegerField()
@@ -235,8 +229,8 @@ def replication_settings(*, using: str) -> dict | None:
 
 
 def watch_notices(sender, connection, **kwargs) -> None:
-    """``connection_created`` receiver: keep the last "canceling wait for synchronous
-    replication" WARNING the server sent on a PostgreSQL connection (``sync_wait_cancelled``)."""
+    """``connection_created`` receiver: keep the last ``SYNC_WAIT_CANCELLED`` WARNING of a PostgreSQL
+    connection (``sync_wait_cancelled``)."""
     if connection.vendor != "postgresql":
         return
     connection.sync_wait_cancelled = ""
@@ -250,8 +244,8 @@ def watch_notices(sender, connection, **kwargs) -> None:
 
 
 def sync_wait_cancelled(*, using: str, forget: bool = False) -> str:
-    """The server's WARNING that a COMMIT on this connection did not wait for its synchronous
-    standby (``watch_notices``), "" when none came; ``forget``: start listening afresh."""
+    """The server's ``SYNC_WAIT_CANCELLED`` WARNING on this connection, "" when none came; ``forget``:
+    start listening afresh."""
     connection = connections[using]
     said = getattr(connection, "sync_wait_cancelled", "")
     if forget:
@@ -271,16 +265,13 @@ _repr.maxstring = _repr.maxother = LIMIT
 _WHITESPACE = re.compile(r"\s+")
 
 
-def safe_text(value: object, *, limit: int = LIMIT, quote: bool = False) -> str:
-    """``value`` with every non-printable character escaped, cut to ``limit`` characters followed by
-    "… (N more)"; ``quote``: as ``repr()`` shows it; not a string: a bounded ``repr()``."""
+def safe_text(value: object, *, limit: int = LIMIT) -> str:
+    """``value`` with non-printable characters escaped, cut to ``limit`` characters and "… (N more)";
+    not a string: a bounded ``repr()``."""
     if not isinstance(value, str):
         return _repr.repr(value)
     head, more = value[:limit], len(value) - limit
-    if quote:
-        shown = repr(head)
-    else:
-        shown = "".join(char if char.isprintable() else repr(char)[1:-1] for char in head)
+    shown = "".join(char if char.isprintable() else repr(char)[1:-1] for char in head)
     return f"{shown}… ({more} more)" if more > 0 else shown
 
 
@@ -289,13 +280,13 @@ def error_text(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {safe_text(_WHITESPACE.sub(' ', str(exc)).strip()) or 'no details'}"
 
 
-def traceback_text(exc: BaseException, *, limit: int = TRACEBACK_LIMIT) -> str:
-    """``exc``'s formatted traceback, control characters escaped; when longer than ``limit``, its end
-    after a line saying how much was cut."""
+def traceback_text(exc: BaseException) -> str:
+    """``exc``'s formatted traceback, control characters escaped; when longer than ``TRACEBACK_LIMIT``,
+    its end after a line saying how much was cut."""
     text = "".join(traceback.format_exception(exc))
     text = "\n".join(safe_text(line, limit=len(line)) for line in text.splitlines())
-    if len(text) <= limit:
+    if len(text) <= TRACEBACK_LIMIT:
         return text
-    cut = len(text) - limit
+    cut = len(text) - TRACEBACK_LIMIT
     tail = text[cut:]
     return f"… ({cut} characters cut)\n{tail[tail.find(chr(10)) + 1 :] if chr(10) in tail else tail}"

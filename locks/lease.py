@@ -1,4 +1,6 @@
-"""The lease on a job: acquire, renew, the fenced write phase, release, the read-back of an unanswered COMMIT; what they answer (a ``Lease`` held, a ``Skip`` saying why not, ``LockLost``). With the operator's writes (``locks.operator``) the only code that writes ``SyncLock`` rows. Every state change is one conditional UPDATE (compare-and-set) judged by the database's clock (docs/architecture.md, "The lock")."""
+"""The lease on a job: acquire, renew, the fenced write phase, release and the read-back of an
+unanswered COMMIT; with ``locks.operator`` the only writer of ``SyncLock`` rows, each write one
+conditional UPDATE judged by the database's clock (docs/architecture.md, "The lock")."""
 
 from __future__ import annotations
 
@@ -81,8 +83,7 @@ SKIPS = {
 
 @dataclass(frozen=True)
 class Skip:
-    """Why a contender did not get the lease: a ``reason`` and what it was judged on (the
-    reasons: docs/architecture.md, "The rules": 1)."""
+    """Why a contender did not get the lease: a ``reason`` and what it was judged on."""
 
     job: str
     tick: datetime | None
@@ -105,19 +106,15 @@ class Skip:
         if self.reason == "held" and self.locked:
             lease = f"lease until {iso(self.locked_until)}" if self.locked_until else "lease released"
             return f"the lock row is locked by a write in progress (last holder {self.holder or 'none'}, {lease})"
-        reason = (
-            "tick_done" if self.reason == "tick_claimed" and self.claimed_tick == self.tick else self.reason
-        )
+        done = self.reason == "tick_claimed" and self.claimed_tick == self.tick
         times = {
-            name: iso(getattr(self, name))
-            for name in ("tick", "locked_until", "db_now", "claimed_tick", "retry_at")
+            n: iso(getattr(self, n)) for n in ("tick", "locked_until", "db_now", "claimed_tick", "retry_at")
         }
-        return SKIPS[reason].format(self, **times)
+        return SKIPS["tick_done" if done else self.reason].format(self, **times)
 
     @property
     def wait(self) -> timedelta | None:
-        """How long until the lease or the tick may be taken, by the database clock: until a held
-        lease ends, or until the next attempt may start. None: not by waiting."""
+        """How long until a held lease ends or the next attempt may start; None: not by waiting."""
         if self.db_now is None:
             return None
         until = {"held": self.locked_until, "retry_later": self.retry_at}.get(self.reason)
@@ -126,13 +123,8 @@ class Skip:
 
 @dataclass
 class Lease:
-    """A lease this process holds; ``token`` is the fencing number. ``writing``: inside
-    ``fenced(lease)``; ``committed``: such a block committed; ``prior_commit``: the token whose
-    fenced write had committed last when it was won; ``attempt``: this run's among its tick's;
-    ``timeline``, ``system_id``: the history it was granted in; ``failover``, ``failover_slot``: a
-    failover found, or one at or after its tick; ``unconfirmed``, ``interrupted_commit``: the
-    fenced COMMIT's outcome is not known; ``unsettled``: earlier runs to settle (docs/architecture.md,
-    "The rules": 6, 12, 15, 16)."""
+    """A lease this process holds; ``token`` is the fencing number (docs/architecture.md, "The
+    rules": 6, 12, 15, 16)."""
 
     job: str
     holder: str
@@ -141,18 +133,18 @@ class Lease:
     ttl: timedelta
     acquired_at: datetime
     lost_reason: str = ""
-    committed: bool = False
-    prior_commit: int | None = None
-    attempt: int | None = None
-    retry_delays: tuple[timedelta, ...] | None = None
-    timeline: int | None = None
+    committed: bool = False  # a fenced(lease) block committed
+    prior_commit: int | None = None  # the token whose fenced write had committed last when it was won
+    attempt: int | None = None  # this run's among its tick's
+    retry_delay: timedelta | None = None  # after this attempt fails; None: it was the last one
+    timeline: int | None = None  # with system_id, the database history it was granted in
     system_id: int | None = None
-    failover: str = ""
-    failover_slot: str = ""
-    unconfirmed: bool = False
-    interrupted_commit: bool = False
-    unsettled: bool = True
-    writing: threading.Event = field(default_factory=threading.Event, repr=False)
+    failover: str = ""  # a failover its claim found
+    failover_slot: str = ""  # that one, or an earlier one at or after its tick
+    unconfirmed: bool = False  # the fenced COMMIT was not confirmed by the synchronous standby
+    interrupted_commit: bool = False  # a signal came during the fenced COMMIT
+    unsettled: bool = True  # runs of earlier tokens to settle
+    writing: threading.Event = field(default_factory=threading.Event, repr=False)  # inside fenced(lease)
     _lost: threading.Event = field(default_factory=threading.Event, repr=False)
 
     @property
@@ -170,17 +162,8 @@ class Lease:
 
     @property
     def token_name(self) -> str:
-        """Its fencing token as it leaves the database: (timeline, token), "T/N", where there is
-        a timeline; else the token."""
+        """ "T/N" (timeline/token) where there is a timeline, else the token."""
         return f"{self.timeline}/{self.token}" if self.timeline is not None else str(self.token)
-
-    @property
-    def retry_delay(self) -> timedelta | None:
-        """How long after this attempt fails the next may start; None: it was the last one
-        (or the tick has no retry policy, or the run claims no tick)."""
-        if self.tick is None or self.retry_delays is None or self.attempt is None:
-            return None
-        return self.retry_delays[self.attempt - 1] if self.attempt <= len(self.retry_delays) else None
 
 
 T = TypeVar("T")
@@ -193,25 +176,20 @@ class LockError(Exception):
 
 
 class NotCommitted(RuntimeError):
-    """A fenced write that is not in the database: its block was rolled back without raising, or
-    the row does not show it (a failover lost it). The run failed; its tick stays open."""
+    """A fenced write that is not in the database (rolled back, or lost in a failover)."""
 
 
 class CommitUnknown(RuntimeError):
-    """The COMMIT of a fenced write got no answer and the lock row could not be read back
-    to tell whether it committed (docs/architecture.md, "The rules": 10, unknown is not failed)."""
+    """A fenced write's COMMIT got no answer and the lock row could not tell whether it committed."""
 
 
-# How long a run whose COMMIT answer was lost keeps trying to read the lock row back
-# (at most its TTL): the row stays locked until the server has ended that transaction.
+# How long a run whose COMMIT answer was lost keeps reading the lock row back (at most its TTL).
 READ_BACK_SECONDS = 30
-# How long release waits for a lock row locked by another transaction (then the lease
-# expires by itself), and the pauses of a contender that found the row free but could not
-# take it: locked by a write in progress, or released between its UPDATE and its read.
+# How long release waits for a locked lock row, and the pauses of a contender that found the row
+# free but could not take it (locked by a write in progress, or released meanwhile).
 RELEASE_WAIT = 5.0
 CONTENDER_PAUSES = (0.05, 0.1, 0.0)
-# How long the first-ever INSERT of a job's lock row may wait (on a concurrent INSERT of the same
-# row, on its COMMIT): a lock-row write's bound. Past it the contender sees the row as locked.
+# How long the first INSERT of a job's lock row may wait on a concurrent one; then it is locked.
 CREATE_WAIT = 5.0
 # The outcomes after which a tick may be tried again, once its retry delay has passed.
 RETRIED = frozenset({Outcome.FAILED, Outcome.LOST_LOCK, Outcome.UNKNOWN})
@@ -228,9 +206,8 @@ def acquire(
     retries: datetime | None = None,
     pause_on_failover: bool = False,
 ) -> Lease | Skip:
-    """Take the lease on ``job`` for ``tick`` (None: any tick, a forced run; ``retries``: see
-    ``_retry_claimed``), or learn why not: one compare-and-set on the database clock, never waiting
-    for a row locked by a write in progress (docs/architecture.md, "The rules": 1, 3, 10, 11, 12)."""
+    """Take the lease on ``job`` for ``tick`` (None: a forced run; ``retries``: see ``_retry_claimed``),
+    or learn why not (docs/architecture.md, "The rules": 1, 3, 10, 11, 12)."""
     validate_ttl(ttl)
     holder = holder or make_holder()
     db = router.db_for_write(SyncLock)
@@ -253,8 +230,7 @@ def acquire(
             tick, won["tick_attempts"] = _retry_claimed(rows.filter(token=won["token"]), retries, most)
         if won:
             _warn_on_skew(job=job, db_now=won["acquired_at"])
-            fields = _lease_fields(won, tick, retry_delays)
-            return Lease(job, holder, won["token"], tick, ttl, won["acquired_at"], **fields)
+            return _lease(won, job=job, holder=holder, tick=tick, ttl=ttl, delays=retry_delays)
         state = rows.annotate(db_now=Now()).values(*SEEN, *PAUSE_FIELDS).first()
         if state is None:
             if tick is not None and horizon is not None:  # refused before its row exists: nothing stored
@@ -267,35 +243,36 @@ def acquire(
         skip = _why_not(job, tick, state, horizon=horizon, most=most)
         if skip is not None:
             return skip
-        # It looked free: the row is locked by a write in progress (PostgreSQL skipped it),
-        # or its holder released it between our UPDATE and our read. Look again shortly.
-        time.sleep(pause)
+        time.sleep(pause)  # it looked free: locked by a write in progress, or released meanwhile
     if state is None:
         raise LockError(f"the lock row for {job!r} keeps disappearing; is something deleting it?")
-    return _skip(job, tick, state, reason="held", holder=state["holder"], locked=True)
+    return _skip(job, tick, state, "held", locked=True)
 
 
 # What the winner reads back, and what a contender that lost reads to say why.
 WON = ("token", "acquired_at", "committed_token", "tick_attempts", "timeline", "system_id")
 WON_FAILOVER = ("failover_note", "failover_through")
+SEEN = ("holder", "locked_until", "tick", "tick_done", "tick_attempts", "retry_at", "db_now")
 
 
-def _lease_fields(won: dict, tick: datetime | None, retry_delays) -> dict:
-    return {
-        "prior_commit": won["committed_token"],
-        "attempt": won["tick_attempts"] if tick is not None else None,
-        "retry_delays": retry_delays,
-        "timeline": won.get("now_timeline"),
-        "system_id": won.get("now_system_id"),
-        "failover": won["failover"],
-        "failover_slot": won["failover_slot"],
-        "unsettled": won["unsettled"],
-    }
+def _lease(won: dict, *, job: str, holder: str, tick: datetime | None, ttl: timedelta, delays) -> Lease:
+    attempt = won["tick_attempts"] if tick is not None else None
+    return Lease(
+        *(job, holder, won["token"], tick, ttl, won["acquired_at"]),
+        prior_commit=won["committed_token"],
+        attempt=attempt,
+        retry_delay=delays[attempt - 1] if attempt and delays and attempt <= len(delays) else None,
+        timeline=won.get("now_timeline"),
+        system_id=won.get("now_system_id"),
+        failover=won["failover"],
+        failover_slot=won["failover_slot"],
+        unsettled=won["unsettled"],
+    )
 
 
 def _won(mine, *, job: str, using: str):
-    """The read of a won row (``mine``): its lease, the server's history now, and whether a run
-    of an earlier token is unsettled (rule 15)."""
+    """The read of a won row (``mine``): its lease, the server's history now, and whether a run of
+    an earlier token is unsettled."""
     now = history(using=using)
     prior = Coalesce(OuterRef("committed_token"), 0)
     unsettled = Exists(JobRun.objects.for_job(job).unsettled(before=OuterRef("token"), committed=prior))
@@ -305,10 +282,8 @@ def _won(mine, *, job: str, using: str):
 
 
 def _history_of_win(won: dict, mine, *, job: str, tick: datetime | None, using: str, pause: bool) -> dict:
-    """``won`` (``_won``'s read of ``mine``) with the server's history; the row is stamped with it.
-    A row stamped in an older history (another timeline, another cluster) is a failover since its
-    last lease: one WARNING, and ``failover`` says so (rule 16); with ``pause`` the job is paused
-    in that stamp's transaction, so no later run misses it."""
+    """``won`` (``_won``'s read of ``mine``), the row stamped with the server's history: one stamped
+    in another is a failover since its last lease, named in ``failover`` and paused with ``pause``."""
     won["failover"] = won["failover_slot"] = ""
     if "now_timeline" not in won:
         return won
@@ -320,11 +295,7 @@ def _history_of_win(won: dict, mine, *, job: str, tick: datetime | None, using: 
             won["failover_slot"] = won["failover_note"]
             logger.warning(
                 "job=%s token=%s/%s tick %s is at or before the failover: %s",
-                job,
-                won["now_timeline"],
-                won["token"],
-                iso(tick),
-                won["failover_note"],
+                *(job, won["now_timeline"], won["token"], iso(tick), won["failover_note"]),
             )
         return won
     stamp = {"timeline": won["now_timeline"], "system_id": won["now_system_id"]}
@@ -359,9 +330,6 @@ def failover_pause_note(failover: str) -> str:
     return safe_text(" ".join(f"paused on a database failover: {failover}".split()), limit=NOTE_LIMIT)
 
 
-SEEN = ("holder", "locked_until", "tick", "tick_done", "tick_attempts", "retry_at", "db_now")
-
-
 def _claim(rows, *, holder: str, tick, ttl: timedelta, horizon, most) -> tuple:
     """Acquire's compare-and-set: the filter a row must pass and the values it then gets."""
     claim = rows.free().filter(paused_at__isnull=True)  # a pause binds every path at once
@@ -389,9 +357,8 @@ def _claim(rows, *, holder: str, tick, ttl: timedelta, horizon, most) -> tuple:
 
 
 def _retry_claimed(mine, tick: datetime, most: int | None) -> tuple[datetime | None, int | None]:
-    """A forced lease (``mine``, held: nothing else writes its tick meanwhile) is the next attempt
-    of ``tick``, the slot of now, if it is claimed, not done, with attempts left, whatever its
-    retry delay: its success settles it (rule 3). That tick and attempt, or Nones."""
+    """A forced lease (``mine``) is the next attempt of ``tick``, the slot of now, if that is claimed,
+    not done and has attempts left, whatever its retry delay (rule 3): that tick and attempt, or Nones."""
     still_open = Q(tick=tick, tick_done=False) & (Q() if most is None else Q(tick_attempts__lt=most))
     if not mine.filter(still_open).update(tick_attempts=F("tick_attempts") + 1, retry_at=None):
         return None, None
@@ -399,43 +366,34 @@ def _retry_claimed(mine, tick: datetime, most: int | None) -> tuple[datetime | N
 
 
 def _why_not(job: str, tick: datetime | None, state: dict, *, horizon, most) -> Skip | None:
-    """Why the lock row ``state`` (read after a compare-and-set that did not match) refuses
-    ``tick``; None when nothing in it does."""
+    """Why the lock row ``state`` (read after a claim that did not match) refuses ``tick``; None
+    when nothing in it does."""
     db_now = state["db_now"]
     if tick is not None and horizon is not None and tick > db_now + horizon:
-        # No skew warning: the run's own WARNING names the host's offset.
-        return _ahead(job, tick, horizon, db_now)
+        return _ahead(job, tick, horizon, db_now)  # no skew warning: the run's own names the offset
     _warn_on_skew(job=job, db_now=db_now)
     if state["paused_at"] is not None:  # stronger than --force, and than a held lease
-        return _skip(
-            job, tick, state, reason="paused", holder=state["holder"], **{f: state[f] for f in PAUSE_FIELDS}
-        )
+        return _skip(job, tick, state, "paused", **{f: state[f] for f in PAUSE_FIELDS})
     if state["locked_until"] is not None and state["locked_until"] >= db_now:
-        return _skip(job, tick, state, reason="held", holder=state["holder"])
+        return _skip(job, tick, state, "held")
     stored = state["tick"]
     if None in (tick, stored):
         return None
     if stored > tick or (stored == tick and state["tick_done"]):
         claimant = state["holder"] or _tick_claimant(job=job, tick=stored)
-        return _skip(job, tick, state, reason="tick_claimed", holder=claimant)
+        return _skip(job, tick, state, "tick_claimed", holder=claimant)
     if stored == tick and most is not None and state["tick_attempts"] >= most:
-        return _skip(job, tick, state, reason="attempts_used", holder=state["holder"])
+        return _skip(job, tick, state, "attempts_used")
     if stored == tick and state["retry_at"] is not None and state["retry_at"] > db_now:
-        return _skip(job, tick, state, reason="retry_later", holder=state["holder"])
+        return _skip(job, tick, state, "retry_later")
     return None
 
 
-def _skip(job: str, tick: datetime | None, state: dict, **why) -> Skip:
-    return Skip(
-        job,
-        tick,
-        locked_until=state["locked_until"],
-        claimed_tick=state["tick"],
-        db_now=state["db_now"],
-        attempts=state["tick_attempts"],
-        retry_at=state["retry_at"],
-        **why,
-    )
+def _skip(job: str, tick: datetime | None, state: dict, reason: str, **why) -> Skip:
+    """A ``Skip`` for ``reason``, judged on the lock row ``state`` (its holder unless ``why`` names one)."""
+    why.setdefault("holder", state["holder"])
+    row = {"locked_until": state["locked_until"], "claimed_tick": state["tick"], "db_now": state["db_now"]}
+    return Skip(job, tick, reason, **row, attempts=state["tick_attempts"], retry_at=state["retry_at"], **why)
 
 
 def _ahead(job: str, tick: datetime, horizon: timedelta, db_now: datetime) -> Skip:
@@ -443,29 +401,24 @@ def _ahead(job: str, tick: datetime, horizon: timedelta, db_now: datetime) -> Sk
 
 
 def _tick_claimant(*, job: str, tick: datetime) -> str:
-    """Who ran ``tick`` last, once its lease is released (released rows keep no holder): for a
-    done tick, the run that did it, whose record may still say ``running`` (its lease is released
-    before its outcome is written), so its status is not asked."""
+    """Who ran ``tick`` last, from its runs (a released row keeps no holder), whatever their status
+    (a run releases its lease before it records its outcome)."""
     runs = JobRun.objects.for_job(job).filter(tick=tick)
     holder = runs.order_by("-started_at").values_list("holder", flat=True).first()
     return holder or "an earlier run"
 
 
 def create_lock_row(*, job: str) -> bool:
-    """First use of a job: insert its row, free (another contender's insert serves as well);
-    ``created_at`` is the database clock read first (MongoDB cannot insert ``Now()``). False:
-    another contender's INSERT of it has not committed within ``CREATE_WAIT``."""
+    """First use of a job: insert its row, free (another contender's insert serves as well), created
+    at the database's now (MongoDB cannot insert ``Now()``). False: another contender's INSERT of it
+    has not committed within ``CREATE_WAIT``."""
     using = router.db_for_write(SyncLock)
     table = SyncLock._meta.db_table
-    if table not in connections[using].introspection.table_names():
-        # MongoDB would create the collection on insert, without the unique
-        # index on job_name that makes this insert, and so the lock, safe.
+    if table not in connections[using].introspection.table_names():  # MongoDB would create it unindexed
         raise LockError(f"the lock table {table} is missing: run `python manage.py migrate`")
     try:
         with lease_transaction(using=using):
-            # A second contender's INSERT waits on the unique index behind the first one's (whose
-            # COMMIT may wait for a synchronous standby): a bounded lock wait, as every lock-row write's.
-            bound_lock_wait(using=using, seconds=CREATE_WAIT)
+            bound_lock_wait(using=using, seconds=CREATE_WAIT)  # behind another contender's INSERT
             SyncLock.objects.create(job_name=job, created_at=database_now())  # check_jobs judges from it
     except IntegrityError:
         pass
@@ -486,31 +439,21 @@ def _warn_on_skew(*, job: str, db_now: datetime | None) -> None:
             "job=%s host clock is %+.0f s off the database clock (more than %s s): "
             "ticks are named from the host clock, so this host may name a different slot; "
             "fix NTP on %s",
-            job,
-            skew,
-            limit,
-            socket.gethostname(),
+            *(job, skew, limit, socket.gethostname()),
         )
 
 
 def renew(*, lease: Lease) -> None:
-    """Extend ``lease`` by its TTL from the database's now, or raise ``LockLost``. Matches on
-    the fencing token and a lease still in force: one taken over or force-released (both bump
-    the token), released, or expired (even if nobody took it over yet) cannot be extended.
-    A lock row locked by a write in progress is not waited for: ``RowLocked``."""
+    """Extend ``lease`` by its TTL from the database's now if its token still holds it, else
+    ``LockLost``; a lock row locked by a write in progress is not waited for (``RowLocked``)."""
     using = router.db_for_write(SyncLock)
-    rows = SyncLock.objects.using(using).for_job(lease.job)
-    without_waiting(
-        lambda: _renew(lease, rows=unlocked(rows, using=using, skip=False), values={}),
-        using=using,
-        within=0,
-        what=f"renewing the lease on {lease.job}",
-    )
+    rows = unlocked(SyncLock.objects.using(using).for_job(lease.job), using=using, skip=False)
+    what = f"renewing the lease on {lease.job}"
+    without_waiting(lambda: _renew(lease, rows=rows, values={}), using=using, within=0, what=what)
 
 
 def _renew(lease: Lease, *, rows, values: dict) -> None:
-    """The renewal, in the history the lease was granted in: on a server whose timeline is not
-    the lease's (a promoted standby), nothing matches (rule 16)."""
+    """The renewal, in the history the lease was granted in (rule 16)."""
     using = rows.db
     same = history(using=using) if lease.timeline is not None else {}
     if same:
@@ -536,12 +479,9 @@ def _renew(lease: Lease, *, rows, values: dict) -> None:
 
 @contextmanager
 def fenced(lease: Lease, *, settle: bool = True) -> Iterator[None]:
-    """The write phase of a run: one durable ``transaction.atomic()`` block whose first UPDATE
-    renews ``lease`` (else ``LockLost``), records its token as ``committed_token`` and marks its
-    tick done, so all are true exactly when the writes commit. A block rolled back without raising
-    is ``NotCommitted``; a COMMIT with no answer is read back (``CommitUnknown`` when it cannot
-    tell). ``settle=False`` renews only (a task's, ``locks.tasks``). docs/architecture.md, "The
-    rules": 6, 10, 15."""
+    """The write phase of a run: one durable ``transaction.atomic()`` block whose first UPDATE renews
+    ``lease``, records its token as ``committed_token`` and marks its tick done (``settle=False``:
+    renews only). docs/architecture.md, "The rules": 6, 10, 15."""
     lease.check()
     values = {"committed_token": lease.token} if settle else {}
     if lease.tick is not None and settle:
@@ -594,9 +534,7 @@ def fenced(lease: Lease, *, settle: bool = True) -> Iterator[None]:
 
 def _unconfirmed(lease: Lease, *, using: str, cause: BaseException | None = None) -> None:
     """``CommitUnknown`` when the server said the fenced COMMIT did not wait for its synchronous
-    standby ("canceling wait for synchronous replication"): committed here, perhaps not on the
-    standby a failover promotes, so neither a success nor a failure (rule 15; not read back here:
-    this server shows it)."""
+    standby: committed here, perhaps not on the standby a failover promotes (rule 15)."""
     said = sync_wait_cancelled(using=using)
     if not said:
         return
@@ -609,9 +547,8 @@ def _unconfirmed(lease: Lease, *, using: str, cause: BaseException | None = None
 
 
 def read_back_commit(lease: Lease) -> bool | None:
-    """Whether a fenced write of ``lease`` committed, read from its lock row (``_lock_row``); None
-    when that cannot be told: the row unreadable, a later lease committed since, or the row claimed
-    since in another database history, where token numbers may repeat (rule 16)."""
+    """Whether a fenced write of ``lease`` committed, read from its lock row; None when the row cannot
+    tell (unreadable, a later lease committed since, or claimed since in another history: rule 16)."""
     row = _lock_row(lease.job, seconds=lease.ttl.total_seconds())
     if row is None or (row.get("timeline"), row.get("system_id")) != (lease.timeline, lease.system_id):
         return None
@@ -624,8 +561,7 @@ def read_back_commit(lease: Lease) -> bool | None:
 
 
 def read_back_claim(rows, *, holder: str, ttl: timedelta, **history_of) -> dict | None:
-    """What ``_history_of_win`` reads if acquire's claim committed though its answer was lost, else
-    None (``_read_back``: its own statement may still be running on the server)."""
+    """What ``_history_of_win`` reads if acquire's claim committed though its answer was lost, else None."""
 
     def read() -> dict | None:
         mine = unlocked(rows, using=rows.db, skip=False).filter(holder=holder).held()
@@ -636,8 +572,7 @@ def read_back_claim(rows, *, holder: str, ttl: timedelta, **history_of) -> dict 
 
 
 def _lock_row(job: str, *, seconds: float) -> dict | None:
-    """The lock row of ``job`` ({}: none), ``_read_back``: a transaction whose COMMIT answer was
-    lost may still hold it; None when it cannot be read."""
+    """The lock row of ``job`` ({}: none), read back (``_read_back``); None when it cannot be read."""
     using = router.db_for_write(SyncLock)
 
     def read() -> dict:
@@ -649,9 +584,8 @@ def _lock_row(job: str, *, seconds: float) -> dict | None:
 
 
 def _read_back(read: Callable[[], T], *, using: str, seconds: float) -> T | None:
-    """``read()`` on a new connection (the old one is broken, or in an unknown state), tried again
-    while the database is unreachable or the row locked (``unlocked``: NOWAIT), for at most
-    ``seconds`` and ``READ_BACK_SECONDS``; None if it never answered."""
+    """``read()`` on a new connection, tried again while it raises for at most ``seconds`` and
+    ``READ_BACK_SECONDS``; None if it never answered."""
     deadline = time.monotonic() + min(seconds, READ_BACK_SECONDS)
     delay = 0.1
     while True:
@@ -666,11 +600,9 @@ def _read_back(read: Callable[[], T], *, using: str, seconds: float) -> T | None
 
 
 def release(*, lease: Lease, status: str, error: str = "", used: bool = True) -> bool:
-    """Give the lease back, recording the outcome: its tick done when it succeeded, else its next
-    attempt's time (``used=False``: its attempt given back). Only the holder's token matches, in the
-    history it was granted in (False: it did not). A success whose fenced write the row does not show
-    is released ``failed`` and raises ``NotCommitted``. A locked row is waited for ``RELEASE_WAIT``
-    at most (``RowLocked``). docs/architecture.md, "The rules": 10, 12, 15, 16."""
+    """Give the lease back, recording the outcome (``used=False``: its attempt given back); False when
+    it was no longer this lease's. A success whose fenced write the row does not show is released
+    ``failed`` and raises ``NotCommitted``. docs/architecture.md, "The rules": 10, 12, 15, 16."""
     using = router.db_for_write(SyncLock)
     values = {}
     if not used and lease.tick is not None:
@@ -689,14 +621,15 @@ def release(*, lease: Lease, status: str, error: str = "", used: bool = True) ->
     update = dict(
         holder="", locked_until=None, last_finished_at=Now(), last_status=status, last_error=error[:2000]
     )
-
-    def write(rows=rows, update=update) -> int:
-        return unlocked(rows, using=using, skip=False).update(**update)
-
     what = f"releasing the lease on {lease.job} (token {lease.token})"
-    if without_waiting(
-        lambda: write(update={**update, **values}), using=using, within=RELEASE_WAIT, what=what
-    ):
+
+    def write(rows, update: dict) -> int:
+        unlocked_rows = unlocked(rows, using=using, skip=False)
+        return without_waiting(
+            lambda: unlocked_rows.update(**update), using=using, within=RELEASE_WAIT, what=what
+        )
+
+    if write(rows, {**update, **values}):
         return True
     if status != Outcome.SUCCEEDED or not lease.committed:
         return False
@@ -704,15 +637,13 @@ def release(*, lease: Lease, status: str, error: str = "", used: bool = True) ->
     failed = {**update, "last_status": Outcome.FAILED, "last_error": missing}
     if lease.retry_delay is not None:
         failed["retry_at"] = now_plus(lease.retry_delay)
-    rows = _granted(lease, using=using)
-    if not without_waiting(lambda: write(rows, failed), using=using, within=RELEASE_WAIT, what=what):
+    if not write(_granted(lease, using=using), failed):
         return False
     raise NotCommitted(missing)
 
 
 def _granted(lease: Lease, *, using: str):
-    """The lock row while it is ``lease``'s: its token, stamped with its history (where it has one:
-    after a failover a token number may be granted again in the new history)."""
+    """The lock row while it is ``lease``'s: its token, in the history it was granted in."""
     rows = SyncLock.objects.using(using).for_job(lease.job).filter(token=lease.token)
     if lease.timeline is not None:
         rows = rows.filter(timeline=lease.timeline, system_id=lease.system_id)

@@ -21,9 +21,7 @@ class Answer(NamedTuple):
 
 
 class Outcome(models.TextChoices):
-    """What a run came to: the one outcome vocabulary. ``JobRun.status`` and
-    ``SyncLock.last_status`` hold the ``RECORDED`` ones; each a run can come to has its row of
-    ``ANSWERS``: exit code, HTTP status, log level, the word it is recorded and logged as."""
+    """What a run came to: the one outcome vocabulary (stored: ``RECORDED``; answers: ``ANSWERS``)."""
 
     RUNNING = "running", "running"
     SUCCEEDED = "succeeded", "succeeded"
@@ -77,7 +75,8 @@ ANSWERS = {
 # What JobRun.status and SyncLock.last_status may hold: the first eight ("skipped" too, never stored).
 RECORDED = [(o.value, o.label) for o in Outcome][:8]
 
-# The states of a lease, judged by the database clock, each one filter (docs/architecture.md).
+# The states of a lease, judged by the database clock, each one filter (docs/architecture.md,
+# "Lease states"): held is in force, heartbeat overdue or not; expired, its holder stopped without releasing.
 FREE, HELD, EXPIRED, OVERDUE = "free", "held", "expired", "heartbeat overdue"
 
 RELEASED_Q = Q(locked_until__isnull=True)
@@ -97,8 +96,7 @@ def now_plus(delta: timedelta) -> ExpressionWrapper:
 
 
 def database_now() -> datetime:
-    """The database's clock, by which every lease and slot decision is judged; one query.
-    An aggregate answers with one row even when the table is empty."""
+    """The database's clock, in one query (an aggregate answers even when the table is empty)."""
     return SyncLock.objects.aggregate(now=Max(Now(), default=Now()))["now"]
 
 
@@ -111,15 +109,12 @@ class SyncLockQuerySet(models.QuerySet):
         return self.filter(RELEASED_Q | EXPIRED_Q)
 
     def held(self) -> "SyncLockQuerySet":
-        """Leases in force (heartbeat overdue or not)."""
         return self.filter(IN_FORCE_Q)
 
     def expired(self) -> "SyncLockQuerySet":
-        """Leases whose holder stopped without releasing them."""
         return self.filter(EXPIRED_Q)
 
     def overdue(self) -> "SyncLockQuerySet":
-        """Leases in force whose holder missed two heartbeats."""
         return self.filter(OVERDUE_Q)
 
     def stuck(self) -> "SyncLockQuerySet":
@@ -141,8 +136,8 @@ class SyncLockQuerySet(models.QuerySet):
 
 
 class SyncLock(models.Model):
-    """One row per job: the current lease and a summary of the last run; written only through
-    ``locks.lease`` (and ``locks.operator``), every write a conditional UPDATE."""
+    """One row per job: the current lease and a summary of the last run (written by ``locks.lease``
+    and ``locks.operator`` only)."""
 
     job_name = models.CharField("job", max_length=100, unique=True)
     holder = models.CharField(
@@ -196,8 +191,7 @@ class SyncLock(models.Model):
     last_finished_at = models.DateTimeField(null=True, blank=True)
     last_status = models.CharField(max_length=20, choices=RECORDED, blank=True)
     last_error = models.TextField(blank=True)
-    # An operator's pause (locks.operator): while paused_at is set, acquire's compare-and-set
-    # refuses every contender, forced or not (docs/architecture.md, "Operating the jobs").
+    # An operator's pause (docs/architecture.md, "Operating the jobs").
     paused_at = models.DateTimeField(
         "paused at", null=True, blank=True, help_text="Paused since (database clock); empty: not paused."
     )
@@ -211,8 +205,7 @@ class SyncLock(models.Model):
     paused_note = models.TextField(
         "pause note", blank=True, default="", help_text="Why, in the operator's words."
     )
-    # Run now (locks.operator.run_now): set by one compare-and-set before the background run
-    # starts, so a second request while one is pending or running starts nothing.
+    # Run now (locks.operator.run_now).
     run_requested_at = models.DateTimeField(
         "run requested at",
         null=True,
@@ -228,16 +221,14 @@ class SyncLock(models.Model):
         help_text="Who asked: admin:<user>.",
     )
 
-    # The database history the last lease was granted in (rule 16): PostgreSQL's WAL timeline,
-    # which grows at every promotion, and its cluster's system identifier; empty elsewhere.
+    # The database history the last lease was granted in (rule 16); empty but on PostgreSQL.
     timeline = models.PositiveBigIntegerField(
         null=True, blank=True, help_text="The database's WAL timeline when the last lease was granted."
     )
     system_id = models.PositiveBigIntegerField(
         "database system id", null=True, blank=True, help_text="The cluster it was granted on."
     )
-    # The last failover a lease found (rule 16): every slot at or before ``failover_through`` (the
-    # new primary's clock then) may have run on the old primary too, and its run says so.
+    # The last failover a lease found (rule 16).
     failover_note = models.TextField("last failover", blank=True, default="", db_default="")
     failover_through = models.DateTimeField(
         null=True, blank=True, help_text="Slots at or before this may have run on the old primary too."
@@ -272,8 +263,8 @@ class JobRunQuerySet(models.QuerySet):
         return self.filter(status=Outcome.SUCCEEDED)
 
     def unsettled(self, *, before, committed) -> "JobRunQuerySet":
-        """Runs of tokens before ``before`` still ``running``, or ``unknown`` at or after the last
-        committed token ``committed`` (values or expressions): what a new lease settles (rule 15)."""
+        """Runs of tokens before ``before`` still ``running``, or ``unknown`` from the last committed
+        token ``committed`` on: what a new lease settles (rule 15)."""
         unknown = Q(status=Outcome.UNKNOWN, token__gte=committed)
         return self.filter(Q(status=Outcome.RUNNING) | unknown, token__lt=before)
 
@@ -322,8 +313,7 @@ class JobRun(models.Model):
         ordering = ["-started_at"]
         indexes = [
             models.Index(fields=["job_name", "-started_at"], name="jobrun_job_started"),
-            # What a claim asks (JobRunQuerySet.unsettled), a job's last success (status.jobs_health)
-            # and its ledger's window of ticks: not a scan of a job's whole history.
+            # For the claim (``unsettled``), a job's last success and its ledger: no scan of its history.
             models.Index(fields=["job_name", "status", "token"], name="jobrun_job_status_token"),
             models.Index(fields=["job_name", "status", "finished_at"], name="jobrun_job_status_finished"),
             models.Index(fields=["job_name", "tick"], name="jobrun_job_tick"),
@@ -353,9 +343,8 @@ class Throttle(models.Model):
 
 
 class JobPause(models.Model):
-    """One row per pause of a job, closed when it is resumed: the pause history the tick
-    ledger reads (a slot whose chance passed entirely inside a pause is ``paused``).
-    Written only by ``locks.operator``, with the ``SyncLock`` row's own pause fields."""
+    """One row per pause of a job, closed when it is resumed: the pause history the tick ledger reads
+    (a slot whose chance passed entirely inside a pause is ``paused``). Written by ``locks.operator``."""
 
     job_name = models.CharField("job", max_length=100)
     paused_at = models.DateTimeField("paused at")
@@ -409,8 +398,7 @@ CLAIM_NOW = {
 class TickQuerySet(models.QuerySet):
     def claim(self, asks: list[tuple[str, datetime, timedelta]], *, holder: str) -> set[str]:
         """Claim each ``(job, tick, ttl)`` for ``holder`` until the database's now plus ``ttl``; the jobs
-        whose tick it won (no row yet, its claim ended, or ``holder``'s still open). One statement on
-        PostgreSQL and SQLite, else at most three an ask (docs/architecture.md, "Claim before spawn")."""
+        whose tick it won (docs/architecture.md, "Claim before spawn")."""
         if not asks:
             return set()
         connection = connections[self.db]
@@ -467,9 +455,8 @@ class TickQuerySet(models.QuerySet):
             return {job for (job,) in cursor.fetchall()}
 
     def close(self, ends: list[tuple[str, datetime, str, bool]], *, holder: str) -> int:
-        """After ``holder``'s asks ended, each ``(job, tick, status, again)``: its claim ends now when
-        a copy may ask for it again (a retry, a lease held elsewhere), else for good (empty
-        ``until``); one statement."""
+        """After ``holder``'s asks ended, each ``(job, tick, status, again)``: its claim ends now when a
+        copy may ask for it again, else for good (empty ``until``)."""
         if not ends:
             return 0
         keys = [(Q(job_name=job, tick=tick), status, again) for job, tick, status, again in ends]
@@ -480,8 +467,8 @@ class TickQuerySet(models.QuerySet):
 
 
 class Tick(models.Model):
-    """One row per slot of a job that a copy of ``run_scheduler`` claimed: the database's unique key
-    on (job, tick) lets one copy ask for it at a time (docs/architecture.md, "Claim before spawn")."""
+    """One row per slot of a job that a copy of ``run_scheduler`` claimed (docs/architecture.md,
+    "Claim before spawn")."""
 
     job_name = models.CharField("job", max_length=100)
     tick = models.DateTimeField()
