@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Literal, TypeVar
+from typing import Literal, NamedTuple, TypeVar
 
 from django.conf import settings
 from django.db import Error, IntegrityError, connections, router, transaction
@@ -65,9 +65,16 @@ def iso(value: datetime | None) -> str | None:
     return value.isoformat() if value is not None else None
 
 
-def pause_text(by: str, since: datetime | None, note: str) -> str:
-    """ "paused by X since T: note", the one wording of a pause (skips, commands, log lines)."""
-    return f"paused by {by} since {iso(since)}" + (f": {note}" if note else "")
+class Pause(NamedTuple):
+    """An operator's pause: who, since when (database clock), why."""
+
+    by: str
+    since: datetime | None
+    note: str = ""
+
+    def __str__(self) -> str:
+        """ "paused by X since T: note", the one wording of a pause (skips, commands, log lines)."""
+        return f"paused by {self.by} since {iso(self.since)}" + (f": {self.note}" if self.note else "")
 
 
 # What each reason of a Skip says (docs/architecture.md, "The rules": 1).
@@ -96,13 +103,11 @@ class Skip:
     locked: bool = False
     attempts: int | None = None
     retry_at: datetime | None = None
-    paused_by: str = ""
-    paused_at: datetime | None = None
-    paused_note: str = ""
+    pause: Pause | None = None
 
     def __str__(self) -> str:
         if self.reason == "paused":
-            return pause_text(self.paused_by, self.paused_at, self.paused_note)
+            return str(self.pause)
         if self.reason == "held" and self.locked:
             lease = f"lease until {iso(self.locked_until)}" if self.locked_until else "lease released"
             return f"the lock row is locked by a write in progress (last holder {self.holder or 'none'}, {lease})"
@@ -373,7 +378,7 @@ def _why_not(job: str, tick: datetime | None, state: dict, *, horizon, most) -> 
         return _ahead(job, tick, horizon, db_now)  # no skew warning: the run's own names the offset
     _warn_on_skew(job=job, db_now=db_now)
     if state["paused_at"] is not None:  # stronger than --force, and than a held lease
-        return _skip(job, tick, state, "paused", **{f: state[f] for f in PAUSE_FIELDS})
+        return _skip(job, tick, state, "paused", pause=Pause(*(state[f] for f in PAUSE_FIELDS)))
     if state["locked_until"] is not None and state["locked_until"] >= db_now:
         return _skip(job, tick, state, "held")
     stored = state["tick"]

@@ -18,7 +18,7 @@ from django.db.models import F, Max, Q
 from django.db.models.functions import Now
 
 from locks.db import RowLocked, error_text, lease_transaction, safe_text, unlocked, without_waiting
-from locks.lease import CREATE_WAIT, NOTE_LIMIT, LockError, create_lock_row, iso, pause_text
+from locks.lease import CREATE_WAIT, NOTE_LIMIT, LockError, Pause, create_lock_row, iso
 from locks.models import (
     EXPIRED,
     FREE,
@@ -83,10 +83,10 @@ class Change:
         return self.paused_at is not None
 
     def describe(self) -> str:
-        """ "J is paused by X since T: note" (``pause_text``), or "J is not paused"."""
+        """ "J is paused by X since T: note" (``Pause``), or "J is not paused"."""
         if not self.paused:
             return f"{self.job} is not paused"
-        return f"{self.job} is {pause_text(self.paused_by, self.paused_at, self.paused_note)}"
+        return f"{self.job} is {Pause(self.paused_by, self.paused_at, self.paused_note)}"
 
 
 def _write(operation, *, job: str, what: str):

@@ -212,9 +212,9 @@ def _run_payload(result: RunResult) -> dict:
             payload.update(
                 reason="paused",
                 detail=result.reason,
-                paused_by=result.skip.paused_by,
-                paused_at=iso(result.skip.paused_at),
-                paused_note=result.skip.paused_note,
+                paused_by=result.skip.pause.by,
+                paused_at=iso(result.skip.pause.since),
+                paused_note=result.skip.pause.note,
             )
         payload["skip"] = {
             "kind": result.skip.reason,

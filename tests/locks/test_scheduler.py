@@ -21,6 +21,7 @@ from itertools import pairwise
 import pytest
 
 from locks import schedule
+from locks.lease import Pause as OperatorPause
 from locks.lease import Skip
 from locks.models import JobRun
 from locks.registry import Job, jobs
@@ -172,7 +173,7 @@ def paused_loop(start: datetime, outcomes, *, resumed: datetime, until: datetime
     return runs, pause
 
 
-PAUSED = Skip("hourly", at(10), "paused", "", None, None, paused_by="alice", paused_at=at(9))
+PAUSED = Skip("hourly", at(10), "paused", "", None, None, pause=OperatorPause("alice", at(9)))
 
 
 def test_a_paused_job_is_asked_again_as_soon_as_it_is_resumed_10_s_before_its_chance_ends():
