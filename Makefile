@@ -7,7 +7,7 @@ WHEEL_VENVS := var/wheel
 PYTHON312 ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.12.*/bin/python $(PYENV_ROOT)/versions/3.12.*/bin/python /root/.pyenv/versions/3.12.*/bin/python) python3.12)
 export DJANGO_DEBUG ?= 1
 
-.PHONY: model model-sqlite model-postgres setup run test test-sqlite test-postgres wheel test-wheel-django52 test-wheel-django61 faults-table soak soak-mongodb soak-table soak-mongodb-table soak-failover-table lint demo clean bench compare-periodic requirements
+.PHONY: model model-sqlite model-postgres setup run test test-sqlite test-postgres test-soak wheel test-wheel-django52 test-wheel-django61 faults-table soak soak-mongodb soak-table soak-mongodb-table soak-failover-table lint demo clean bench compare-periodic requirements
 
 # Two stamps: running the product installs the runtime only (requirements.txt);
 # lint, tests and benchmarks install the development tools too (requirements-dev.txt).
@@ -67,22 +67,28 @@ lint: $(BIN)/.installed-dev
 # printed when it ends. The MongoDB suite (tests/test_mongodb.py) and the README's commands
 # (tests/test_readme.py) run once, in the SQLite half: without MONGODB_URI the MongoDB suite starts
 # its own SecantusDB server (tests/mongo_server.py, docs/mongodb.md), with it it uses that mongod.
+# Beside the halves, on a cluster of its own, the short soak (tests/soak/test_soak.py: about two
+# minutes, mostly waiting for its slots), which restarts its server.
 # The host suite on this checkout's locks/ instead: $(PYTEST) --ds tests.hostproject.settings.
 PYTEST := $(BIN)/python -m pytest
 HOST := --ds tests.hostproject.settings
 ONCE := --ignore=tests/locks --ignore=tests/test_mongodb.py --ignore=tests/test_readme.py
+SOAK := tests/soak/test_soak.py
 
 test: lint
-	$(MAKE) --no-print-directory -j2 --output-sync=target test-sqlite test-postgres
+	$(MAKE) --no-print-directory -j3 --output-sync=target test-sqlite test-postgres test-soak
 
 # Each run ends with its 15 slowest tests (--durations): where the halves' time goes, to balance them.
 SLOWEST := --durations=15
 test-sqlite: $(BIN)/.installed-dev wheel $(WHEEL_VENVS)/django61/bin/.installed
-	env -u DATABASE_URL $(PYTEST) $(SLOWEST) --ignore=tests/locks
+	env -u DATABASE_URL $(PYTEST) $(SLOWEST) --ignore=tests/locks --ignore=$(SOAK)
 	env -u DATABASE_URL scripts/test-wheel.sh $(WHEEL_VENVS)/django61 $(SLOWEST)
 
 test-postgres: $(BIN)/.installed-dev wheel $(WHEEL_VENVS)/django52/bin/.installed
-	scripts/with-postgres.sh sh -c '$(PYTEST) $(SLOWEST) $(ONCE) && scripts/test-wheel.sh $(WHEEL_VENVS)/django52 $(SLOWEST)'
+	scripts/with-postgres.sh sh -c '$(PYTEST) $(SLOWEST) $(ONCE) --ignore=$(SOAK) && scripts/test-wheel.sh $(WHEEL_VENVS)/django52 $(SLOWEST)'
+
+test-soak: $(BIN)/.installed-dev
+	scripts/with-postgres.sh $(PYTEST) $(SOAK)
 
 # --- the distribution (pyproject.toml): the locks app as the wheel django-tick-locks ---------------
 # `make wheel`: dist/django_tick_locks-VERSION-py3-none-any.whl, built from this tree with the

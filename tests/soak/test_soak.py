@@ -1,4 +1,4 @@
-"""The short seeded soak of ``make test``'s PostgreSQL pass (about two minutes).
+"""The short seeded soak of ``make test`` (``make test-soak``, about two minutes).
 
 Three ``run_scheduler`` replicas running the soak job (``catch_up: "all"``: every slot must
 run, none is excused) and ``send_reminders`` (``--reminders``: the SMTP stand-in, 150-odd
@@ -49,7 +49,7 @@ TIMEOUT = DURATION + 240
 def soak() -> dict:
     if connection.vendor != "postgresql":
         pytest.skip(
-            "PostgreSQL only (the soak restarts and stops the server): runs in the PostgreSQL pass of `make test`"
+            "PostgreSQL only (the soak restarts and stops the server): `make test-soak` runs it on a cluster of its own"
         )
     if PgServer.from_environment() is None:
         unavailable(
