@@ -170,7 +170,8 @@ def _history(job_name: str, *, runs: int) -> list:
 
 
 @pytest.mark.django_db
-def test_locks_ticks_prints_the_ledger_newest_first():
+def test_locks_ticks_prints_the_ledger_newest_first(settings):
+    reschedule(settings, "record", "0 3 * * *")  # a new slot may begin during the test only at 03:00 UTC
     ticks = _history("record", runs=9)
     out = StringIO()
     call_command("locks", "ticks", "record", "--last", "5", "--json", stdout=out)
