@@ -252,7 +252,7 @@ ABOVE = {
 # by themselves, a claim whose answer was lost read back on a new connection (+27); locks.E037 for
 # LOCKS_SCHEDULER_WORKERS (+2); /healthz judges a job that never succeeded from its row's creation (+4); a reset goes back to the last
 # done slot, not to none (+3); the claim returns its row in one UPDATE … RETURNING (locks.db.update_returning, +13 net); the runs' indexes (+6), each job's last success read with its lock row (-7); the pool waits for workers that keep answering (+12); the two read-backs share one retry loop, the skip messages are one table (-10). Stop 44's size cut of the schedule, the crontab, the settings' defaults, the registry's checks (-138); release's docstring says what, the rules say why (-9); the size cut of status, views, alerts and admin (helper, -44); of scheduler, runner, tasks and the commands (helper, -102). A ratchet, not the goal: lower it as code is cut; raise it only with a reason in the commit.
-MAX_PRODUCT_LINES = 6529
+MAX_PRODUCT_LINES = 6537
 # Its Python files with code (an empty package marker is not counted): 22 until issue 25 made alerts.py
 # an app of its own, locks.contrib.alerts: an app has its own apps.py, models.py and admin.py (and jobs.py).
 # 26 with issue 39's locks.tasks (the bridge to django.tasks, imported by the runner and the checks).

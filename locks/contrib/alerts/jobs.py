@@ -241,10 +241,18 @@ class _Staged:
             self.content_sent = True
 
 
+class _StagedSMTP(_Staged, smtplib.SMTP):
+    pass
+
+
+class _StagedSMTPSSL(_Staged, smtplib.SMTP_SSL):
+    pass
+
+
 class _AlertBackend(smtp.EmailBackend):
     @property
     def connection_class(self):
-        return type("StagedSMTP", (_Staged, super().connection_class), {})
+        return _StagedSMTPSSL if self.use_ssl else _StagedSMTP
 
 
 def hand_over(message: EmailMessage) -> tuple[str, str]:
