@@ -14,6 +14,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from functools import reduce
+from operator import or_
 from typing import Literal, NamedTuple, TypeVar
 
 from django.conf import settings
@@ -469,17 +471,62 @@ def _renew(lease: Lease, *, rows, values: dict) -> None:
         .update(locked_until=now_plus(lease.ttl), heartbeat_at=Now(), **values)
     )
     if not updated:
-        reason = f"lease on {lease.job} (token {lease.token}) was taken over, released or expired"
         rows = SyncLock.objects.using(using).for_job(lease.job)
         now = rows.annotate(now=same["timeline"]).values_list("now", flat=True).first() if same else None
-        if now is not None and now != lease.timeline:
-            reason = (
-                f"lease on {lease.job} (token {lease.token_name}) belongs to another database history: the "
-                f"database failed over since token {lease.token} was granted on timeline {lease.timeline} "
-                f"(now timeline {now})"
-            )
+        reason = _lost_reason(lease, now_timeline=now)
         lease.mark_lost(reason)
         raise LockLost(reason)
+
+
+def _lost_reason(lease: Lease | Held, *, now_timeline: int | None) -> str:
+    """Why ``lease`` could not be renewed: gone, or granted in another history than ``now_timeline``."""
+    if None in (now_timeline, lease.timeline) or now_timeline == lease.timeline:
+        return f"lease on {lease.job} (token {lease.token}) was taken over, released or expired"
+    return (
+        f"lease on {lease.job} (token {lease.timeline}/{lease.token}) belongs to another database history: "
+        f"the database failed over since token {lease.token} was granted on timeline {lease.timeline} "
+        f"(now timeline {now_timeline})"
+    )
+
+
+class Held(NamedTuple):
+    """A lease that a scheduler's worker holds and its scheduler renews (``renew_all``)."""
+
+    job: str
+    token: int
+    ttl: timedelta
+    timeline: int | None = None
+
+
+def renew_all(leases: list[Held]) -> dict[Held, str]:
+    """Renew each of ``leases`` by its TTL from the database's now in one statement, which skips a row
+    locked by a write in progress; the ones lost, with why (read in a second statement, only when one
+    was not renewed). docs/architecture.md, "The rules": 5."""
+    using = router.db_for_write(SyncLock)
+    same = history(using=using)
+    mine, until = [], []
+    for held in leases:
+        granted = Q(job_name=held.job, token=held.token)
+        if same and held.timeline is not None:
+            granted &= Q(Exact(same["timeline"], Value(held.timeline)))
+        mine.append(granted)
+        until.append(When(job_name=held.job, then=now_plus(held.ttl)))
+    rows = unlocked(SyncLock.objects.using(using).filter(reduce(or_, mine)).held(), using=using, skip=True)
+    if rows.update(locked_until=Case(*until), heartbeat_at=Now()) == len(leases):
+        return {}
+    now = {"db_now": Now(), **({"now_timeline": same["timeline"]} if same else {})}
+    read = SyncLock.objects.using(using).filter(job_name__in=[held.job for held in leases]).annotate(**now)
+    rows = {row["job_name"]: row for row in read.values("job_name", "token", "locked_until", *now)}
+    lost = {}
+    for held in leases:
+        row = rows.get(held.job, {})
+        timeline = row.get("now_timeline")
+        in_force = row.get("locked_until") is not None and row["locked_until"] >= row["db_now"]
+        moved = None not in (held.timeline, timeline) and held.timeline != timeline
+        if row.get("token") == held.token and in_force and not moved:
+            continue  # locked by a write in progress (which renewed it): renewed at the next beat
+        lost[held] = _lost_reason(held, now_timeline=timeline)
+    return lost
 
 
 @contextmanager

@@ -3,7 +3,9 @@ the ``JobRun`` record and ``RunResult``, what it came to and its log line (docs/
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -11,6 +13,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import partial
+from multiprocessing.connection import wait as wait_for_any
+from typing import NamedTuple
 
 from django.conf import settings
 from django.db import Error, OperationalError, connections, router
@@ -23,6 +27,7 @@ from locks.lease import (
     FAILOVER_PAUSER,
     RETRIED,
     CommitUnknown,
+    Held,
     Lease,
     LockError,
     LockLost,
@@ -119,9 +124,24 @@ class RunResult:
         logger.log(self.outcome.answer.level, "%s", self.describe(), exc_info=exc_info)
 
 
+# In a scheduler's worker, its two pipes to the scheduler (to it, from it), which renews the leases of
+# all its workers in one statement (``locks.scheduler``); None: each run's heartbeat renews its own.
+PARENT: list = [None]
+
+
+class Lost(NamedTuple):
+    """A lease no longer renewed: the scheduler could not (to its worker), or the worker's run ended or
+    ran out of time (to its scheduler; ``reason`` empty when it ended)."""
+
+    job: str
+    token: int
+    reason: str
+
+
 class _Heartbeat(threading.Thread):
-    """Renews the lease every TTL/3 until the run ends; when it cannot, or after ``max_run_time``,
-    marks the lease lost (the job's next ``lease.check()`` or ``fenced()`` raises ``LockLost``)."""
+    """Renews the lease every TTL/3 until the run ends (in a scheduler's worker: the scheduler does,
+    and says when it cannot); when it cannot, or after ``max_run_time``, marks the lease lost (the
+    job's next ``lease.check()`` or ``fenced()`` raises ``LockLost``)."""
 
     def __init__(self, lease: Lease, *, max_run_time: timedelta | None, started: float) -> None:
         super().__init__(name=f"heartbeat-{lease.job}", daemon=True)
@@ -132,8 +152,14 @@ class _Heartbeat(threading.Thread):
         self.stopping = threading.Event()
         # Inside fenced(lease) the transaction renewed the lease and holds the lock row: no beat needed.
         self.fenced_holds_row = connections[router.db_for_write(SyncLock)].features.supports_transactions
+        self.parent = PARENT[0]
+        if self.parent is not None:
+            self.wake_reader, self.wake_writer = os.pipe()  # stop() wakes the wait on the scheduler's pipe
+            self.parent[0].send(Held(lease.job, lease.token, lease.ttl, lease.timeline))
 
     def run(self) -> None:
+        if self.parent is not None and not self._told():
+            return
         try:
             while not self.stopping.wait(self.interval):
                 if self.deadline is not None and time.monotonic() > self.deadline:
@@ -162,6 +188,26 @@ class _Heartbeat(threading.Thread):
         finally:
             connections.close_all()
 
+    def _told(self) -> bool:
+        """In a scheduler's worker: wait until the scheduler says the lease is lost, or the maximum run
+        time; True when the scheduler is gone (this thread renews the lease from then on)."""
+        to_it, from_it = self.parent
+        with contextlib.suppress(EOFError, OSError):
+            while not self.stopping.is_set():
+                left = None if self.deadline is None else max(self.deadline - time.monotonic(), 0)
+                if not wait_for_any([from_it, self.wake_reader], timeout=left):
+                    self._lost(f"ran longer than its maximum run time {self.max_run_time}")
+                    to_it.send(Lost(self.lease.job, self.lease.token, self.lease.lost_reason))
+                    return False
+                if self.stopping.is_set():
+                    return False
+                told = from_it.recv()  # a Lost for an earlier lease of this worker is left unread by its run
+                if (told.job, told.token) == (self.lease.job, self.lease.token):
+                    self._lost(told.reason)
+                    return False
+            return False
+        return not (self.stopping.is_set() or self.lease.lost)
+
     def _lost(self, reason: str = "") -> None:
         if reason:  # else renew() marked it lost
             self.lease.mark_lost(reason)
@@ -169,7 +215,15 @@ class _Heartbeat(threading.Thread):
 
     def stop(self) -> None:
         self.stopping.set()
+        if self.parent is None:
+            self.join(timeout=self.interval + 5)
+            return
+        os.write(self.wake_writer, b"x")
         self.join(timeout=self.interval + 5)
+        os.close(self.wake_reader)
+        os.close(self.wake_writer)
+        if not self.lease.lost:  # the scheduler stops renewing it before the run releases it
+            self.parent[0].send(Lost(self.lease.job, self.lease.token, ""))
 
 
 def run_locked(

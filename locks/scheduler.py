@@ -21,14 +21,15 @@ from multiprocessing.connection import wait as wait_for_any
 
 from django.conf import settings
 from django.db import Error as DBError
-from django.db import connections, reset_queries
+from django.db import connections, reset_queries, router
 from django.utils import timezone
 
+from locks import runner
 from locks.db import error_text
-from locks.lease import RETRIED, make_holder
+from locks.lease import RETRIED, Held, make_holder, renew_all
 from locks.models import Outcome, SyncLock, Tick
 from locks.registry import SLOT_ERRORS, Job
-from locks.runner import SETTLED, RunResult, interrupt, run_job
+from locks.runner import SETTLED, Lost, RunResult, interrupt, run_job
 from locks.schedule import InvalidTick
 from locks.tasks import sweep
 
@@ -122,26 +123,35 @@ class Inline:
 
 class Forked:
     """Each ask in a forked child, which sends its ``RunResult`` back; it ignores SIGTERM and SIGINT
-    and is interrupted with SIGUSR1 after the grace."""
+    and is interrupted with SIGUSR1 after the grace. The leases its children hold are renewed here, all
+    in one statement a beat (``locks.lease.renew_all``)."""
 
     def __init__(self, run: Callable[..., RunResult] = run_job) -> None:
         self.run = run
         self.children: dict[int, tuple[_Plan, multiprocessing.Process, object]] = {}
         self.context = multiprocessing.get_context("fork")
+        self.tell: dict[int, object] = {}  # by the reader's fileno: the pipe to that child
+        self.leases: dict[int, Held] = {}  # by the reader's fileno: the lease its run holds
+        self.beat_at = 0.0  # when to renew them next (time.monotonic())
 
     def start(self, plan: _Plan, *, due: datetime) -> None:
         reader, writer = self.context.Pipe(duplex=False)
+        told, tell = self.context.Pipe(duplex=False)
         connections.close_all()  # no connection of this process is shared with the child
         child = self.context.Process(
-            target=_child, args=(self.run, plan.job.name, due, writer), name=f"run-{plan.job.name}"
+            target=_child, args=(self.run, plan.job.name, due, writer, told), name=f"run-{plan.job.name}"
         )
         child.start()
         writer.close()
+        told.close()
         self.children[reader.fileno()] = (plan, child, reader)
+        self.tell[reader.fileno()] = tell
 
     def collect(self, seconds: float, *, wake: int | None = None) -> list[tuple[_Plan, RunResult]]:
         """The runs that ended within ``seconds`` (at once, if any has); sooner on a byte at ``wake``."""
         readers = [reader for _plan, _child, reader in self.children.values()]
+        if self.leases:
+            seconds = min(seconds, self.beat_at - time.monotonic())
         ready = wait_for_any(readers + ([wake] if wake is not None else []), timeout=max(seconds, 0))
         finished = []
         for reader in ready:
@@ -149,18 +159,60 @@ class Forked:
                 with contextlib.suppress(BlockingIOError):
                     os.read(wake, 64)
                 continue
-            plan, child, _reader = self.children.pop(reader.fileno())
             try:
                 outcome, answered = reader.recv(), True
             except (EOFError, OSError):
                 why, answered = "its run's process ended without an answer", False
+                outcome = None
+            if self._held(reader.fileno(), outcome):
+                continue
+            plan, child, _reader = self.children.pop(reader.fileno())
+            self.leases.pop(reader.fileno(), None)
+            if not answered:
                 logger.warning("scheduler: job=%s: %s", plan.job.name, why)
                 outcome = _broke(plan.job.name, None, why)
             self._done(child, reader, answered=answered)
             finished.append((plan, outcome))
+        self._beat()
         return finished
 
+    def _held(self, fileno: int, told) -> bool:
+        """Whether ``told`` is news of the lease a run holds (``Held``) or no longer holds (``Lost``)."""
+        if isinstance(told, Held):
+            beat_at = time.monotonic() + told.ttl.total_seconds() / 3
+            self.beat_at = min(self.beat_at, beat_at) if self.leases else beat_at
+            self.leases[fileno] = told
+        elif isinstance(told, Lost):
+            self.leases.pop(fileno, None)
+        return isinstance(told, Held | Lost)
+
+    def _beat(self) -> None:
+        """Every TTL/3 (the shortest of theirs) while runs hold leases: renew them all, and tell each
+        run whose lease was lost (docs/architecture.md, "The rules": 5)."""
+        now = time.monotonic()
+        if not self.leases or now < self.beat_at:
+            return
+        leases = dict(self.leases)
+        try:
+            lost = renew_all(list(leases.values()))
+        except DBError as exc:
+            if connections[router.db_for_write(SyncLock)].vendor == "sqlite" and "locked" in str(exc):
+                logger.debug("scheduler: heartbeat: %s; trying again at the next beat", error_text(exc))
+                lost = {}  # a write holds SQLite's one lock: renewed by it, if it is the run's own
+            else:
+                lost = dict.fromkeys(
+                    leases.values(), f"heartbeat could not renew the lease: {error_text(exc)}"
+                )
+        logger.debug("scheduler: heartbeat: %d of %d leases renewed", len(leases) - len(lost), len(leases))
+        for fileno, held in leases.items():
+            if held in lost:
+                del self.leases[fileno]
+                with contextlib.suppress(OSError):
+                    self.tell[fileno].send(Lost(held.job, held.token, lost[held]))
+        self.beat_at = now + min((held.ttl.total_seconds() / 3 for held in self.leases.values()), default=0)
+
     def _done(self, child: multiprocessing.Process, reader, *, answered: bool) -> None:
+        self.tell.pop(reader.fileno()).close()
         reader.close()
         child.join(timeout=5)
 
@@ -195,14 +247,17 @@ class Pool(Forked):
         while self.waiting:
             if not self.idle and len(self.workers) < self.size:
                 pipe, theirs = self.context.Pipe()
+                told, tell = self.context.Pipe(duplex=False)
                 connections.close_all()  # no connection of this process is shared with the worker
                 worker = self.context.Process(
-                    target=_worker, args=(self.run, theirs, os.getpid()), name="worker"
+                    target=_worker, args=(self.run, theirs, told, os.getpid()), name="worker"
                 )
                 worker.start()
                 theirs.close()
+                told.close()
                 self.workers.add(worker)
                 self.idle.append((worker, pipe))
+                self.tell[pipe.fileno()] = tell
             if self.idle:
                 plan, due, _since = self.waiting.pop(0)
                 worker, pipe = self.idle.pop()
@@ -258,8 +313,9 @@ class Pool(Forked):
             self._done(*self.idle.pop(), answered=True)
 
 
-def _worker(run: Callable[..., RunResult], pipe, parent: int) -> None:
-    """A pool's worker: an ask for each ``(name, due)`` it receives, until None or its parent is gone."""
+def _worker(run: Callable[..., RunResult], pipe, told, parent: int) -> None:
+    """A pool's worker: an ask for each ``(name, due)`` it receives on ``pipe``, until None or its parent
+    is gone; ``told``: its parent's word of a lease it could not renew."""
     _ignore_stops()
     with contextlib.suppress(EOFError, OSError):
         while True:
@@ -270,7 +326,7 @@ def _worker(run: Callable[..., RunResult], pipe, parent: int) -> None:
             if message is None:
                 return
             _reuse_connections()
-            _child(run, *message, pipe, keep=True)
+            _child(run, *message, pipe, told, keep=True)
 
 
 def _reuse_connections() -> None:
@@ -291,8 +347,9 @@ def _ignore_stops() -> None:
     signal.signal(signal.SIGUSR1, _interrupt)
 
 
-def _child(run: Callable[..., RunResult], name: str, due: datetime, writer, keep: bool = False) -> None:
+def _child(run: Callable[..., RunResult], name: str, due: datetime, writer, told, keep: bool = False) -> None:
     _ignore_stops()
+    runner.PARENT[0] = (writer, told)  # the scheduler renews the lease of its run
     outcome = _broke(name, due, "its run's process was interrupted")
     try:
         outcome = ask(run, name=name, due=due)

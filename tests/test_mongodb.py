@@ -578,6 +578,19 @@ def test_a_stale_token_can_neither_renew_nor_release(mongo):
     assert after_force == {"renewed": False, "released": False}
 
 
+def test_a_schedulers_heartbeat_renews_its_workers_leases_in_one_update(mongo):
+    """Issue 36, item 4: ``renew_all`` (each lease by its own TTL: a Case/When update) is one
+    update command; a lease force-released meanwhile is named lost after a read."""
+    beats = step(mongo, "renew_all", jobs=["beat-a", "beat-b"])
+
+    assert beats["renewed"] == {"lost": {}, "commands": {"update": 1}}
+    assert beats["until_minus_beat"] == [60.0, 120.0]
+    assert beats["after_force"] == {
+        "lost": {"beat-b": "lease on beat-b (token 1) was taken over, released or expired"},
+        "commands": {"update": 1, "aggregate": 1},
+    }
+
+
 # --- fencing: the renewal and the write in one transaction (a replica set) -------------
 
 
@@ -724,6 +737,28 @@ def step_hold(*, job: str, ttl: float, work: float) -> dict:
 
     result = run_locked(job=job, tick=None, ttl=timedelta(seconds=ttl), fn=work_while_holding)
     return {"outcome": result.outcome.recorded, "error": result.error}
+
+
+def step_renew_all(*, jobs: list[str]) -> dict:
+    from locks.lease import Held, acquire, renew_all
+    from locks.models import SyncLock
+    from locks.operator import force_release
+
+    counter = command_counter()
+    leases = [acquire(job=job, tick=None, ttl=timedelta(seconds=60 * (n + 1))) for n, job in enumerate(jobs)]
+    held = [Held(lease.job, lease.token, lease.ttl, lease.timeline) for lease in leases]
+    counter.on = True
+    renewed = {"lost": renew_all(held), "commands": counter.take()}
+    counter.on = False
+    rows = SyncLock.objects.filter(job_name__in=jobs).order_by("job_name")
+    until = [
+        (until - beat).total_seconds() for until, beat in rows.values_list("locked_until", "heartbeat_at")
+    ]
+    force_release(job=jobs[1], by="test")
+    counter.on = True
+    lost = renew_all(held)
+    after = {"lost": {held.job: why for held, why in lost.items()}, "commands": counter.take()}
+    return {"renewed": renewed, "until_minus_beat": until, "after_force": after}
 
 
 def step_settle() -> dict:

@@ -3,14 +3,17 @@
 import logging
 import time
 from datetime import timedelta
+from multiprocessing import Pipe
+from types import SimpleNamespace
 
 import pytest
 from django.utils import timezone
 
-from locks.lease import Lease, Skip, acquire, fenced, renew
+from locks import runner
+from locks.lease import Held, Lease, Skip, acquire, fenced, renew
 from locks.models import JobRun, SyncLock, database_now
 from locks.operator import force_release
-from locks.runner import run_locked
+from locks.runner import Lost, run_locked
 from tests.locks.conftest import TICK
 
 TTL = timedelta(minutes=5)
@@ -286,3 +289,60 @@ def test_taking_over_closes_the_runs_a_dead_holder_left_running():
     assert closed.error == "holder dead:1:x stopped renewing; its lease expired and token 2 took over"
     assert closed.finished_at is not None and closed.finished_at >= closed.started_at
     assert JobRun.objects.get(token=2).status == "succeeded"
+
+
+@pytest.fixture
+def scheduler_pipes():
+    """This process as a scheduler's worker: its heartbeat tells ``to_scheduler`` of its lease and
+    hears from ``from_scheduler`` (locks.scheduler renews the leases of all its workers)."""
+    scheduler_reads, to_scheduler = Pipe(duplex=False)
+    from_scheduler, scheduler_tells = Pipe(duplex=False)
+    runner.PARENT[0] = (to_scheduler, from_scheduler)
+    yield SimpleNamespace(reads=scheduler_reads, tells=scheduler_tells)
+    runner.PARENT[0] = None
+
+
+def test_in_a_schedulers_worker_the_run_renews_nothing_and_ends_lost_when_its_scheduler_says(scheduler_pipes):
+    """Issue 36, item 4: the scheduler renews; the run hears of a lease lost (an earlier lease's word
+    is not its own) and tells the scheduler when its run ends (an empty reason)."""
+    ttl = timedelta(seconds=0.3)  # were it to renew its own lease, a beat every 0.1 s
+    beats = []
+
+    def job(lease):
+        scheduler_pipes.tells.send(Lost("job", lease.token - 1, "an earlier lease's"))
+        time.sleep(0.5)
+        assert not lease.lost
+        beats.append(SyncLock.objects.values_list("acquired_at", "heartbeat_at").get())
+        scheduler_pipes.tells.send(Lost("job", lease.token, "lost, says the scheduler"))
+        lease._lost.wait(timeout=10)
+        lease.check()
+
+    result = run_locked(job="job", tick=TICK, ttl=ttl, fn=job)
+
+    assert (result.outcome, result.error) == ("lost_lock", "lost, says the scheduler")
+    assert scheduler_pipes.reads.recv() == Held("job", 1, ttl, result.timeline)
+    assert not scheduler_pipes.reads.poll()  # lost: the scheduler had stopped renewing it already
+    [(acquired_at, heartbeat_at)] = beats
+    assert heartbeat_at == acquired_at  # nothing renewed it in 0.5 s, its run least of all
+
+    run_locked(job="job", tick=TICK + TTL, ttl=TTL, fn=lambda lease: None)
+
+    assert scheduler_pipes.reads.recv() == Held("job", 2, TTL, result.timeline)
+    assert scheduler_pipes.reads.recv() == Lost("job", 2, "")
+
+
+def test_in_a_schedulers_worker_the_maximum_run_time_ends_the_run_and_tells_the_scheduler(scheduler_pipes):
+    def stalled(lease):
+        lease._lost.wait(timeout=20)
+        lease.check()
+
+    result = run_locked(job="job", tick=TICK, ttl=TTL, max_run_time=timedelta(seconds=0.5), fn=stalled)
+
+    assert (result.outcome, result.error) == (
+        "lost_lock",
+        "ran longer than its maximum run time 0:00:00.500000",
+    )
+    assert scheduler_pipes.reads.recv() == Held("job", 1, TTL, result.timeline)
+    assert scheduler_pipes.reads.recv() == Lost(
+        "job", 1, "ran longer than its maximum run time 0:00:00.500000"
+    )

@@ -21,6 +21,7 @@ import pytest
 from django.db import connection
 
 from locks.models import JobRun, Outcome, SyncLock
+from locks.operator import force_release
 from locks.runner import RunResult
 from locks.scheduler import Pool, _Plan
 from tests.conftest import project_env
@@ -272,3 +273,40 @@ def test_a_burst_of_short_runs_waits_for_a_worker_that_keeps_answering_not_a_pro
 
     assert len(results) == 8
     assert len({pid_of(result.holder) for result in results}) == 1, [result.holder for result in results]
+
+
+@pytest.mark.slow
+def test_the_scheduler_renews_its_workers_leases_and_tells_a_run_whose_lease_it_lost(db_url):
+    """Issue 36, item 4: a worker's run does not renew its own lease; its scheduler renews the leases
+    of all its workers, one statement a beat (TTL/3), and tells a run whose lease it could not renew.
+    A 4 s run on a 3 s lease writes under it; a run force-released in its middle hears of it from
+    its scheduler."""
+    env = project_env(
+        DATABASE_URL=db_url,
+        SLOW_WRITE_SCHEDULE="* * * * * */5",
+        SLOW_WRITE_SECONDS="4",
+        SLOW_WRITE_TTL="3",
+        LOCKS_SCHEDULER_WORKERS="1",
+        LOCKS_LOG_LEVEL="DEBUG",
+    )
+    runs = JobRun.objects.filter(job_name="slow_write")
+    scheduler = start(env, "slow_write")
+    try:
+        wait_for(lambda: runs.filter(status="succeeded").exists(), timeout=60, what="a run of slow_write")
+        running = runs.filter(status="running")
+        wait_for(running.exists, timeout=60, what="the next run of slow_write")
+        token = running.get().token
+        assert force_release(job="slow_write", expected_token=token, by="test").changed
+        later = runs.filter(token__gt=token, status="succeeded")
+        wait_for(later.exists, timeout=60, what="a run after the one force-released")
+    finally:
+        err, _took = stop(scheduler)
+
+    assert scheduler.returncode == 0 and "Traceback" not in err, err
+    succeeded = runs.filter(status="succeeded").order_by("tick").first()
+    assert succeeded.finished_at - succeeded.started_at > timedelta(seconds=4)  # a lease of 3 s, renewed
+    assert "scheduler: heartbeat: 1 of 1 leases renewed" in err
+    lost = (
+        f"job=slow_write heartbeat: lease on slow_write (token {token}) was taken over, released or expired"
+    )
+    assert lost in err

@@ -12,10 +12,12 @@ from itertools import cycle
 
 import pytest
 from django.db import connection, transaction
+from django.db.models import F
 from django.test.utils import CaptureQueriesContext
 
-from locks.lease import Lease, Skip, _won, acquire, release, renew
+from locks.lease import Held, Lease, Skip, _won, acquire, release, renew, renew_all
 from locks.models import JobRun, SyncLock
+from locks.operator import force_release
 from locks.runner import run_locked
 from tests.locks.conftest import register
 
@@ -93,6 +95,30 @@ def test_renew_is_one_statement():
         renew(lease=lease)
 
     assert verbs(renewing) == ["UPDATE"]
+
+
+def test_a_scheduler_renews_the_leases_of_all_its_workers_in_one_statement():
+    """Issue 36, item 4: one heartbeat statement renews every lease a replica's runs hold, each by
+    its own TTL from the database's now; a lease that was lost costs a second (the read of why)."""
+    leases = [acquire(job=f"{JOB}-{n}", tick=TICK, ttl=TTL * (n + 1)) for n in range(3)]
+    rows = SyncLock.objects.filter(job_name__startswith=f"{JOB}-").order_by("job_name")
+    rows.update(locked_until=F("locked_until") - timedelta(seconds=1))  # then renewed: TTL after the beat
+    held = [Held(lease.job, lease.token, lease.ttl, lease.timeline) for lease in leases]
+
+    with CaptureQueriesContext(connection) as renewing:
+        lost = renew_all(held)
+
+    assert lost == {}
+    assert verbs(renewing) == ["UPDATE"], [q["sql"] for q in renewing]
+    for lease, (until, beat) in zip(leases, rows.values_list("locked_until", "heartbeat_at"), strict=True):
+        assert until - beat == lease.ttl
+    assert force_release(job=f"{JOB}-1", by="test").changed
+
+    with CaptureQueriesContext(connection) as renewing:
+        lost = renew_all(held)
+
+    assert lost == {held[1]: f"lease on {JOB}-1 (token 1) was taken over, released or expired"}
+    assert verbs(renewing) == ["UPDATE", "SELECT"], [q["sql"] for q in renewing]
 
 
 @pytest.mark.usefixtures("free_row")
