@@ -193,6 +193,7 @@ class Forked:
         if not self.leases or now < self.beat_at:
             return
         leases = dict(self.leases)
+        _reuse_connections()  # not one the server closed since the last beat (a restart, a failover)
         try:
             lost = renew_all(list(leases.values()))
         except DBError as exc:
