@@ -91,6 +91,18 @@ def two_jobs_every_2_s(db_url: str, *, slots: int) -> str:
     return err
 
 
+def one_worker_slow_write(db_url: str, *, schedule: str, seconds: float, **more: str) -> dict[str, str]:
+    """One worker, and slow_write on ``schedule`` with ``seconds`` of work on a 3 s lease."""
+    return project_env(
+        DATABASE_URL=db_url,
+        SLOW_WRITE_SCHEDULE=schedule,
+        SLOW_WRITE_SECONDS=str(seconds),
+        SLOW_WRITE_TTL="3",
+        LOCKS_SCHEDULER_WORKERS="1",
+        **more,
+    )
+
+
 @pytest.mark.slow
 def test_the_runs_of_many_slots_come_from_at_most_the_pools_workers(db_url):
     two_jobs_every_2_s(db_url, slots=8)
@@ -125,13 +137,7 @@ def test_on_postgresql_a_replica_opens_about_a_connection_per_worker_not_per_slo
 
 @pytest.mark.slow
 def test_a_worker_killed_in_the_middle_of_a_run_is_replaced_and_the_next_slots_run(db_url):
-    env = project_env(
-        DATABASE_URL=db_url,
-        SLOW_WRITE_SCHEDULE="* * * * * */3",
-        SLOW_WRITE_SECONDS="1",
-        SLOW_WRITE_TTL="3",
-        LOCKS_SCHEDULER_WORKERS="1",
-    )
+    env = one_worker_slow_write(db_url, schedule="* * * * * */3", seconds=1)
     scheduler = start(env, "slow_write")
     try:
         wait_for(lambda: len(succeeded_ticks("slow_write")) >= 2, timeout=30, what="two slots of slow_write")
@@ -281,14 +287,7 @@ def test_the_scheduler_renews_its_workers_leases_and_tells_a_run_whose_lease_it_
     of all its workers, one statement a beat (TTL/3), and tells a run whose lease it could not renew.
     A 4 s run on a 3 s lease writes under it; a run force-released in its middle hears of it from
     its scheduler."""
-    env = project_env(
-        DATABASE_URL=db_url,
-        SLOW_WRITE_SCHEDULE="* * * * * */5",
-        SLOW_WRITE_SECONDS="4",
-        SLOW_WRITE_TTL="3",
-        LOCKS_SCHEDULER_WORKERS="1",
-        LOCKS_LOG_LEVEL="DEBUG",
-    )
+    env = one_worker_slow_write(db_url, schedule="* * * * * */5", seconds=4, LOCKS_LOG_LEVEL="DEBUG")
     runs = JobRun.objects.filter(job_name="slow_write")
     scheduler = start(env, "slow_write")
     try:
