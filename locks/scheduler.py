@@ -201,9 +201,8 @@ class Forked:
                 logger.debug("scheduler: heartbeat: %s; trying again at the next beat", error_text(exc))
                 lost = {}  # a write holds SQLite's one lock: renewed by it, if it is the run's own
             else:
-                lost = dict.fromkeys(
-                    leases.values(), f"heartbeat could not renew the lease: {error_text(exc)}"
-                )
+                why = f"heartbeat could not renew the lease: {error_text(exc)}"
+                lost = dict.fromkeys(leases.values(), why)
         logger.debug("scheduler: heartbeat: %d of %d leases renewed", len(leases) - len(lost), len(leases))
         for fileno, held in leases.items():
             if held in lost:
