@@ -153,9 +153,12 @@ class _Heartbeat(threading.Thread):
         # Inside fenced(lease) the transaction renewed the lease and holds the lock row: no beat needed.
         self.fenced_holds_row = connections[router.db_for_write(SyncLock)].features.supports_transactions
         self.parent = PARENT[0]
-        if self.parent is not None:
-            self.wake_reader, self.wake_writer = os.pipe()  # stop() wakes the wait on the scheduler's pipe
-            self.parent[0].send(Held(lease.job, lease.token, lease.ttl, lease.timeline))
+        try:  # the scheduler renews the lease; stop() wakes the wait on the scheduler's pipe
+            if self.parent is not None:
+                self.parent[0].send(Held(lease.job, lease.token, lease.ttl, lease.timeline))
+                self.wake_reader, self.wake_writer = os.pipe()
+        except OSError:
+            self.parent = None  # its scheduler is gone: this thread renews the lease
 
     def run(self) -> None:
         if self.parent is not None and not self._told():
@@ -223,7 +226,8 @@ class _Heartbeat(threading.Thread):
         os.close(self.wake_reader)
         os.close(self.wake_writer)
         if not self.lease.lost:  # the scheduler stops renewing it before the run releases it
-            self.parent[0].send(Lost(self.lease.job, self.lease.token, ""))
+            with contextlib.suppress(OSError):
+                self.parent[0].send(Lost(self.lease.job, self.lease.token, ""))
 
 
 def run_locked(

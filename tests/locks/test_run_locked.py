@@ -346,3 +346,23 @@ def test_in_a_schedulers_worker_the_maximum_run_time_ends_the_run_and_tells_the_
     assert scheduler_pipes.reads.recv() == Lost(
         "job", 1, "ran longer than its maximum run time 0:00:00.500000"
     )
+
+
+def test_a_run_whose_scheduler_is_gone_renews_its_lease_itself(scheduler_pipes):
+    """Its scheduler killed in the middle of the run (both pipes end): the run's heartbeat renews the
+    lease from then on, and the run ends as it would have, without a traceback."""
+    ttl = timedelta(seconds=0.6)  # a beat every 0.2 s once it renews by itself
+    beats = []
+
+    def job(lease):
+        scheduler_pipes.reads.close()
+        scheduler_pipes.tells.close()
+        time.sleep(1.0)
+        beats.append(SyncLock.objects.values_list("acquired_at", "heartbeat_at").get())
+        lease.check()
+
+    result = run_locked(job="job", tick=TICK, ttl=ttl, fn=job)
+
+    assert (result.outcome, result.error) == ("succeeded", "")
+    [(acquired_at, heartbeat_at)] = beats
+    assert heartbeat_at > acquired_at
