@@ -20,7 +20,7 @@ from typing import Literal, NamedTuple, TypeVar
 
 from django.conf import settings
 from django.db import Error, IntegrityError, connections, router, transaction
-from django.db.models import Case, Exists, F, OuterRef, Q, Value, When
+from django.db.models import Case, Exists, F, OuterRef, PositiveIntegerField, Q, Value, When
 from django.db.models.functions import Coalesce, Now
 from django.db.models.lookups import Exact, GreaterThanOrEqual
 from django.utils import timezone
@@ -658,7 +658,9 @@ def release(*, lease: Lease, status: str, error: str = "", used: bool = True) ->
     using = router.db_for_write(SyncLock)
     values = {}
     if not used and lease.tick is not None:
-        values["tick_attempts"] = F("tick_attempts") - 1
+        # Once: a repeat of this release (its answer lost, runner._record_finish) finds it released.
+        once = When(locked_until__isnull=False, then=F("tick_attempts") - 1)
+        values["tick_attempts"] = Case(once, default=F("tick_attempts"), output_field=PositiveIntegerField())
     elif status in RETRIED and lease.retry_delay is not None:
         values["retry_at"] = now_plus(lease.retry_delay)
     if lease.tick is not None and status == Outcome.SUCCEEDED:

@@ -591,6 +591,11 @@ def test_a_schedulers_heartbeat_renews_its_workers_leases_in_one_update(mongo):
     }
 
 
+def test_a_repeated_release_gives_an_unused_attempt_back_once(mongo):
+    """The Case/When of release(used=False): a repeat (its answer lost) finds the lease released."""
+    assert step(mongo, "give_back", job="give-back") == {"attempts": [1, 0, 0], "released": [True, True]}
+
+
 # --- fencing: the renewal and the write in one transaction (a replica set) -------------
 
 
@@ -759,6 +764,21 @@ def step_renew_all(*, jobs: list[str]) -> dict:
     lost = renew_all(held)
     after = {"lost": {held.job: why for held, why in lost.items()}, "commands": counter.take()}
     return {"renewed": renewed, "until_minus_beat": until, "after_force": after}
+
+
+def step_give_back(*, job: str) -> dict:
+    from locks.lease import acquire, release
+    from locks.models import SyncLock
+
+    lease = acquire(
+        job=job, tick=datetime(2030, 1, 1, tzinfo=UTC), ttl=timedelta(seconds=60), retry_delays=()
+    )
+    attempts = [SyncLock.objects.get(job_name=job).tick_attempts]
+    released = []
+    for _repeat in range(2):
+        released.append(release(lease=lease, status="failed", used=False))
+        attempts.append(SyncLock.objects.get(job_name=job).tick_attempts)
+    return {"attempts": attempts, "released": released}
 
 
 def step_settle() -> dict:

@@ -170,3 +170,19 @@ def test_a_failover_pause_whose_run_was_interrupted_still_binds_the_next_run(tim
         "paused on a database failover: the database failed over since token 1"
     )
     assert JobPause.objects.get().paused_by == "locks:failover"
+
+
+def test_a_repeated_release_gives_an_unused_attempt_back_once():
+    """runner._record_finish repeats a release whose answer was lost, on a new connection. The repeat
+    of one that gave back its unused attempt (a run interrupted before its body) gave it back again:
+    below zero, the database refused it, and the run was left unrecorded (found by the model of the
+    tick row's prototype, issue 36)."""
+    lease = acquire(job="job", tick=TICK, ttl=TTL, retry_delays=ONE_ATTEMPT)
+
+    assert release(lease=lease, status="failed", used=False)
+    assert release(lease=lease, status="failed", used=False)  # the repeat
+
+    lock = SyncLock.objects.get()
+    assert (lock.tick, lock.tick_attempts, lock.locked_until, lock.tick_done) == (TICK, 0, None, False)
+    again = acquire(job="job", tick=TICK, ttl=TTL, retry_delays=ONE_ATTEMPT)
+    assert isinstance(again, Lease) and again.attempt == 1
