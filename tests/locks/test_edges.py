@@ -175,8 +175,8 @@ def test_a_failover_pause_whose_run_was_interrupted_still_binds_the_next_run(tim
 def test_a_repeated_release_gives_an_unused_attempt_back_once():
     """runner._record_finish repeats a release whose answer was lost, on a new connection. The repeat
     of one that gave back its unused attempt (a run interrupted before its body) gave it back again:
-    below zero, the database refused it, and the run was left unrecorded (found by the model of the
-    tick row's prototype, issue 36)."""
+    below zero, the database refused it, and the run was left unrecorded (found while prototyping the
+    tick row, issue 36)."""
     lease = acquire(job="job", tick=TICK, ttl=TTL, retry_delays=ONE_ATTEMPT)
 
     assert release(lease=lease, status="failed", used=False)
