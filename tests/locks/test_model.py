@@ -28,7 +28,7 @@ from pathlib import Path
 from unittest import mock
 
 import pytest
-from django.db import OperationalError, connection
+from django.db import IntegrityError, OperationalError, connection
 from django.db.models import BigIntegerField, Count, F, Value
 from django.db.models.functions import Now
 from hypothesis import HealthCheck, seed, settings
@@ -73,6 +73,7 @@ ONE_HOLDER = "one holder at a time"
 ONE_ROW = "one tick row per job and slot"
 ONE_CLAIMANT = "one unexpired claim of a slot at a time"
 CLOSED = "a slot closed for good as succeeded is never claimed or run again"
+REPEATED = "a release sent again after an unanswered one is answered, and changes nothing more"
 
 
 class Died(BaseException):
@@ -438,8 +439,10 @@ class LeaseModel(RuleBasedStateMachine):
             self.live[lease.holder] = self.clock + TTL
 
     @step("release", holding=True)
-    @rule(name=st.sampled_from(["A", "B"]), succeeded=st.booleans(), fault=faults)
-    def release(self, name, succeeded, fault):
+    @rule(name=st.sampled_from(["A", "B"]), succeeded=st.booleans(), used=st.booleans(), fault=faults)
+    def release(self, name, succeeded, used, fault):
+        """``used=False``: its body never started (an interruption before it); an unanswered release is
+        sent once more on a new connection, as ``runner._record_finish`` does."""
         name = self._pick(name, holding=True)
         lease = name and self.leases[name]
         if lease is None or not self._holder(name):
@@ -447,15 +450,25 @@ class LeaseModel(RuleBasedStateMachine):
         self.leases[name] = None
         self.live.pop(lease.holder, None)  # whatever the answer, this holder is done with it
         status = Outcome.SUCCEEDED if succeeded else Outcome.FAILED
-        released = False
+        released = unanswered = False
         with self._step(fault):
             try:
-                released = release(lease=lease, status=status)
+                released = release(lease=lease, status=status, used=used)
             except (Died, SystemExit) as exc:
                 self._ended(name, exc)
                 return
-            except Exception:  # NotCommitted, unanswered
+            except NotCommitted:
                 return
+            except Exception:  # unanswered
+                unanswered = True
+        if unanswered:
+            connection.close()
+            try:
+                released = release(lease=lease, status=status, used=used)
+            except NotCommitted:
+                return
+            except IntegrityError as exc:  # the run would be left unrecorded
+                raise AssertionError(f"{REPEATED}: {exc}") from exc
         if released and succeeded and lease.committed:
             assert self._written(lease), f"{TRUTHFUL_SUCCESS}: {lease.holder} (token {lease.token})"
 
@@ -592,7 +605,7 @@ def test_a_reset_of_a_later_failed_tick_does_not_let_a_done_slot_run_again():
         state.check()
         state.acquire(fault=none, name="A", tick=TICKS[1])  # a later tick claimed
         state.check()
-        state.release(fault=none, name="A", succeeded=False)  # its attempt failed
+        state.release(fault=none, name="A", succeeded=False, used=True)  # its attempt failed
         state.check()
         state.operator(action="reset_tick", fault=none)  # not done: reset
         state.check()
