@@ -204,7 +204,7 @@ class _Heartbeat(threading.Thread):
                     return False
                 if self.stopping.is_set():
                     return False
-                told = from_it.recv()  # a Lost for an earlier lease of this worker is left unread by its run
+                told = from_it.recv()  # or a Lost for an earlier lease of this worker, unread by its run
                 if (told.job, told.token) == (self.lease.job, self.lease.token):
                     self._lost(told.reason)
                     return False
