@@ -658,8 +658,8 @@ def release(*, lease: Lease, status: str, error: str = "", used: bool = True) ->
     using = router.db_for_write(SyncLock)
     values = {}
     if not used and lease.tick is not None:
-        # Once: a repeat of this release (its answer lost, runner._record_finish) finds it released.
-        once = When(locked_until__isnull=False, then=F("tick_attempts") - 1)
+        # Once, to its own tick: not again in a repeat (its answer lost), nor to a tick reset meanwhile.
+        once = When(locked_until__isnull=False, tick=lease.tick, then=F("tick_attempts") - 1)
         values["tick_attempts"] = Case(once, default=F("tick_attempts"), output_field=PositiveIntegerField())
     elif status in RETRIED and lease.retry_delay is not None:
         values["retry_at"] = now_plus(lease.retry_delay)

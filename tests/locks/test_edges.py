@@ -10,11 +10,12 @@ from unittest import mock
 
 import pytest
 from django.db import DEFAULT_DB_ALIAS, OperationalError, connections
-from django.db.models import BigIntegerField, Value
+from django.db.models import BigIntegerField, F, Value
 
 from locks import Lease, Skip, acquire, fenced, release, run_locked
 from locks.lease import read_back_commit
 from locks.models import JobPause, JobRun, SyncLock
+from locks.operator import reset_tick
 from tests.jobsapp.models import SlotWrite
 from tests.locks.conftest import TICK
 
@@ -186,3 +187,18 @@ def test_a_repeated_release_gives_an_unused_attempt_back_once():
     assert (lock.tick, lock.tick_attempts, lock.locked_until, lock.tick_done) == (TICK, 0, None, False)
     again = acquire(job="job", tick=TICK, ttl=TTL, retry_delays=ONE_ATTEMPT)
     assert isinstance(again, Lease) and again.attempt == 1
+
+
+def test_an_expired_lease_gives_its_unused_attempt_back_only_to_its_own_tick():
+    """A lease that expired (its holder stalled), its tick reset by an operator meanwhile (the lease
+    is not held, so the reset is allowed): its release gave the attempt back to the row all the same,
+    below the reset's zero, and the database refused it (found by the model, its release drawing a
+    body that never ran)."""
+    lease = acquire(job="job", tick=TICK, ttl=TTL, retry_delays=ONE_ATTEMPT)
+    SyncLock.objects.update(locked_until=F("locked_until") - 2 * TTL)
+    assert reset_tick(job="job", expected_tick=TICK, by="test").changed
+
+    assert release(lease=lease, status="failed", used=False)
+
+    lock = SyncLock.objects.get()
+    assert (lock.tick, lock.tick_attempts, lock.locked_until, lock.tick_done) == (None, 0, None, False)
