@@ -128,6 +128,21 @@ class Skip:
         return max(until - self.db_now, timedelta(0)) if until is not None else None
 
 
+class Grant(NamedTuple):
+    """What the claim that won a lease read from its lock row; a ``RunResult``'s is its lease's."""
+
+    acquired_at: datetime | None = None  # by the database clock
+    attempt: int | None = None  # this run's among its tick's
+    attempts: int | None = None  # of how many its tick gets (None: no limit)
+    retry_delay: timedelta | None = None  # after this attempt fails; None: it was the last one
+    timeline: int | None = None  # with system_id, the database history it was granted in
+    system_id: int | None = None
+    failover: str = ""  # a failover its claim found
+    failover_slot: str = ""  # that one, or an earlier one at or after its tick
+    prior_commit: int | None = None  # the token whose fenced write had committed last
+    unsettled: bool = True  # runs of earlier tokens to settle
+
+
 @dataclass
 class Lease:
     """A lease this process holds; ``token`` is the fencing number (docs/architecture.md, "The
@@ -138,19 +153,11 @@ class Lease:
     token: int
     tick: datetime | None
     ttl: timedelta
-    acquired_at: datetime
+    grant: Grant = field(default_factory=Grant)  # what its claim read from its lock row
     lost_reason: str = ""
     committed: bool = False  # a fenced(lease) block committed
-    prior_commit: int | None = None  # the token whose fenced write had committed last when it was won
-    attempt: int | None = None  # this run's among its tick's
-    retry_delay: timedelta | None = None  # after this attempt fails; None: it was the last one
-    timeline: int | None = None  # with system_id, the database history it was granted in
-    system_id: int | None = None
-    failover: str = ""  # a failover its claim found
-    failover_slot: str = ""  # that one, or an earlier one at or after its tick
     unconfirmed: bool = False  # the fenced COMMIT was not confirmed by the synchronous standby
     interrupted_commit: bool = False  # a signal came during the fenced COMMIT
-    unsettled: bool = True  # runs of earlier tokens to settle
     writing: threading.Event = field(default_factory=threading.Event, repr=False)  # inside fenced(lease)
     _lost: threading.Event = field(default_factory=threading.Event, repr=False)
 
@@ -170,7 +177,7 @@ class Lease:
     @property
     def token_name(self) -> str:
         """ "T/N" (timeline/token) where there is a timeline, else the token."""
-        return f"{self.timeline}/{self.token}" if self.timeline is not None else str(self.token)
+        return f"{self.grant.timeline}/{self.token}" if self.grant.timeline is not None else str(self.token)
 
 
 T = TypeVar("T")
@@ -264,17 +271,11 @@ SEEN = ("holder", "locked_until", "tick", "tick_done", "tick_attempts", "retry_a
 
 def _lease(won: dict, *, job: str, holder: str, tick: datetime | None, ttl: timedelta, delays) -> Lease:
     attempt = won["tick_attempts"] if tick is not None else None
-    return Lease(
-        *(job, holder, won["token"], tick, ttl, won["acquired_at"]),
-        prior_commit=won["committed_token"],
-        attempt=attempt,
-        retry_delay=delays[attempt - 1] if attempt and delays and attempt <= len(delays) else None,
-        timeline=won.get("now_timeline"),
-        system_id=won.get("now_system_id"),
-        failover=won["failover"],
-        failover_slot=won["failover_slot"],
-        unsettled=won["unsettled"],
-    )
+    retry_delay = delays[attempt - 1] if attempt and delays and attempt <= len(delays) else None
+    history = won.get("now_timeline"), won.get("now_system_id"), won["failover"], won["failover_slot"]
+    earlier = won["committed_token"], won["unsettled"]
+    grant = Grant(won["acquired_at"], attempt, attempts_of(delays), retry_delay, *history, *earlier)
+    return Lease(job, holder, won["token"], tick, ttl, grant)
 
 
 def _won(mine, *, job: str, using: str):
@@ -462,9 +463,9 @@ def renew(*, lease: Lease) -> None:
 def _renew(lease: Lease, *, rows, values: dict) -> None:
     """The renewal, in the history the lease was granted in (rule 16)."""
     using = rows.db
-    same = history(using=using) if lease.timeline is not None else {}
+    same = history(using=using) if lease.grant.timeline is not None else {}
     if same:
-        rows = rows.filter(Exact(same["timeline"], Value(lease.timeline)))
+        rows = rows.filter(Exact(same["timeline"], Value(lease.grant.timeline)))
     updated = (
         rows.filter(token=lease.token)
         .held()
@@ -473,12 +474,12 @@ def _renew(lease: Lease, *, rows, values: dict) -> None:
     if not updated:
         rows = SyncLock.objects.using(using).for_job(lease.job)
         now = rows.annotate(now=same["timeline"]).values_list("now", flat=True).first() if same else None
-        reason = _lost_reason(lease, now_timeline=now)
+        reason = _lost_reason(Held(lease.job, lease.token, lease.ttl, lease.grant.timeline), now_timeline=now)
         lease.mark_lost(reason)
         raise LockLost(reason)
 
 
-def _lost_reason(lease: Lease | Held, *, now_timeline: int | None) -> str:
+def _lost_reason(lease: Held, *, now_timeline: int | None) -> str:
     """Why ``lease`` could not be renewed: gone, or granted in another history than ``now_timeline``."""
     if None in (now_timeline, lease.timeline) or now_timeline == lease.timeline:
         return f"lease on {lease.job} (token {lease.token}) was taken over, released or expired"
@@ -602,7 +603,8 @@ def read_back_commit(lease: Lease) -> bool | None:
     """Whether a fenced write of ``lease`` committed, read from its lock row; None when the row cannot
     tell (unreadable, a later lease committed since, or claimed since in another history: rule 16)."""
     row = _lock_row(lease.job, seconds=lease.ttl.total_seconds())
-    if row is None or (row.get("timeline"), row.get("system_id")) != (lease.timeline, lease.system_id):
+    granted_in = (lease.grant.timeline, lease.grant.system_id)
+    if row is None or (row.get("timeline"), row.get("system_id")) != granted_in:
         return None
     committed = row["committed_token"]
     if committed == lease.token:
@@ -661,8 +663,8 @@ def release(*, lease: Lease, status: str, error: str = "", used: bool = True) ->
         # Once, to its own tick: not again in a repeat (its answer lost), nor to a tick reset meanwhile.
         once = When(locked_until__isnull=False, tick=lease.tick, then=F("tick_attempts") - 1)
         values["tick_attempts"] = Case(once, default=F("tick_attempts"), output_field=PositiveIntegerField())
-    elif status in RETRIED and lease.retry_delay is not None:
-        values["retry_at"] = now_plus(lease.retry_delay)
+    elif status in RETRIED and lease.grant.retry_delay is not None:
+        values["retry_at"] = now_plus(lease.grant.retry_delay)
     if lease.tick is not None and status == Outcome.SUCCEEDED:
         values.update(tick=lease.tick, tick_done=True)
     elif not lease.committed and not connections[using].features.supports_transactions:
@@ -689,8 +691,8 @@ def release(*, lease: Lease, status: str, error: str = "", used: bool = True) ->
         return False
     missing = f"its fenced write (token {lease.token}) is not in this database's history"
     failed = {**update, "last_status": Outcome.FAILED, "last_error": missing}
-    if lease.retry_delay is not None:
-        failed["retry_at"] = now_plus(lease.retry_delay)
+    if lease.grant.retry_delay is not None:
+        failed["retry_at"] = now_plus(lease.grant.retry_delay)
     if not write(_granted(lease, using=using), failed):
         return False
     raise NotCommitted(missing)
@@ -699,6 +701,6 @@ def release(*, lease: Lease, status: str, error: str = "", used: bool = True) ->
 def _granted(lease: Lease, *, using: str):
     """The lock row while it is ``lease``'s: its token, in the history it was granted in."""
     rows = SyncLock.objects.using(using).for_job(lease.job).filter(token=lease.token)
-    if lease.timeline is not None:
-        rows = rows.filter(timeline=lease.timeline, system_id=lease.system_id)
+    if lease.grant.timeline is not None:
+        rows = rows.filter(timeline=lease.grant.timeline, system_id=lease.grant.system_id)
     return rows

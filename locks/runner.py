@@ -10,11 +10,11 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from functools import partial
 from multiprocessing.connection import wait as wait_for_any
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 from django.conf import settings
 from django.db import Error, OperationalError, connections, router
@@ -27,6 +27,7 @@ from locks.lease import (
     FAILOVER_PAUSER,
     RETRIED,
     CommitUnknown,
+    Grant,
     Held,
     Lease,
     LockError,
@@ -43,7 +44,7 @@ from locks.lease import (
     validate_ttl,
 )
 from locks.models import JobRun, Outcome, SyncLock, Tick, now_plus
-from locks.registry import ALL, PAUSE, RERUN, Job, attempts_of, get_job, prune_every, tick_window
+from locks.registry import ALL, PAUSE, RERUN, Job, get_job, prune_every, tick_window
 from locks.schedule import InvalidTick
 from locks.tasks import TaskFailed, run_task
 
@@ -58,6 +59,13 @@ MAX_CATCH_UP = 2000
 SETTLED = frozenset({"tick_claimed", "attempts_used"})
 
 
+@dataclass(frozen=True)
+class Failure:
+    error: str = ""
+    traceback: str = ""  # an unexpected exception's, bounded
+    exception: BaseException | None = field(default=None, repr=False, compare=False)
+
+
 @dataclass
 class RunResult:
     """What one run came to, in plain values (no database needed to read it)."""
@@ -67,22 +75,13 @@ class RunResult:
     holder: str
     outcome: Outcome = Outcome.SKIPPED
     token: int | None = None
-    # The database history of its lease (PostgreSQL): the token that leaves it is (timeline, token).
-    timeline: int | None = None
+    grant: Grant = field(default_factory=Grant)  # its lease's (rules 12, 16)
     skip: Skip | None = None
     reason: str = ""
     stats: dict = field(default_factory=dict)
-    error: str = ""
-    traceback: str = ""  # an unexpected exception's, bounded
+    failure: Failure = Failure()
     duration: float = 0.0
-    attempt: int | None = None  # its number among its tick's attempts, of attempts (rule 12)
-    attempts: int | None = None
-    # After a failed attempt: how long until the next may start; None: it was the last one.
-    retry_after: timedelta | None = None
-    behind: bool = False  # catch_up "all": it was for a slot older than the current one
-    forced: bool = False  # --force: its tick, if any, is a failed slot it retried (``retries``)
-    reached: bool = False  # its body started: it used one of its tick's attempts (rule 12)
-    exception: BaseException | None = field(default=None, repr=False, compare=False)
+    claimed: Literal["", "forced", "behind"] = ""  # forced: --force; behind: catch_up "all", an older slot
 
     def __post_init__(self) -> None:
         self.outcome = Outcome(self.outcome)
@@ -94,33 +93,34 @@ class RunResult:
     @property
     def next_due_now(self) -> bool:
         """Under catch_up "all": this run settled a slot behind the current one, so the next is due now."""
-        if not self.behind:
+        if self.claimed != "behind":
             return False
         if self.outcome.recorded in RETRIED:
-            return self.retry_after is None
+            return self.grant.retry_delay is None
         settled_elsewhere = self.skip is not None and self.skip.reason in SETTLED
         return self.outcome.recorded == Outcome.SUCCEEDED or settled_elsewhere
 
     def describe(self) -> str:
         parts = [f"job={self.job}", f"tick={iso(self.tick) or 'forced'}", f"holder={self.holder}"]
-        forced = " forced=yes" if self.forced and self.tick else ""  # a forced run that retried a slot
+        forced = " forced=yes" if self.claimed == "forced" and self.tick else ""  # it retried a slot
         parts.append(f"outcome={self.outcome.recorded}{forced}")
         if self.token is not None:
             parts.append(f"token={self.token}")
-        if self.attempt is not None:
-            parts.append(f"attempt={self.attempt}" + (f"/{self.attempts}" if self.attempts else ""))
+        if (attempt := self.grant.attempt) is not None:
+            parts.append(f"attempt={attempt}" + (f"/{self.grant.attempts}" if self.grant.attempts else ""))
         parts.extend(f"{key}={value}" for key, value in self.stats.items())
         if self.reason:
             parts.append(f"reason={self.reason}")
-        if self.error:
-            parts.append(f"error={self.error}")
+        if self.failure.error:
+            parts.append(f"error={self.failure.error}")
         parts.append(f"duration={self.duration:.2f}s")
-        if self.timeline is not None:  # with the token, the pair that names a lease across failovers
-            parts.append(f"timeline={self.timeline}")
+        if self.grant.timeline is not None:  # with the token, the pair that names a lease across failovers
+            parts.append(f"timeline={self.grant.timeline}")
         return " ".join(parts)
 
     def log(self) -> None:
-        exc_info = self.exception if self.traceback else None  # an unexpected one's, outside its except block
+        # An unexpected exception's traceback, outside its except block.
+        exc_info = self.failure.exception if self.failure.traceback else None
         logger.log(self.outcome.answer.level, "%s", self.describe(), exc_info=exc_info)
 
 
@@ -155,7 +155,7 @@ class _Heartbeat(threading.Thread):
         self.parent = PARENT[0]
         try:  # the scheduler renews the lease; stop() wakes the wait on the scheduler's pipe
             if self.parent is not None:
-                self.parent[0].send(Held(lease.job, lease.token, lease.ttl, lease.timeline))
+                self.parent[0].send(Held(lease.job, lease.token, lease.ttl, lease.grant.timeline))
                 self.wake_reader, self.wake_writer = os.pipe()
         except OSError:
             self.parent = None  # its scheduler is gone: this thread renews the lease
@@ -253,7 +253,7 @@ def run_locked(
     if max_run_time is not None and max_run_time <= timedelta(0):
         raise ValueError(f"max_run_time must be positive, got {max_run_time}")
     started = time.monotonic()
-    result = RunResult(job=job, tick=tick, holder=holder or make_holder(), forced=tick is None)
+    result = RunResult(job=job, tick=tick, holder=holder or make_holder(), claimed="" if tick else "forced")
     with _interrupts(hold=True):
         try:
             connections[router.db_for_write(SyncLock)].ensure_connection()
@@ -265,20 +265,19 @@ def run_locked(
         if isinstance(got, Skip):
             return _skipped(result, got, started)
         lease = got
-        result.token, result.attempt, result.timeline = lease.token, lease.attempt, lease.timeline
+        result.token, result.grant = lease.token, lease.grant
         result.tick = lease.tick  # a forced run that retries a failed slot names it
-        result.attempts = attempts_of(retry_delays) if lease.attempt is not None else None
         run_id = _record_start(lease, requested_by=requested_by)
         heartbeat = _Heartbeat(lease, max_run_time=max_run_time, started=started)
         heartbeat.start()
         try:
-            body = _pause_on_failover if lease.failover and on_failover == PAUSE else fn
-            interrupted = _run_body(body, lease, result, expected_errors)
+            body = _pause_on_failover if lease.grant.failover and on_failover == PAUSE else fn
+            interrupted, started_body = _run_body(body, lease, result, expected_errors)
         finally:
             heartbeat.stop()
         _settle(lease, result)
         result.duration = time.monotonic() - started
-        _record_finish(lease, run_id, result)
+        _record_finish(lease, run_id, result, used=started_body)
         result.log()
         if interrupted is not None:
             raise interrupted
@@ -340,7 +339,7 @@ class PausedOnFailover(NotCommitted):
 
 def _pause_on_failover(lease: Lease) -> None:
     # acquire paused the job in its claim's transaction: no later run can miss the failover.
-    note = failover_pause_note(lease.failover)
+    note = failover_pause_note(lease.grant.failover)
     logger.warning(
         "job=%s paused by %s: no copy runs it until it is resumed (note: %s)",
         *(lease.job, FAILOVER_PAUSER, note),
@@ -351,13 +350,13 @@ def _pause_on_failover(lease: Lease) -> None:
     )
 
 
-def _run_body(fn, lease: Lease, result: RunResult, expected_errors) -> BaseException | None:
-    """``fn(lease)``'s outcome, error and exception on ``result``; an interruption is returned, to be
-    raised once the run is recorded."""
-    outcome, error, caught = Outcome.FAILED, "", None
+def _run_body(fn, lease: Lease, result: RunResult, expected_errors) -> tuple[BaseException | None, bool]:
+    """``fn(lease)``'s outcome and failure on ``result``; an interruption, to be raised once the run is
+    recorded, and whether its body started (it used one of its tick's attempts: rule 12)."""
+    outcome, error, caught, traceback, started, interrupted = Outcome.FAILED, "", None, "", False, None
     try:
         with _interrupts(hold=False):
-            result.reached = True
+            started = True
             result.stats = dict(fn(lease) or {})
             lease.check()
         outcome = Outcome.SUCCEEDED
@@ -372,16 +371,15 @@ def _run_body(fn, lease: Lease, result: RunResult, expected_errors) -> BaseExcep
     except expected_errors as exc:  # its message may quote an outside system: bounded, one line
         outcome, error, caught = Outcome.FAILED_EXPECTED, safe_text(str(exc), limit=ERROR_LIMIT), exc
     except Exception as exc:
-        error, caught, result.traceback = error_text(exc), exc, traceback_text(exc)
+        error, caught, traceback = error_text(exc), exc, traceback_text(exc)
     except BaseException as exc:  # KeyboardInterrupt, SystemExit (SIGTERM): record, then go on
         # During its fenced COMMIT: unknown until _settle reads it back (rule 10).
-        result.outcome = Outcome.UNKNOWN if lease.interrupted_commit else Outcome.FAILED
-        result.error = f"interrupted: {error_text(exc)}"
-        if not result.reached:  # before its body: it used no attempt (rule 12)
-            result.error = f"interrupted before its body started ({error_text(exc)}): its attempt is not used"
-        return exc
-    result.outcome, result.error, result.exception = outcome, error, caught
-    return None
+        outcome = Outcome.UNKNOWN if lease.interrupted_commit else Outcome.FAILED
+        error, interrupted = f"interrupted: {error_text(exc)}", exc
+        if not started:  # before its body: it used no attempt (rule 12)
+            error = f"interrupted before its body started ({error_text(exc)}): its attempt is not used"
+    result.outcome, result.failure = outcome, Failure(error, traceback, caught)
+    return interrupted, started
 
 
 def _settle(lease: Lease, result: RunResult) -> None:
@@ -391,9 +389,8 @@ def _settle(lease: Lease, result: RunResult) -> None:
         lease.committed = True
     if lease.committed and result.outcome != Outcome.SUCCEEDED:
         result.outcome = Outcome.SUCCEEDED_THEN_FAILED
-        result.error = f"after its fenced write committed: {result.error}"
-    if result.outcome.recorded in RETRIED:
-        result.retry_after = lease.retry_delay
+        error = f"after its fenced write committed: {result.failure.error}"
+        result.failure = replace(result.failure, error=error)
 
 
 def _unreachable(result: RunResult, exc: Exception, started: float) -> RunResult:
@@ -404,26 +401,26 @@ def _unreachable(result: RunResult, exc: Exception, started: float) -> RunResult
         ) from exc
     cause = STANDBY if standby(exc) else "database unreachable"  # a standby: the URL or a failover
     result.reason = f"{cause}: {error_text(exc)}"
-    result.exception, result.outcome = exc, Outcome.UNREACHABLE
+    result.failure, result.outcome = Failure(exception=exc), Outcome.UNREACHABLE
     return _logged(result, started)
 
 
 def _record_start(lease: Lease, *, requested_by: str) -> int | None:
     """Settle the runs of earlier tokens (if the claim saw one unsettled), then record this one."""
     try:
-        if lease.unsettled:
+        if lease.grant.unsettled:
             _settle_earlier(lease)
         return JobRun.objects.create(
             job_name=lease.job,
             tick=lease.tick,
-            attempt=lease.attempt,
+            attempt=lease.grant.attempt,
             holder=lease.holder,
             token=lease.token,
-            started_at=lease.acquired_at,
+            started_at=lease.grant.acquired_at,
             requested_by=requested_by,
-            timeline=lease.timeline,
-            system_id=lease.system_id,
-            failover=lease.failover_slot,
+            timeline=lease.grant.timeline,
+            system_id=lease.grant.system_id,
+            failover=lease.grant.failover_slot,
         ).pk
     except Error as exc:
         logger.warning("job=%s could not record the run start: %s", lease.job, error_text(exc))
@@ -433,12 +430,12 @@ def _record_start(lease: Lease, *, requested_by: str) -> int | None:
 def _settle_earlier(lease: Lease) -> None:
     """One UPDATE of the unsettled runs (rule 15): ``running`` ones lost their holder, ``unknown``
     ones are resolved by the lock row's last committed token."""
-    prior = lease.prior_commit or 0  # tokens start at 1: 0 names no committed write
+    prior = lease.grant.prior_commit or 0  # tokens start at 1: 0 names no committed write
     committed, running, text = Q(token=prior), Q(status=Outcome.RUNNING), TextField()
     took_over = f"token {lease.token} took over"
     resolved = f"resolved by token {lease.token}: the lock row shows its fenced write"
     stopped = _dead_holder(f"committed its fenced write, then stopped before recording it; {took_over}")
-    lost = f"was lost in a failover; token {lease.token_name} took over" if lease.failover else ""
+    lost = f"was lost in a failover; token {lease.token_name} took over" if lease.grant.failover else ""
     abandoned = _dead_holder(lost or f"stopped renewing; its lease expired and {took_over}")
     JobRun.objects.for_job(lease.job).unsettled(before=lease.token, committed=prior).update(
         status=Case(
@@ -454,7 +451,7 @@ def _settle_earlier(lease: Lease) -> None:
             output_field=text,
         ),
         finished_at=Case(When(running, then=Now()), default="finished_at"),
-        failover=Case(When(running & ~committed, then=Value(lease.failover, text)), default="failover"),
+        failover=Case(When(running & ~committed, then=Value(lease.grant.failover, text)), default="failover"),
     )
 
 
@@ -463,19 +460,19 @@ def _dead_holder(what: str) -> Concat:
     return Concat(Value("holder "), "holder", Value(f" {what}"), output_field=TextField())
 
 
-def _record_finish(lease: Lease, run_id, result: RunResult) -> None:
+def _record_finish(lease: Lease, run_id, result: RunResult, *, used: bool) -> None:
     released: bool | None = None
     for attempt in range(2):
         try:
             if released is None:
-                released = _release(lease, result)
+                released = _release(lease, result, used=used)
             if run_id is not None:
                 JobRun.objects.filter(pk=run_id).update(
                     finished_at=Now(),
                     status=result.outcome.recorded,
                     **({"stats": result.stats} if result.stats else {}),  # a task's id stays (locks.tasks)
-                    error=result.error,
-                    traceback=result.traceback,
+                    error=result.failure.error,
+                    traceback=result.failure.traceback,
                 )
             if lease.token % prune_every(lease.job) == 0:  # about hourly, no state kept
                 prune_runs(job=lease.job)
@@ -493,19 +490,20 @@ def _record_finish(lease: Lease, run_id, result: RunResult) -> None:
             )
 
 
-def _release(lease: Lease, result: RunResult) -> bool:
+def _release(lease: Lease, result: RunResult, *, used: bool) -> bool:
     """Release the lease with the run's outcome, corrected to ``lost_lock`` for a success whose lease
     changed hands without a committed fenced write, ``failed`` for one the row does not show."""
     try:
-        released = release(
-            lease=lease, status=result.outcome.recorded, error=result.error, used=result.reached
-        )
+        released = release(lease=lease, status=result.outcome.recorded, error=result.failure.error, used=used)
     except NotCommitted as exc:
-        result.outcome, result.error, result.retry_after = Outcome.FAILED, str(exc), lease.retry_delay
+        result.outcome, result.failure = Outcome.FAILED, replace(result.failure, error=str(exc))
         return True
     if not released and result.outcome.recorded == Outcome.SUCCEEDED and not lease.committed:
         result.outcome = Outcome.LOST_LOCK
-        result.error = f"lease on {lease.job} (token {lease.token}) was taken over before the run finished"
+        # Taken over: its release set no delay before its tick's next attempt.
+        result.grant = result.grant._replace(retry_delay=None)
+        error = f"lease on {lease.job} (token {lease.token}) was taken over before the run finished"
+        result.failure = replace(result.failure, error=error)
     return released
 
 
@@ -570,7 +568,7 @@ def run_job(
         requested_by=requested_by,
         on_failover=job.on_failover,
     )
-    result.behind, skip = behind, result.skip
+    result.claimed, skip = "behind" if behind else result.claimed, result.skip
     if tick is not None and skip is not None and skip.reason == "tick_ahead":
         args = {"db_now": skip.db_now, "horizon": skip.horizon, "window": tick_window()}
         raise InvalidTick(job.cron.tick_ahead_message(tick, **args))

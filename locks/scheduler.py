@@ -29,7 +29,7 @@ from locks.db import error_text
 from locks.lease import RETRIED, Held, make_holder, renew_all
 from locks.models import Outcome, SyncLock, Tick
 from locks.registry import SLOT_ERRORS, Job
-from locks.runner import SETTLED, Lost, RunResult, interrupt, run_job
+from locks.runner import SETTLED, Failure, Lost, RunResult, interrupt, run_job
 from locks.schedule import InvalidTick
 from locks.tasks import sweep
 
@@ -54,7 +54,7 @@ NO_SLOT = "scheduler: job=%s outcome=failed: its schedule %r has no slot that ca
 
 def _broke(name: str, due: datetime | None, why: str) -> RunResult:
     """An ask that came to no run: its run raised, or its process died (logged where it happened)."""
-    return RunResult(job=name, tick=due, holder="", outcome=Outcome.BROKE, error=why)
+    return RunResult(job=name, tick=due, holder="", outcome=Outcome.BROKE, failure=Failure(why))
 
 
 @dataclass
@@ -359,7 +359,7 @@ def _child(run: Callable[..., RunResult], name: str, due: datetime, writer, told
         if not keep:  # a pool's worker keeps its connections for its next ask
             connections.close_all()
         with contextlib.suppress(OSError):
-            writer.send(replace(outcome, exception=None))
+            writer.send(replace(outcome, failure=replace(outcome.failure, exception=None)))
 
 
 def _interrupt(signum, frame) -> None:
@@ -587,7 +587,7 @@ class Scheduler:
         if result.next_due_now:
             return timedelta(0)  # catch_up "all": that slot is settled, the next one is due
         if result.outcome.recorded in RETRIED:
-            return result.retry_after  # None: the tick had its last attempt
+            return result.grant.retry_delay  # None: the tick had its last attempt
         if skip is None:
             return None  # succeeded
         if skip.reason == "held" and skip.wait is not None:  # once its lease expires, in case its holder died

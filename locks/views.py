@@ -198,10 +198,10 @@ def _run_payload(result: RunResult) -> dict:
         "job": result.job,
         "outcome": result.outcome.reported,
         "tick": iso(result.tick),
-        "forced": result.forced,
+        "forced": result.claimed == "forced",
         "holder": result.holder,
         "token": result.token,
-        "timeline": result.timeline,  # with the token, the pair that names a lease (rule 16)
+        "timeline": result.grant.timeline,  # with the token, the pair that names a lease (rule 16)
         "counts": result.stats,
         "duration": round(result.duration, 3),
     }
@@ -222,8 +222,8 @@ def _run_payload(result: RunResult) -> dict:
             "locked_until": iso(result.skip.locked_until),
             "claimed_tick": iso(result.skip.claimed_tick),
         }
-    if result.error:
-        payload["error"] = result.error
+    if result.failure.error:
+        payload["error"] = result.failure.error
     return payload
 
 

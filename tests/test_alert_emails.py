@@ -56,7 +56,7 @@ def smtp(settings):
 def test_an_answer_lost_after_data_is_uncertain_fails_the_run_and_is_never_resent(smtp):
     smtp.drop_after_data.add("oncall@example.com")
     result = check_jobs()
-    assert result.outcome == "failed_expected" and "is uncertain" in result.error
+    assert result.outcome == "failed_expected" and "is uncertain" in result.failure.error
     assert Incident.objects.get().opened_mail_state == "uncertain"
     assert smtp.received["oncall@example.com"] == 1
     smtp.drop_after_data.clear()

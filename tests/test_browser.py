@@ -173,7 +173,7 @@ class ForceReleaseInTheBrowser(StaticLiveServerTestCase):
             tick=hour,
             holder=HOLDER,
             token=HISTORY + 1,
-            started_at=self.lease.acquired_at,
+            started_at=self.lease.grant.acquired_at,
             requested_by="scheduler",
         )
         # A holder that died without releasing, and a job that ran fine.

@@ -741,7 +741,7 @@ def step_hold(*, job: str, ttl: float, work: float) -> dict:
         return {}
 
     result = run_locked(job=job, tick=None, ttl=timedelta(seconds=ttl), fn=work_while_holding)
-    return {"outcome": result.outcome.recorded, "error": result.error}
+    return {"outcome": result.outcome.recorded, "error": result.failure.error}
 
 
 def step_renew_all(*, jobs: list[str]) -> dict:
@@ -751,7 +751,7 @@ def step_renew_all(*, jobs: list[str]) -> dict:
 
     counter = command_counter()
     leases = [acquire(job=job, tick=None, ttl=timedelta(seconds=60 * (n + 1))) for n, job in enumerate(jobs)]
-    held = [Held(lease.job, lease.token, lease.ttl, lease.timeline) for lease in leases]
+    held = [Held(lease.job, lease.token, lease.ttl, lease.grant.timeline) for lease in leases]
     counter.on = True
     renewed = {"lost": renew_all(held), "commands": counter.take()}
     counter.on = False
@@ -782,7 +782,7 @@ def step_give_back(*, job: str) -> dict:
 
 
 def step_settle() -> dict:
-    from locks.lease import Lease
+    from locks.lease import Grant, Lease
     from locks.models import JobRun
     from locks.runner import _record_start
 
@@ -793,7 +793,7 @@ def step_settle() -> dict:
     JobRun.objects.create(job_name="other", holder="h1", token=1, started_at=at, status="unknown")
     for job, prior in [("settle", 2), ("other", 1)]:
         _record_start(
-            Lease(job, "h5", 5, None, timedelta(seconds=60), at, prior_commit=prior), requested_by=""
+            Lease(job, "h5", 5, None, timedelta(seconds=60), Grant(at, prior_commit=prior)), requested_by=""
         )
     rows = JobRun.objects.filter(token__lt=5).order_by("job_name", "token")
     return {
@@ -807,7 +807,7 @@ def step_settle() -> dict:
 
 
 def step_renew_release(*, job: str, holder: str, token: int, ttl: float) -> dict:
-    from locks.lease import Lease, LockLost, release, renew
+    from locks.lease import Grant, Lease, LockLost, release, renew
 
     lease = Lease(
         job=job,
@@ -815,7 +815,7 @@ def step_renew_release(*, job: str, holder: str, token: int, ttl: float) -> dict
         token=token,
         tick=None,
         ttl=timedelta(seconds=ttl),
-        acquired_at=datetime.now(UTC),
+        grant=Grant(acquired_at=datetime.now(UTC)),
     )
     try:
         renew(lease=lease)

@@ -29,7 +29,7 @@ from contests.reminders import (
     deliver_due_reminders,
     retry_reminders,
 )
-from locks.lease import Lease, LockLost
+from locks.lease import Grant, Lease, LockLost
 from tests.conftest import ROOT, manage, project_env
 from tests.contests.reminder_data import (
     due_reminders,
@@ -78,7 +78,7 @@ def a_lease(*, holder: str) -> Lease:
         token=1,
         tick=None,
         ttl=timedelta(seconds=60),
-        acquired_at=timezone.now(),
+        grant=Grant(acquired_at=timezone.now()),
     )
 
 

@@ -24,7 +24,7 @@ def test_first_acquire_creates_the_row_with_token_one():
     row = SyncLock.objects.get(job_name="job")
     assert (row.holder, row.token, row.tick, row.last_status) == ("a:1:x", 1, TICK, "running")
     assert row.locked_until - row.acquired_at == TTL
-    assert lease.acquired_at == row.acquired_at
+    assert lease.grant.acquired_at == row.acquired_at
 
 
 def test_a_second_contender_learns_who_holds_the_lease_until_when():
@@ -34,7 +34,7 @@ def test_a_second_contender_learns_who_holds_the_lease_until_when():
     assert isinstance(second, Skip)
     assert second.reason == "held"
     assert second.holder == "a:1:x"
-    assert second.locked_until == first.acquired_at + TTL
+    assert second.locked_until == first.grant.acquired_at + TTL
     assert str(second) == f"held by a:1:x until {second.locked_until.isoformat()}"
     assert SyncLock.objects.get().token == 1
 
@@ -59,7 +59,7 @@ def test_a_done_tick_names_its_run_even_before_the_run_has_recorded_its_outcome(
     sees the tick done and the run still ``running``, and is told whose it was all the same."""
     first = acquire(job="job", tick=TICK, ttl=TTL, holder="a:1:x")
     JobRun.objects.create(
-        job_name="job", tick=TICK, holder="a:1:x", token=first.token, started_at=first.acquired_at
+        job_name="job", tick=TICK, holder="a:1:x", token=first.token, started_at=first.grant.acquired_at
     )
     assert release(lease=first, status="succeeded")
 

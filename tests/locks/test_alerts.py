@@ -205,8 +205,8 @@ def test_an_email_the_server_refuses_is_unclaimed_and_sent_by_the_next_run(setti
     failed = run_job(name="check_jobs", force=True)
     # Its incidents were written; the email was not: the run failed (issue 27), so the alert
     # channel's breakage shows in the ledger, /healthz and /metrics.
-    assert failed.outcome == "failed_expected" and isinstance(failed.exception, AlertNotSent)
-    assert failed.error.startswith("could not email ADMINS about refuse: ConnectionRefusedError")
+    assert failed.outcome == "failed_expected" and isinstance(failed.failure.exception, AlertNotSent)
+    assert failed.failure.error.startswith("could not email ADMINS about refuse: ConnectionRefusedError")
     assert JobRun.objects.filter(job_name="check_jobs").get().status == Outcome.FAILED
     incident = Incident.objects.get()
     assert (incident.opened_mail_at, incident.opened_mail_state) == (None, "")  # unclaimed

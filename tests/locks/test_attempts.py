@@ -42,7 +42,12 @@ def let_the_retry_delay_pass() -> None:
 def test_a_tick_gets_one_attempt_and_one_per_retry_delay_each_after_its_delay():
     first = attempt("a:1:a")
     early = attempt("b:2:b")  # another host, at once: the delay has not passed
-    assert (first.outcome, first.attempt, first.attempts, first.retry_after) == ("failed", 1, 3, DELAYS[0])
+    assert (first.outcome, first.grant.attempt, first.grant.attempts, first.grant.retry_delay) == (
+        "failed",
+        1,
+        3,
+        DELAYS[0],
+    )
     assert (early.outcome, early.skip.reason) == ("skipped", "retry_later")
     row = SyncLock.objects.get()
     assert row.retry_at - row.last_finished_at == DELAYS[0]
@@ -58,7 +63,7 @@ def test_a_tick_gets_one_attempt_and_one_per_retry_delay_each_after_its_delay():
     let_the_retry_delay_pass()
     fourth = attempt("a:1:a")
 
-    assert [(r.outcome, r.attempt, r.retry_after) for r in (second, third)] == [
+    assert [(r.outcome, r.grant.attempt, r.grant.retry_delay) for r in (second, third)] == [
         ("failed", 2, DELAYS[1]),
         ("failed", 3, None),  # the last one: no retry after it
     ]
@@ -77,7 +82,7 @@ def test_a_new_tick_starts_its_attempts_over_and_a_reset_clears_them():
     assert attempt("a:1:a").skip.reason == "attempts_used"
 
     later = attempt("a:1:a", tick=TICK + timedelta(hours=1))
-    assert (later.outcome, later.attempt) == ("failed", 1)
+    assert (later.outcome, later.grant.attempt) == ("failed", 1)
     assert reset_tick(job="job", expected_tick=TICK + timedelta(hours=1), by="ops").changed
     row = SyncLock.objects.get()
     assert (row.tick, row.tick_attempts, row.retry_at) == (None, 0, None)
@@ -86,12 +91,12 @@ def test_a_new_tick_starts_its_attempts_over_and_a_reset_clears_them():
 @pytest.mark.django_db
 def test_a_holder_that_died_used_its_attempt_and_the_takeover_is_the_next():
     dead = acquire(job="job", tick=TICK, ttl=TTL, retry_delays=DELAYS)
-    assert isinstance(dead, Lease) and dead.attempt == 1
+    assert isinstance(dead, Lease) and dead.grant.attempt == 1
     SyncLock.objects.update(locked_until=database_now() - timedelta(seconds=1))  # it stopped renewing
 
     takeover = acquire(job="job", tick=TICK, ttl=TTL, retry_delays=DELAYS)  # at once: it never failed aloud
 
-    assert isinstance(takeover, Lease) and takeover.attempt == 2
+    assert isinstance(takeover, Lease) and takeover.grant.attempt == 2
     assert release(lease=takeover, status="succeeded")
     done = acquire(job="job", tick=TICK, ttl=TTL, retry_delays=DELAYS)
     assert isinstance(done, Skip) and done.reason == "tick_claimed"
@@ -102,7 +107,7 @@ def test_without_a_retry_policy_a_failed_tick_may_be_claimed_again_at_once():
     """A caller of acquire that names no policy keeps the old rule: no limit, no wait."""
     for number in range(1, 5):
         lease = acquire(job="job", tick=TICK, ttl=TTL)
-        assert isinstance(lease, Lease) and lease.attempt == number
+        assert isinstance(lease, Lease) and lease.grant.attempt == number
         release(lease=lease, status="failed")
 
 

@@ -197,7 +197,7 @@ def test_release_closes_the_released_holders_run(transactional_db):
         tick=None,
         holder=lease.holder,
         token=lease.token,
-        started_at=lease.acquired_at,
+        started_at=lease.grant.acquired_at,
     )
     _call("release", "write_slot")
 

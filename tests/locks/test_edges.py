@@ -77,7 +77,7 @@ def test_a_claim_whose_answer_was_lost_is_read_back_and_its_body_runs():
 
     assert len(sent) == 1
 
-    assert (result.outcome, result.token, result.attempt) == ("succeeded", 1, 1)
+    assert (result.outcome, result.token, result.grant.attempt) == ("succeeded", 1, 1)
     assert SlotWrite.objects.get().token == 1
     lock = SyncLock.objects.get()
     assert (lock.tick, lock.tick_done, lock.tick_attempts, lock.locked_until) == (TICK, True, 1, None)
@@ -130,7 +130,7 @@ def test_a_lease_of_the_old_history_neither_releases_nor_reads_back_the_new_hold
     SyncLock.objects.filter(job_name="job").update(**before)  # the claim never reached the standby
     timeline(2)
     new = acquire(job="job", tick=TICK, ttl=TTL, holder="new")
-    assert (old.token, old.timeline, new.token, new.timeline) == (1, 1, 1, 2)
+    assert (old.token, old.grant.timeline, new.token, new.grant.timeline) == (1, 1, 1, 2)
 
     assert release(lease=old, status="failed") is False
     assert SyncLock.objects.get().holder == "new"
@@ -186,7 +186,7 @@ def test_a_repeated_release_gives_an_unused_attempt_back_once():
     lock = SyncLock.objects.get()
     assert (lock.tick, lock.tick_attempts, lock.locked_until, lock.tick_done) == (TICK, 0, None, False)
     again = acquire(job="job", tick=TICK, ttl=TTL, retry_delays=ONE_ATTEMPT)
-    assert isinstance(again, Lease) and again.attempt == 1
+    assert isinstance(again, Lease) and again.grant.attempt == 1
 
 
 def test_an_expired_lease_gives_its_unused_attempt_back_only_to_its_own_tick():

@@ -247,7 +247,7 @@ def test_a_forced_run_after_a_failed_attempt_settles_the_slot_for_the_ledger_sta
         settings, refuse={**settings.LOCKS_JOBS["refuse"], "schedule": "0 * * * *", "catch_up": catch_up}
     )
     failed = run_job(name="refuse")
-    assert (failed.outcome, failed.attempt, failed.retry_after) == (
+    assert (failed.outcome, failed.grant.attempt, failed.grant.retry_delay) == (
         "failed_expected",
         1,
         timedelta(seconds=30),
@@ -256,7 +256,7 @@ def test_a_forced_run_after_a_failed_attempt_settles_the_slot_for_the_ledger_sta
 
     forced = run_job(name="refuse", force=True, requested_by="admin:alice")
 
-    assert (forced.outcome, forced.tick, forced.attempt) == ("succeeded", failed.tick, 2)
+    assert (forced.outcome, forced.tick, forced.grant.attempt) == ("succeeded", failed.tick, 2)
     assert " forced=yes " in forced.describe() and f"tick={failed.tick.isoformat()}" in forced.describe()
     assert SlotWrite.objects.get().tick == failed.tick  # the lease named the slot it settled
     [slot] = [s for s in job_ledgers(jobs=[get_job("refuse")])["refuse"].slots if s.tick == failed.tick]
@@ -272,7 +272,7 @@ def test_a_forced_run_after_a_failed_attempt_settles_the_slot_for_the_ledger_sta
     assert later.reason == f"tick {failed.tick.isoformat()} already done by {forced.holder}"
     # A forced run when the slot of now is done claims none: it runs beside the schedule.
     again = run_job(name="refuse", force=True)
-    assert (again.outcome, again.tick, again.attempt) == ("succeeded", None, None)
+    assert (again.outcome, again.tick, again.grant.attempt) == ("succeeded", None, None)
 
 
 @pytest.mark.django_db

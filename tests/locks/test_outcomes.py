@@ -43,8 +43,11 @@ def test_a_fenced_block_rolled_back_by_set_rollback_is_a_failure_and_its_tick_st
 
     result = run(body)
 
-    assert (result.outcome, result.error) == ("failed", "the fenced block of job (token 1) was rolled back")
-    assert result.outcome.answer.exit_code == 1 and result.retry_after == RETRY[0]
+    assert (result.outcome, result.failure.error) == (
+        "failed",
+        "the fenced block of job (token 1) was rolled back",
+    )
+    assert result.outcome.answer.exit_code == 1 and result.grant.retry_delay == RETRY[0]
     lock = SyncLock.objects.get()
     assert (lock.tick, lock.tick_done, lock.committed_token, lock.tick_attempts) == (TICK, False, None, 1)
     assert lock.retry_at is not None  # its attempts apply: the next one after the retry delay
@@ -63,7 +66,7 @@ def test_a_fenced_block_that_caught_an_integrity_error_inside_is_a_failure():
 
     result = run(body)
 
-    assert result.outcome == "failed" and "was rolled back" in result.error
+    assert result.outcome == "failed" and "was rolled back" in result.failure.error
     assert not SyncLock.objects.get().tick_done and not SlotWrite.objects.exists()
 
 
@@ -84,7 +87,7 @@ def test_a_fenced_block_that_swallowed_a_failed_raw_statement_says_it_was_not_co
     if connection.vendor != "postgresql":
         assert result.outcome == "succeeded" and SlotWrite.objects.count() == 1
         return
-    assert (result.outcome, result.error) == (
+    assert (result.outcome, result.failure.error) == (
         "failed",
         "the fenced block of job (token 1) was rolled back: a statement in it failed and the database "
         "aborted its transaction (the error was caught inside the block)",
@@ -137,7 +140,7 @@ def test_the_next_run_resolves_an_unknown_run_as_succeeded_when_the_row_shows_it
     # row could not be read back then: tests/faults/test_unknown_outcomes.py makes that for real).
     lease = acquire(job="job", tick=None, ttl=TTL)
     JobRun.objects.create(
-        job_name="job", holder=lease.holder, token=lease.token, started_at=lease.acquired_at
+        job_name="job", holder=lease.holder, token=lease.token, started_at=lease.grant.acquired_at
     )
     with fenced(lease):
         write(lease)
@@ -186,14 +189,14 @@ def test_a_run_whose_write_vanished_before_its_release_is_failed_not_succeeded()
     result = run(body)
 
     assert result.outcome == "failed"
-    assert result.error == "its fenced write (token 1) is not in this database's history"
+    assert result.failure.error == "its fenced write (token 1) is not in this database's history"
     assert JobRun.objects.get().status == "failed" and not SyncLock.objects.get().tick_done
 
 
 def test_force_release_of_a_holder_whose_write_committed_records_it_succeeded():
     lease = acquire(job="job", tick=TICK, ttl=TTL, holder="web-1:1:a")
     JobRun.objects.create(
-        job_name="job", tick=TICK, holder=lease.holder, token=lease.token, started_at=lease.acquired_at
+        job_name="job", tick=TICK, holder=lease.holder, token=lease.token, started_at=lease.grant.acquired_at
     )
     with fenced(lease):
         write(lease)
@@ -210,7 +213,7 @@ def test_force_release_of_a_holder_whose_write_committed_records_it_succeeded():
 def test_force_release_of_a_holder_that_wrote_nothing_records_lost_lock():
     lease = acquire(job="job", tick=TICK, ttl=TTL, holder="web-1:1:a")
     JobRun.objects.create(
-        job_name="job", tick=TICK, holder=lease.holder, token=lease.token, started_at=lease.acquired_at
+        job_name="job", tick=TICK, holder=lease.holder, token=lease.token, started_at=lease.grant.acquired_at
     )
 
     force_release(job="job", by="cli:ops")

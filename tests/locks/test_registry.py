@@ -116,7 +116,7 @@ def test_force_claims_no_tick(registered):
 def test_an_expected_error_is_a_failure_without_a_traceback(registered, caplog):
     caplog.set_level(logging.INFO, logger="locks")
     result = run_job(name="refuse", force=True)
-    assert (result.outcome, result.error) == ("failed_expected", "nothing to record today")
+    assert (result.outcome, result.failure.error) == ("failed_expected", "nothing to record today")
     [record] = [r for r in caplog.records if r.name == "locks.api"]
     assert record.levelno == logging.ERROR and record.exc_info is None
     assert JobRun.objects.get().error == "nothing to record today"

@@ -51,7 +51,7 @@ def test_a_failing_job_is_recorded_with_its_error_and_the_lease_freed(caplog):
 
     result = run_locked(job="job", tick=TICK, ttl=TTL, fn=boom, expected_errors=(ValueError,))
 
-    assert (result.outcome, result.error, result.ok) == ("failed_expected", "payload was odd", False)
+    assert (result.outcome, result.failure.error, result.ok) == ("failed_expected", "payload was odd", False)
     assert JobRun.objects.get().status == "failed"
     assert JobRun.objects.get().error == "payload was odd"
     lock = SyncLock.objects.get()
@@ -67,11 +67,11 @@ def test_an_unexpected_exception_keeps_its_traceback_in_the_log(caplog):
     result = run_locked(job="job", tick=TICK, ttl=TTL, fn=bug)
 
     assert result.outcome == "failed"
-    assert result.error == "KeyError: 'missing'"
+    assert result.failure.error == "KeyError: 'missing'"
     [error] = [r for r in caplog.records if r.levelno == logging.ERROR]
     # The original exception and where it was raised, not "NoneType: None".
-    assert error.exc_info[1] is result.exception
-    assert isinstance(result.exception, KeyError)
+    assert error.exc_info[1] is result.failure.exception
+    assert isinstance(result.failure.exception, KeyError)
     assert error.exc_info[2] is not None
     logged = logging.Formatter().formatException(error.exc_info)
     assert 'raise KeyError("missing")' in logged
@@ -87,7 +87,7 @@ def test_a_lease_taken_over_inside_the_job_is_recorded_as_lost_lock():
     result = run_locked(job="job", tick=TICK, ttl=TTL, fn=job)
 
     assert result.outcome == "lost_lock"
-    assert result.error == "lease on job (token 1) was taken over, released or expired"
+    assert result.failure.error == "lease on job (token 1) was taken over, released or expired"
     run = JobRun.objects.get()
     assert run.status == "lost_lock"
     lock = SyncLock.objects.get()
@@ -124,7 +124,7 @@ def test_the_heartbeat_marks_a_taken_over_lease_lost():
     result = run_locked(job="job", tick=TICK, ttl=ttl, fn=job)
 
     assert result.outcome == "lost_lock"
-    assert result.error == "lease on job (token 1) was taken over, released or expired"
+    assert result.failure.error == "lease on job (token 1) was taken over, released or expired"
     assert JobRun.objects.get().status == "lost_lock"
 
 
@@ -164,7 +164,7 @@ def test_a_run_whose_fenced_write_committed_succeeds_even_if_the_lease_changes_h
 
     result = run_locked(job="job", tick=TICK, ttl=TTL, fn=job)
 
-    assert (result.outcome, result.error, result.stats) == ("succeeded", "", {"created": 3})
+    assert (result.outcome, result.failure.error, result.stats) == ("succeeded", "", {"created": 3})
     run = JobRun.objects.get()
     assert (run.status, run.error) == ("succeeded", "")
     lock = SyncLock.objects.get()
@@ -192,9 +192,9 @@ def test_a_job_that_fails_after_its_fenced_write_committed_succeeds_with_the_err
     result = run_locked(job="job", tick=TICK, ttl=TTL, fn=job)
 
     assert (result.outcome, result.ok) == ("succeeded_then_failed", True)
-    assert result.error.startswith("after its fenced write committed: "), result.error
+    assert result.failure.error.startswith("after its fenced write committed: "), result.failure.error
     run = JobRun.objects.get()
-    assert (run.status, run.error) == ("succeeded", result.error)
+    assert (run.status, run.error) == ("succeeded", result.failure.error)
     lock = SyncLock.objects.get()
     assert (lock.tick, lock.tick_done, lock.committed_token) == (TICK, True, 1)
     [record] = [r for r in caplog.records if r.name == "locks.api" and "outcome=" in r.getMessage()]
@@ -210,7 +210,7 @@ def test_a_job_that_fails_before_committing_leaves_its_tick_to_a_retry():
 
     result = run_locked(job="job", tick=TICK, ttl=TTL, fn=job, expected_errors=(ValueError,))
 
-    assert (result.outcome, result.error) == ("failed_expected", "half-way")
+    assert (result.outcome, result.failure.error) == ("failed_expected", "half-way")
     lock = SyncLock.objects.get()
     assert (lock.tick, lock.tick_done, lock.committed_token) == (TICK, False, None)
     assert isinstance(acquire(job="job", tick=TICK, ttl=TTL), Lease)
@@ -236,7 +236,7 @@ def test_the_heartbeat_stops_at_the_maximum_run_time_and_the_run_ends_lost_lock(
     )
 
     assert result.outcome == "lost_lock"
-    assert result.error == "ran longer than its maximum run time 0:00:02"
+    assert result.failure.error == "ran longer than its maximum run time 0:00:02"
     assert 2 <= result.duration < 4
     assert len(checks) > 30
     run = JobRun.objects.get()
@@ -277,9 +277,9 @@ def test_a_tick_too_far_ahead_is_a_warning_naming_the_host_clock_offset(caplog, 
 def test_taking_over_closes_the_runs_a_dead_holder_left_running():
     dead = acquire(job="job", tick=TICK, ttl=TTL, holder="dead:1:x")
     JobRun.objects.create(
-        job_name="job", tick=TICK, holder="dead:1:x", token=dead.token, started_at=dead.acquired_at
+        job_name="job", tick=TICK, holder="dead:1:x", token=dead.token, started_at=dead.grant.acquired_at
     )
-    SyncLock.objects.update(locked_until=dead.acquired_at - TTL)  # its lease ran out long ago
+    SyncLock.objects.update(locked_until=dead.grant.acquired_at - TTL)  # its lease ran out long ago
 
     result = run_locked(job="job", tick=TICK, ttl=TTL, fn=lambda lease: {})
 
@@ -319,15 +319,15 @@ def test_in_a_schedulers_worker_the_run_renews_nothing_and_ends_lost_when_its_sc
 
     result = run_locked(job="job", tick=TICK, ttl=ttl, fn=job)
 
-    assert (result.outcome, result.error) == ("lost_lock", "lost, says the scheduler")
-    assert scheduler_pipes.reads.recv() == Held("job", 1, ttl, result.timeline)
+    assert (result.outcome, result.failure.error) == ("lost_lock", "lost, says the scheduler")
+    assert scheduler_pipes.reads.recv() == Held("job", 1, ttl, result.grant.timeline)
     assert not scheduler_pipes.reads.poll()  # lost: the scheduler had stopped renewing it already
     [(acquired_at, heartbeat_at)] = beats
     assert heartbeat_at == acquired_at  # nothing renewed it in 0.5 s, its run least of all
 
     run_locked(job="job", tick=TICK + TTL, ttl=TTL, fn=lambda lease: None)
 
-    assert scheduler_pipes.reads.recv() == Held("job", 2, TTL, result.timeline)
+    assert scheduler_pipes.reads.recv() == Held("job", 2, TTL, result.grant.timeline)
     assert scheduler_pipes.reads.recv() == Lost("job", 2, "")
 
 
@@ -338,11 +338,11 @@ def test_in_a_schedulers_worker_the_maximum_run_time_ends_the_run_and_tells_the_
 
     result = run_locked(job="job", tick=TICK, ttl=TTL, max_run_time=timedelta(seconds=0.5), fn=stalled)
 
-    assert (result.outcome, result.error) == (
+    assert (result.outcome, result.failure.error) == (
         "lost_lock",
         "ran longer than its maximum run time 0:00:00.500000",
     )
-    assert scheduler_pipes.reads.recv() == Held("job", 1, TTL, result.timeline)
+    assert scheduler_pipes.reads.recv() == Held("job", 1, TTL, result.grant.timeline)
     assert scheduler_pipes.reads.recv() == Lost(
         "job", 1, "ran longer than its maximum run time 0:00:00.500000"
     )
@@ -363,6 +363,6 @@ def test_a_run_whose_scheduler_is_gone_renews_its_lease_itself(scheduler_pipes):
 
     result = run_locked(job="job", tick=TICK, ttl=ttl, fn=job)
 
-    assert (result.outcome, result.error) == ("succeeded", "")
+    assert (result.outcome, result.failure.error) == ("succeeded", "")
     [(acquired_at, heartbeat_at)] = beats
     assert heartbeat_at > acquired_at

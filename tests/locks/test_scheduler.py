@@ -21,8 +21,8 @@ from itertools import pairwise
 import pytest
 
 from locks import schedule
+from locks.lease import Grant, Skip
 from locks.lease import Pause as OperatorPause
-from locks.lease import Skip
 from locks.models import JobRun
 from locks.registry import Job, jobs
 from locks.runner import RunResult
@@ -79,7 +79,9 @@ class Runs:
 def failed(retry_after: timedelta | None, outcome: str = "failed") -> RunResult:
     """A failed attempt as run_locked returns it: the database counted it, and says how long
     until the next may start (None: it was the last)."""
-    return RunResult(job="hourly", tick=None, holder="h", outcome=outcome, retry_after=retry_after)
+    return RunResult(
+        job="hourly", tick=None, holder="h", outcome=outcome, grant=Grant(retry_delay=retry_after)
+    )
 
 
 UNREACHABLE = RunResult(job="hourly", tick=None, holder="h", outcome="unreachable")
@@ -228,8 +230,10 @@ def test_under_catch_up_all_a_slot_behind_that_settled_is_followed_at_once_by_th
     job = replace(HOURLY, catch_up="all")
     clock = FakeClock(at(10, 30), at(11, 30))
     behind = [
-        RunResult(job="hourly", tick=at(8), holder="h", outcome="succeeded", behind=True),
-        RunResult(job="hourly", tick=at(9), holder="h", outcome="failed", behind=True),  # its last attempt
+        RunResult(job="hourly", tick=at(8), holder="h", outcome="succeeded", claimed="behind"),
+        RunResult(
+            job="hourly", tick=at(9), holder="h", outcome="failed", claimed="behind"
+        ),  # its last attempt
         RunResult(job="hourly", tick=at(10), holder="h", outcome="succeeded"),
     ]
     runs = Runs(clock, behind)

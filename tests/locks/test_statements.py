@@ -73,7 +73,7 @@ def test_the_claim_returns_the_winners_row_in_its_own_statement_in_autocommit():
     assert isinstance(lease, Lease)
     assert seen == [("UPDATE", False)]
     row = SyncLock.objects.get(job_name=JOB)
-    assert (lease.token, lease.acquired_at) == (row.token, row.acquired_at)
+    assert (lease.token, lease.grant.acquired_at) == (row.token, row.acquired_at)
 
 
 @pytest.mark.usefixtures("free_row")
@@ -103,7 +103,7 @@ def test_a_scheduler_renews_the_leases_of_all_its_workers_in_one_statement():
     leases = [acquire(job=f"{JOB}-{n}", tick=TICK, ttl=TTL * (n + 1)) for n in range(3)]
     rows = SyncLock.objects.filter(job_name__startswith=f"{JOB}-").order_by("job_name")
     rows.update(locked_until=F("locked_until") - timedelta(seconds=1))  # then renewed: TTL after the beat
-    held = [Held(lease.job, lease.token, lease.ttl, lease.timeline) for lease in leases]
+    held = [Held(lease.job, lease.token, lease.ttl, lease.grant.timeline) for lease in leases]
 
     with CaptureQueriesContext(connection) as renewing:
         lost = renew_all(held)
@@ -160,9 +160,9 @@ def test_acquire_works_without_time_zone_support(settings):
     skip = acquire(job=JOB, tick=tick + timedelta(hours=1), ttl=TTL, holder="b:2:bbbbbb")
 
     assert isinstance(lease, Lease) and lease.token == 1
-    assert lease.acquired_at.tzinfo is None
+    assert lease.grant.acquired_at.tzinfo is None
     assert isinstance(skip, Skip) and (skip.reason, skip.holder) == ("held", "a:1:aaaaaa")
-    assert skip.locked_until - lease.acquired_at == TTL
+    assert skip.locked_until - lease.grant.acquired_at == TTL
     assert release(lease=lease, status="succeeded")
     again = acquire(job=JOB, tick=tick, ttl=TTL, holder="c:3:cccccc")
     assert isinstance(again, Skip) and again.reason == "tick_claimed"

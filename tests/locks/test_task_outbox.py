@@ -59,11 +59,11 @@ def test_a_task_that_raised_fails_the_slot_and_the_next_attempt_sends_the_row_ag
     (tmp_path / "fail").touch()
     failed = run_job(name="outbox_task")
     assert failed.outcome == Outcome.FAILED_EXPECTED  # a task that raised: recorded failed
-    assert failed.error.endswith(f"failed: ValueError: refused slot {SLOT.isoformat()}")
+    assert failed.failure.error.endswith(f"failed: ValueError: refused slot {SLOT.isoformat()}")
     assert TaskOutbox.objects.get().done_at is None  # the body's transaction rolled back with its mark
     time.sleep(1.1)  # the failed attempt's retry delay
     retried = run_job(name="outbox_task")
-    assert (retried.outcome, retried.attempt) == (Outcome.SUCCEEDED, 2), retried.describe()
+    assert (retried.outcome, retried.grant.attempt) == (Outcome.SUCCEEDED, 2), retried.describe()
     assert [sent["token"] for sent in outside()] == [failed.token, retried.token]
     assert TaskOutbox.objects.get().token == retried.token
     assert writes() == [SLOT]

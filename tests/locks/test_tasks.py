@@ -91,13 +91,17 @@ def test_a_task_that_raised_fails_the_slot_and_a_later_attempt_runs_it_again(set
     failed = run_job(name="slot_task")
     first = tasks()[0]
     assert failed.outcome == Outcome.FAILED_EXPECTED
-    assert failed.error == f"task {first.id} failed: ValueError: refused slot {SLOT.isoformat()}"
+    assert failed.failure.error == f"task {first.id} failed: ValueError: refused slot {SLOT.isoformat()}"
     run = JobRun.objects.get(token=failed.token)
-    assert (run.status, run.error, run.stats) == (Outcome.FAILED, failed.error, {"task": str(first.id)})
+    assert (run.status, run.error, run.stats) == (
+        Outcome.FAILED,
+        failed.failure.error,
+        {"task": str(first.id)},
+    )
     assert not SyncLock.objects.get(job_name="slot_task").tick_done
     time.sleep(1.1)  # the retry delay
     retried = run_job(name="slot_task")
-    assert (retried.outcome, retried.attempt) == (Outcome.SUCCEEDED, 2), retried.describe()
+    assert (retried.outcome, retried.grant.attempt) == (Outcome.SUCCEEDED, 2), retried.describe()
     assert [t.status for t in tasks()] == ["FAILED", "SUCCESSFUL"]
     assert SlotWrite.objects.get().token == retried.token
 
@@ -108,7 +112,7 @@ def test_a_task_that_never_finishes_is_unknown_and_the_next_attempt_follows_it_i
     register(settings, slot_task={**TASK, "max_run_time": 1})  # no worker yet
     unknown = run_job(name="slot_task")
     assert unknown.outcome == Outcome.UNKNOWN
-    assert "is READY after 0:00:01: a later attempt follows it" in unknown.error
+    assert "is READY after 0:00:01: a later attempt follows it" in unknown.failure.error
     env = project_env(DATABASE_URL=db_url)
     proc = start_worker(env)
     try:
@@ -165,10 +169,10 @@ def test_on_the_immediate_backend_the_task_runs_in_the_fenced_transaction_and_a_
     fail.touch()
     failed = run_job(name="slot_task")
     assert failed.outcome == Outcome.FAILED_EXPECTED
-    assert failed.error.endswith(f"failed: ValueError: refused slot {SLOT.isoformat()}")
+    assert failed.failure.error.endswith(f"failed: ValueError: refused slot {SLOT.isoformat()}")
     time.sleep(1.1)
     retried = run_job(name="slot_task")
-    assert (retried.outcome, retried.attempt) == (Outcome.SUCCEEDED, 2), retried.describe()
+    assert (retried.outcome, retried.grant.attempt) == (Outcome.SUCCEEDED, 2), retried.describe()
     assert SlotWrite.objects.get().token == retried.token
 
 

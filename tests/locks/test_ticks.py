@@ -15,7 +15,7 @@ import pytest
 from django.db import IntegrityError, connection, transaction
 from django.test.utils import CaptureQueriesContext
 
-from locks.lease import Skip
+from locks.lease import Grant, Skip
 from locks.models import JobRun, Tick
 from locks.runner import RunResult, prune_runs, run_locked
 from locks.schedule import Schedule
@@ -173,7 +173,7 @@ def test_a_tick_the_winner_asks_again_for_is_open_to_every_copy():
     """A failed attempt with a retry left: its claim ends at once, so any copy may ask for it (the
     lease row keeps the attempts and the retry time, and answers a copy that asks too early)."""
     clock = FakeClock(TICK)
-    failed = RunResult(job="hourly", tick=TICK, holder="h", outcome="failed", retry_after=MINUTE)
+    failed = RunResult(job="hourly", tick=TICK, holder="h", outcome="failed", grant=Grant(retry_delay=MINUTE))
     (first, first_runs), (second, second_runs) = replicas(clock, [HOURLY], count=2)
     first_runs.outcomes = [failed]
     first.step()
@@ -273,7 +273,7 @@ def test_a_catch_up_run_of_an_earlier_slot_leaves_the_tick_asked_for_open():
     clock = FakeClock(TICK)
     ((scheduler, runs),) = replicas(clock, [HOURLY], count=1)
     earlier = RunResult(job="hourly", tick=TICK - timedelta(hours=3), holder="h", outcome="succeeded")
-    runs.outcomes = [replace(earlier, behind=True), replace(earlier, tick=TICK)]
+    runs.outcomes = [replace(earlier, claimed="behind"), replace(earlier, tick=TICK)]
     scheduler.step()
     assert Tick.objects.values_list("status", "claims").get()[0] == "succeeded"
     assert Tick.objects.get().until is not None  # open: another copy may go on catching up

@@ -91,12 +91,12 @@ def main() -> None:
             {
                 "outcome": result.outcome.recorded,
                 "token": result.token,
-                "timeline": result.timeline,
+                "timeline": result.grant.timeline,
                 "holder": result.holder,
                 "skip": result.skip.reason if result.skip else None,
-                "attempt": result.attempt,
+                "attempt": result.grant.attempt,
                 "reason": result.reason,
-                "error": result.error,
+                "error": result.failure.error,
             }
         )
     )
