@@ -11,7 +11,7 @@ import importlib
 # name -> the module that defines it
 _API = {
     **dict.fromkeys(("Lease", "Skip", "LockLost", "LockError", "CommitUnknown", "NotCommitted"), "lease"),
-    **dict.fromkeys(("acquire", "renew", "fenced", "release", "make_holder"), "lease"),
+    **dict.fromkeys(("acquire", "renew", "fenced", "release", "make_holder", "ClaimRules"), "lease"),
     **dict.fromkeys(("run_locked", "run_job", "RunResult"), "runner"),
     **dict.fromkeys(("Outcome", "database_now", "now_plus"), "models"),
     **dict.fromkeys(("cronjobs", "command_prefix"), "crontab"),

@@ -209,21 +209,27 @@ CREATE_WAIT = 5.0
 RETRIED = frozenset({Outcome.FAILED, Outcome.LOST_LOCK, Outcome.UNKNOWN})
 
 
+class ClaimRules(NamedTuple):
+    """How ``acquire`` claims: a tick at most ``horizon`` ahead, a forced run's slot, pause on failover."""
+
+    horizon: timedelta | None = None
+    retries: datetime | None = None
+    pause_on_failover: bool = False
+
+
 def acquire(
-    *,
     job: str,
     tick: datetime | None,
     ttl: timedelta,
+    *,
     holder: str | None = None,
-    horizon: timedelta | None = None,
     retry_delays: tuple[timedelta, ...] | None = None,
-    retries: datetime | None = None,
-    pause_on_failover: bool = False,
+    rules: ClaimRules = ClaimRules(),
 ) -> Lease | Skip:
-    """Take the lease on ``job`` for ``tick`` (None: a forced run; ``retries``: see ``_retry_claimed``),
-    or learn why not (docs/architecture.md, "The rules": 1, 3, 10, 11, 12)."""
+    """Take the lease on ``job`` for ``tick`` (None: a forced run; ``rules.retries``: see
+    ``_retry_claimed``), or learn why not (docs/architecture.md, "The rules": 1, 3, 10, 11, 12)."""
     validate_ttl(ttl)
-    holder = holder or make_holder()
+    holder, (horizon, retries, pause_on_failover) = holder or make_holder(), rules
     db = router.db_for_write(SyncLock)
     rows = SyncLock.objects.using(db).for_job(job)
     most = attempts_of(retry_delays)

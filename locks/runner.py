@@ -26,6 +26,7 @@ from locks.db import STANDBY, RowLocked, error_text, missing_table, safe_text, s
 from locks.lease import (
     FAILOVER_PAUSER,
     RETRIED,
+    ClaimRules,
     CommitUnknown,
     Grant,
     Held,
@@ -44,7 +45,7 @@ from locks.lease import (
     validate_ttl,
 )
 from locks.models import JobRun, Outcome, SyncLock, Tick, now_plus
-from locks.registry import ALL, PAUSE, RERUN, Job, get_job, prune_every, tick_window
+from locks.registry import ALL, PAUSE, Job, get_job, prune_every, tick_window
 from locks.schedule import InvalidTick
 from locks.tasks import TaskFailed, run_task
 
@@ -231,24 +232,22 @@ class _Heartbeat(threading.Thread):
 
 
 def run_locked(
-    *,
     job: str,
     tick: datetime | None,
     ttl: timedelta,
     fn: Callable[[Lease], Mapping | None],
+    *,
     holder: str | None = None,
     expected_errors: tuple[type[BaseException], ...] = (),
-    horizon: timedelta | None = None,
     max_run_time: timedelta | None = None,
     retry_delays: tuple[timedelta, ...] | None = None,
     requested_by: str = "",
-    on_failover: str = RERUN,
-    retries: datetime | None = None,
+    rules: ClaimRules = ClaimRules(),
 ) -> RunResult:
     """Run ``fn(lease)`` if this process wins the lease for ``tick``, recorded on a ``JobRun``; never
     raises for the lock's sake (docs/architecture.md, "The lock"). ``expected_errors`` are logged
-    without a traceback; ``retry_delays``: a tick's ``1 + len`` attempts (None: no limit);
-    ``on_failover`` "pause": pause after a failover; ``retries``: a forced run's slot of now."""
+    without a traceback; ``retry_delays``: a tick's ``1 + len`` attempts (None: no limit); ``rules``:
+    how the claim takes its slot (``acquire``)."""
     validate_ttl(ttl)
     if max_run_time is not None and max_run_time <= timedelta(0):
         raise ValueError(f"max_run_time must be positive, got {max_run_time}")
@@ -257,9 +256,7 @@ def run_locked(
     with _interrupts(hold=True):
         try:
             connections[router.db_for_write(SyncLock)].ensure_connection()
-            claim = {"horizon": horizon, "retry_delays": retry_delays, "retries": retries}
-            claim["pause_on_failover"] = on_failover == PAUSE
-            got = acquire(job=job, tick=tick, ttl=ttl, holder=result.holder, **claim)
+            got = acquire(job, tick, ttl, holder=result.holder, retry_delays=retry_delays, rules=rules)
         except Error as exc:
             return _unreachable(result, exc, started)
         if isinstance(got, Skip):
@@ -271,7 +268,7 @@ def run_locked(
         heartbeat = _Heartbeat(lease, max_run_time=max_run_time, started=started)
         heartbeat.start()
         try:
-            body = _pause_on_failover if lease.grant.failover and on_failover == PAUSE else fn
+            body = _pause_on_failover if lease.grant.failover and rules.pause_on_failover else fn
             interrupted, started_body = _run_body(body, lease, result, expected_errors)
         finally:
             heartbeat.stop()
@@ -556,17 +553,15 @@ def run_job(
         claim, behind = pending, pending < claim and not force
     task = job.task_path and partial(run_task, task_path=job.task_path, wait=job.max_run_time)
     result = run_locked(
-        job=job.name,
-        tick=None if force else claim,
-        retries=claim if force else None,
-        ttl=job.ttl,
-        fn=task or job.function(),
+        job.name,
+        None if force else claim,
+        job.ttl,
+        task or job.function(),
         expected_errors=job.error_classes() + ((TaskFailed,) if task else ()),
-        horizon=horizon,
         max_run_time=job.max_run_time,
         retry_delays=job.retry_delays,
         requested_by=requested_by,
-        on_failover=job.on_failover,
+        rules=ClaimRules(horizon, claim if force else None, job.on_failover == PAUSE),
     )
     result.claimed, skip = "behind" if behind else result.claimed, result.skip
     if tick is not None and skip is not None and skip.reason == "tick_ahead":

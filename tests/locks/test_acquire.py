@@ -5,7 +5,7 @@ from datetime import timedelta
 
 import pytest
 
-from locks.lease import Lease, LockLost, Skip, acquire, fenced, release, renew
+from locks.lease import ClaimRules, Lease, LockLost, Skip, acquire, fenced, release, renew
 from locks.models import JobRun, SyncLock, database_now
 from locks.operator import force_release, reset_tick
 from locks.registry import UnknownJob
@@ -240,7 +240,7 @@ HOUR = timedelta(hours=1)
 def test_a_tick_more_than_the_horizon_ahead_is_refused_and_nothing_is_stored():
     far = database_now() + 2 * HOUR
 
-    first_use = acquire(job="job", tick=far, ttl=TTL, horizon=HOUR)
+    first_use = acquire(job="job", tick=far, ttl=TTL, rules=ClaimRules(horizon=HOUR))
 
     assert isinstance(first_use, Skip) and first_use.reason == "tick_ahead"
     assert first_use.horizon == HOUR and first_use.db_now is not None
@@ -250,7 +250,7 @@ def test_a_tick_more_than_the_horizon_ahead_is_refused_and_nothing_is_stored():
     assert not SyncLock.objects.exists()  # not even the job's first row
 
     release(lease=acquire(job="job", tick=TICK, ttl=TTL), status="succeeded")
-    again = acquire(job="job", tick=far, ttl=TTL, horizon=HOUR)
+    again = acquire(job="job", tick=far, ttl=TTL, rules=ClaimRules(horizon=HOUR))
 
     assert isinstance(again, Skip) and again.reason == "tick_ahead"
     row = SyncLock.objects.get()
@@ -260,7 +260,7 @@ def test_a_tick_more_than_the_horizon_ahead_is_refused_and_nothing_is_stored():
 def test_a_tick_within_the_horizon_is_claimed():
     near = database_now() + HOUR - timedelta(seconds=30)
 
-    lease = acquire(job="job", tick=near, ttl=TTL, horizon=HOUR)
+    lease = acquire(job="job", tick=near, ttl=TTL, rules=ClaimRules(horizon=HOUR))
 
     assert isinstance(lease, Lease)
     assert SyncLock.objects.get().tick == near

@@ -13,7 +13,7 @@ from django.db import DEFAULT_DB_ALIAS, OperationalError, connections
 from django.db.models import BigIntegerField, F, Value
 
 from locks import Lease, Skip, acquire, fenced, release, run_locked
-from locks.lease import read_back_commit
+from locks.lease import ClaimRules, read_back_commit
 from locks.models import JobPause, JobRun, SyncLock
 from locks.operator import reset_tick
 from tests.jobsapp.models import SlotWrite
@@ -152,7 +152,7 @@ def test_a_failover_pause_whose_run_was_interrupted_still_binds_the_next_run(tim
         ran.append(lease.tick)
         write(lease)
 
-    run = {"job": "job", "ttl": TTL, "fn": body, "on_failover": "pause"}
+    run = {"job": "job", "ttl": TTL, "fn": body, "rules": ClaimRules(pause_on_failover=True)}
     assert run_locked(tick=TICK, **run).outcome == "succeeded"  # the row is stamped timeline 1
     timeline(2)
     with (

@@ -10,7 +10,7 @@ import pytest
 from django.utils import timezone
 
 from locks import runner
-from locks.lease import Held, Lease, Skip, acquire, fenced, renew
+from locks.lease import ClaimRules, Held, Lease, Skip, acquire, fenced, renew
 from locks.models import JobRun, SyncLock, database_now
 from locks.operator import force_release
 from locks.runner import Lost, run_locked
@@ -258,8 +258,8 @@ def test_a_tick_too_far_ahead_is_a_warning_naming_the_host_clock_offset(caplog, 
         job="job",
         tick=fast.replace(minute=0, second=0, microsecond=0),
         ttl=TTL,
-        horizon=timedelta(hours=1),
         fn=called.append,
+        rules=ClaimRules(horizon=timedelta(hours=1)),
     )
 
     assert (result.outcome, result.ok, called) == ("tick_ahead", True, [])

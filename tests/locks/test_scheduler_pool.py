@@ -20,7 +20,7 @@ from types import SimpleNamespace
 import pytest
 from django.db import connection
 
-from locks.models import JobRun, Outcome, SyncLock
+from locks.models import JobRun, Outcome, SyncLock, database_now
 from locks.operator import force_release
 from locks.runner import RunResult
 from locks.scheduler import Pool, _Plan
@@ -229,8 +229,12 @@ def test_on_postgresql_a_workers_connection_the_server_ended_is_replaced_before_
     if connection.vendor != "postgresql":
         pytest.skip("pg_terminate_backend is PostgreSQL's")
     env = project_env(DATABASE_URL=db_url, WRITE_SLOT_SCHEDULE="* * * * * */3", LOCKS_SCHEDULER_WORKERS="1")
+    since = database_now()  # a backend an earlier test's process left ending started before
     scheduler = start(env, "write_slot")
-    others = "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+    others = (
+        "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() "
+        "AND backend_start >= %s"
+    )
     try:
         wait_for(lambda: len(succeeded_ticks("write_slot")) >= 1, timeout=30, what="a slot of write_slot")
         released = SyncLock.objects.filter(job_name="write_slot", locked_until=None)
@@ -239,7 +243,7 @@ def test_on_postgresql_a_workers_connection_the_server_ended_is_replaced_before_
         # last statement, after the release: a connection ended under that statement fails it).
         wait_for(lambda: released.exists() and not running.exists(), timeout=10, what="the run to end")
         with connection.cursor() as cursor:
-            cursor.execute(others)
+            cursor.execute(others, [since])
             backends = [pid for (pid,) in cursor.fetchall()]
             assert len(backends) == 2, backends  # the worker's, and the scheduler's own (its claims)
             for pid in backends:

@@ -44,7 +44,7 @@ def main() -> None:
     import django
 
     django.setup()
-    from locks.lease import Lease, fenced
+    from locks.lease import ClaimRules, Lease, fenced
     from locks.runner import run_locked
 
     if args.go:
@@ -84,7 +84,7 @@ def main() -> None:
         ttl=timedelta(seconds=args.ttl),
         fn=job,
         retry_delays=delays,
-        on_failover=args.on_failover,
+        rules=ClaimRules(pause_on_failover=args.on_failover == "pause"),
     )
     print(
         json.dumps(
