@@ -588,7 +588,7 @@ def fenced(lease: Lease, *, settle: bool = True) -> Iterator[None]:
         why = ": a statement in it failed and the database aborted its transaction" if aborted else ""
         why += " (the error was caught inside the block)" if aborted else ""
         raise NotCommitted(f"the fenced block of {lease.job} (token {lease.token}) was rolled back{why}")
-    lease.committed = settle
+    lease.committed = lease.committed or settle  # a later block that does not settle keeps an earlier commit
 
 
 def _unconfirmed(lease: Lease, *, using: str, cause: BaseException | None = None) -> None:

@@ -202,3 +202,22 @@ def test_an_expired_lease_gives_its_unused_attempt_back_only_to_its_own_tick():
 
     lock = SyncLock.objects.get()
     assert (lock.tick, lock.tick_attempts, lock.locked_until, lock.tick_done) == (None, 0, None, False)
+
+
+def test_a_fenced_block_that_does_not_settle_keeps_an_earlier_blocks_commit():
+    """``fenced(lease, settle=False)`` after a ``fenced(lease)`` that committed, then an error: the
+    slot's write is in, so the run succeeded then failed and its slot is done. Was: the later block
+    set the lease back to not committed, the run failed and its slot was tried again (on a database
+    without transactions, its release also cleared the committed token)."""
+
+    def body(lease):
+        write(lease)
+        with fenced(lease, settle=False):
+            pass
+        raise RuntimeError("after both blocks")
+
+    result = run_locked(job="job", tick=TICK, ttl=TTL, fn=body, retry_delays=(timedelta(seconds=30),))
+
+    assert result.outcome == "succeeded_then_failed"
+    lock = SyncLock.objects.get()
+    assert (lock.tick_done, lock.committed_token) == (True, result.token)
