@@ -544,7 +544,9 @@ def run_job(
         try:
             pending = _pending_tick(job, due=claim)
         except Error as exc:
-            return _unreachable(RunResult(job=name, tick=claim, holder=make_holder()), exc, time.monotonic())
+            forced = {"tick": None, "claimed": "forced"} if force else {"tick": claim}
+            result = RunResult(job=name, holder=make_holder(), **forced)
+            return _unreachable(result, exc, time.monotonic())
         if tick is not None and tick > pending:
             raise InvalidTick(
                 f"tick {iso(tick)} would skip slots: under catch_up 'all' the slots of {name} run oldest "

@@ -13,6 +13,7 @@ from io import StringIO
 
 import pytest
 from django.core.management import call_command
+from django.db import OperationalError, connection
 
 from locks import schedule
 from locks.models import SyncLock, database_now
@@ -175,3 +176,19 @@ def test_a_tick_that_would_skip_slots_is_refused_under_all(hourly):
     )
     assert written() == []
     assert run_job(name="hourly", tick=now - timedelta(hours=1)).outcome == "succeeded"
+
+
+def test_a_forced_run_that_cannot_read_its_pending_slot_says_it_was_forced(hourly, caplog):
+    """Under catch_up "all" a forced run reads the oldest slot still to run first; when that read
+    fails it is skipped as unreachable. Was: its result and log line named that slot and not forced
+    (the trigger's JSON said "forced": false)."""
+    hourly(catch_up="all")
+
+    def unreachable(execute, sql, params, many, context):
+        raise OperationalError("could not connect to server")
+
+    with connection.execute_wrapper(unreachable):
+        result = run_job(name="hourly", force=True)
+
+    assert (result.outcome, result.tick, result.claimed) == ("unreachable", None, "forced")
+    assert "job=hourly tick=forced " in caplog.text
