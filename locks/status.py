@@ -321,7 +321,7 @@ def build_ledger(
         slots=slots,
         paused=lock.get("paused_at") is not None,
         counts=Counter(slot.outcome for slot in slots),
-        timezone=job.timezone,
+        timezone=job.cron.timezone,
     )
 
 
@@ -337,7 +337,7 @@ def _slot(job: Job, tick: datetime, runs: list[dict], *, lock: dict, pauses: lis
         return Slot(tick, Outcome.UNKNOWN, runs)
     ends = job.chance_end(tick)
     over = db_now >= ends or len(runs) >= job.max_attempts
-    if job.catch_up == "latest" and lock.get("tick") is not None and lock["tick"] > tick:
+    if job.catch_up.policy == "latest" and lock.get("tick") is not None and lock["tick"] > tick:
         over = True  # superseded: a later slot was claimed (a copy may claim one a little early)
     if not over:
         return Slot(tick, Outcome.PENDING, runs)

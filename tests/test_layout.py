@@ -400,7 +400,6 @@ LONG_MODULE_DOCSTRINGS: set[str] = set()
 MANY_KEYWORD_PARAMETERS = {"lease.py:acquire", "runner.py:run_locked"}
 MANY_FIELDS = {
     "lease.py:Lease",
-    "registry.py:Job",
     "runner.py:RunResult",
     "status.py:LockState",
 }

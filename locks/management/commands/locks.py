@@ -155,10 +155,10 @@ class Command(BaseCommand):
         if json:
             self.stdout.write(dumps([slot.as_json() for slot in slots], indent=2))
             return
-        self.stdout.write(f"{found.name}: {found.schedule!r} in {found.timezone}")
+        self.stdout.write(f"{found.name}: {found.cron.expression!r} in {found.cron.timezone}")
         self.stdout.write(f"{'SLOT (UTC)':<25}  {'LOCAL':<32}  DST")
         for slot in slots:
-            local = f"{local_label(slot.slot, tz=found.timezone)} ({slot.local:%z})"
+            local = f"{local_label(slot.slot, tz=found.cron.timezone)} ({slot.local:%z})"
             self.stdout.write(f"{slot.slot.isoformat():<25}  {local:<32}  {slot.dst or '-'}")
 
     def release(self, *, job: str, token: int | None, reset_tick: datetime | None, **_) -> None:
