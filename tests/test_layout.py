@@ -401,7 +401,6 @@ MANY_KEYWORD_PARAMETERS = {"lease.py:acquire", "runner.py:run_locked"}
 MANY_FIELDS = {
     "lease.py:Lease",
     "runner.py:RunResult",
-    "status.py:LockState",
 }
 
 

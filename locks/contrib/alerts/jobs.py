@@ -127,7 +127,7 @@ def check_jobs(lease: Lease) -> dict[str, int]:
                 since=max(seen, resumed or seen),
                 last_success=health[name].last_success_at,
                 resumed=resumed,
-                failover=lock.paused_note if lock.paused_by == FAILOVER_PAUSER else "",
+                failover=lock.pause.note if lock.pause.by == FAILOVER_PAUSER else "",
             )
             if action == CLOSE:
                 closed += _close(job, incident)
@@ -144,7 +144,7 @@ def _open(name: str, problem: Problem, *, lock: LockState, ledger: Ledger) -> No
         job_name=name,
         reason=problem.reason,
         summary=problem.summary,
-        last_error=lock.last_error[:2000],
+        last_error=lock.last_run.error[:2000],
         opened_at=ledger.db_now,
     )
     logger.warning("job=%s incident opened (%s): %s", name, problem.reason, problem.summary)
