@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import math
 import re
+from collections import namedtuple
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import cache
 
@@ -58,10 +59,16 @@ class NoDryRun(ValueError):
     """The job names no ``dry_run`` callable."""
 
 
+# Which slots run: "latest", or "all" within ``window`` (docs/jobs.md, as for AlertRules).
+CatchUp = namedtuple("CatchUp", "policy window", defaults=("latest", timedelta(seconds=86400)))
+# check_jobs opens an incident after failures in a row or ``after`` without a success, closes it after recoveries.
+AlertRules = namedtuple("AlertRules", "failures after recoveries", defaults=(2, None, 2))
+
+
 @dataclass(frozen=True)
 class Job:
     name: str
-    schedule: str  # cron expression, read in ``timezone``
+    cron: schedule.Schedule  # the cron expression, read in the job's time zone; its slots are UTC instants
     callable_path: str  # receives the lease, returns a mapping of counts or None
     ttl: timedelta
     # How long the heartbeat keeps renewing one run's lease; None: as long as it runs.
@@ -69,15 +76,9 @@ class Job:
     retry_delays: tuple[timedelta, ...]  # after a failed tick (the scheduler's business)
     expected_errors: tuple[str, ...] = ()  # logged without a traceback
     dry_run_path: str | None = None  # no arguments, returns what a run would do
-    # Which slots run: "latest" or "all" within catch_up_window (docs/jobs.md, as for what follows).
-    catch_up: str = "latest"
-    catch_up_window: timedelta = timedelta(seconds=86400)
-    # check_jobs' incidents open and close after these (alert_after None: two periods + 10 minutes).
-    alert_after_failures: int = 2
-    alert_after: timedelta | None = None
-    alert_after_recoveries: int = 2
+    catch_up: CatchUp = field(default_factory=CatchUp)
+    alerts: AlertRules = field(default_factory=AlertRules)
     on_failover: str = "rerun"  # the first run after a database failover: "rerun" or "pause"
-    timezone: str = schedule.DEFAULT_TIMEZONE  # where the fields are read; its slots are UTC instants
     # A django.tasks Task that the slot's winner enqueues and follows, instead of a callable.
     task_path: str | None = None
 
@@ -97,28 +98,23 @@ class Job:
             raise NoDryRun(f"job {self.name!r} has no dry run (no 'dry_run' in its LOCKS_JOBS entry)")
         return dict(import_string(self.dry_run_path)() or {})
 
-    @property
-    def cron(self) -> schedule.Schedule:
-        """The schedule as a value: its expression read in the job's time zone."""
-        return schedule.Schedule(self.schedule, self.timezone)
-
     def current_tick(self, *, now: datetime | None = None) -> datetime:
         """The slot of now: the one a run at ``now`` (this host's clock) claims (``Schedule.current``)."""
         return self.cron.current(now or timezone.now(), window=tick_window())
 
     def chance_end(self, tick: datetime) -> datetime:
         """When ``tick``'s chance is over (if attempts remain): the next slot under the ``latest``
-        catch-up policy, ``catch_up_window`` after the slot under ``all``."""
-        return tick + self.catch_up_window if self.catch_up == ALL else self.cron.next_slot(tick)
+        catch-up policy, the catch-up window after the slot under ``all``."""
+        return tick + self.catch_up.window if self.catch_up.policy == ALL else self.cron.next_slot(tick)
 
     def next_slots(self, *, after: datetime | None = None, count: int = 10) -> list[schedule.Upcoming]:
         """The ``count`` slots after ``after`` (default: now, this host's clock), UTC and local."""
         return self.cron.preview(after or timezone.now(), count)
 
     def alert_delay(self, *, now: datetime) -> timedelta:
-        """How long without a success opens an incident: ``alert_after``, else two periods and 10 minutes."""
-        if self.alert_after is not None:
-            return self.alert_after
+        """How long without a success opens an incident: ``alerts.after``, else two periods and 10 minutes."""
+        if self.alerts.after is not None:
+            return self.alerts.after
         return 2 * self.cron.period(now) + timedelta(minutes=10)
 
 
@@ -161,20 +157,24 @@ def _registry() -> dict[str, Job]:
 
 
 def _job(name: str, entry: dict) -> Job:
-    max_run_time = entry.get("max_run_time")
+    entry = {key: timedelta(seconds=value) if key in DURATION_KEYS else value for key, value in entry.items()}
     return Job(
         name=name,
-        schedule=entry["schedule"],
+        cron=schedule.Schedule(entry["schedule"], entry.get("timezone", schedule.DEFAULT_TIMEZONE)),
         callable_path=entry.get("callable", ""),
-        ttl=timedelta(seconds=entry.get("ttl", settings.LOCKS_DEFAULT_TTL)),
-        max_run_time=timedelta(seconds=max_run_time) if max_run_time is not None else None,
+        ttl=entry.get("ttl", timedelta(seconds=settings.LOCKS_DEFAULT_TTL)),
+        max_run_time=entry.get("max_run_time"),
         retry_delays=tuple(timedelta(seconds=s) for s in entry.get("retry", {}).get("delays", ())),
         expected_errors=tuple(entry.get("expected_errors", ())),
         dry_run_path=entry.get("dry_run"),
-        catch_up_window=timedelta(seconds=entry.get("catch_up_window", DEFAULT_CATCH_UP_WINDOW)),
-        alert_after=timedelta(seconds=entry["alert_after"]) if "alert_after" in entry else None,
+        catch_up=CatchUp(entry.get("catch_up", LATEST), entry.get("catch_up_window", CatchUp().window)),
+        alerts=AlertRules(
+            entry.get("alert_after_failures", AlertRules().failures),
+            entry.get("alert_after"),
+            entry.get("alert_after_recoveries", AlertRules().recoveries),
+        ),
+        on_failover=entry.get("on_failover", RERUN),
         task_path=entry.get("task"),
-        **{key: entry[key] for key in PLAIN_KEYS if key in entry},  # else Job's defaults
     )
 
 
@@ -189,7 +189,7 @@ def _job_or_none(name: str) -> Job | None:
 def timezone_of(name: str) -> str:
     """The zone the job ``name`` reads its schedule in (UTC if no job): where a lock row's times are shown."""
     job = _job_or_none(name)
-    return schedule.DEFAULT_TIMEZONE if job is None else job.timezone
+    return schedule.DEFAULT_TIMEZONE if job is None else job.cron.timezone
 
 
 def prune_every(name: str) -> int:
@@ -220,10 +220,8 @@ JOB_KEYS = (
 )
 LATEST, ALL = "latest", "all"  # the catch-up policies
 RERUN, PAUSE = "rerun", "pause"  # what a failover means to a job
-DEFAULT_CATCH_UP_WINDOW = 86400  # seconds: a day of slots
 PATH_KEYS = ("callable", "dry_run", "task")  # dotted paths; one of callable and task is required
-# Keys a Job takes as they are.
-PLAIN_KEYS = ("catch_up", "alert_after_failures", "alert_after_recoveries", "on_failover", "timezone")
+DURATION_KEYS = ("ttl", "max_run_time", "catch_up_window", "alert_after")  # in seconds, read as timedeltas
 
 # One id per problem (docs/jobs.md, Checks).
 NOT_A_DICT = "LOCKS_JOBS must be a dict of job name to job settings, got {type}."

@@ -540,7 +540,7 @@ def run_job(
     # The future bound (rule 3): none for the scheduler's slot, else the tick window before the slot.
     window = job.cron.early_window_before(claim, window=tick_window())
     horizon = timedelta(0) if due is not None and tick is None else window
-    if job.catch_up == ALL:
+    if job.catch_up.policy == ALL:
         try:
             pending = _pending_tick(job, due=claim)
         except Error as exc:
@@ -593,5 +593,5 @@ def _pending_tick(job: Job, *, due: datetime) -> datetime:
         claimed=state["tick"],
         settled=state["tick_done"] or state["tick_attempts"] >= job.max_attempts,
         due=due,
-        oldest=state["db_now"] - job.catch_up_window,
+        oldest=state["db_now"] - job.catch_up.window,
     )

@@ -87,7 +87,7 @@ def _slot_of(plan: _Plan, now: datetime) -> datetime | None:
         return plan.job.cron.slot_at_or_before(now)
     except SLOT_ERRORS as exc:
         if plan.look_at is not None:
-            logger.error(NO_SLOT, plan.job.name, plan.job.schedule, type(exc).__name__, exc)
+            logger.error(NO_SLOT, plan.job.name, plan.job.cron.expression, type(exc).__name__, exc)
         plan.look_at = None
         return None
 

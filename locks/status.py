@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict, namedtuple
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from functools import reduce
 from operator import or_
@@ -18,14 +18,18 @@ from django.db.models.functions import Coalesce, Now
 from django.utils import timezone
 
 from locks.conf import MAX_LEDGER_SLOTS
-from locks.lease import iso
-from locks.models import STUCK_Q, JobPause, JobRun, Outcome, SyncLock, database_now
+from locks.lease import Pause, iso
+from locks.models import PAUSE_FIELDS, STUCK_Q, JobPause, JobRun, Outcome, SyncLock, database_now
 from locks.registry import SLOT_ERRORS, Job
 from locks.registry import jobs as registered_jobs
 from locks.schedule import Schedule, local_label, zone_name
 
 # A registered job without a lock row: it creates its lock on its first run.
 NEVER_RUN = "never run"
+# The lock row's last_* columns: how its job's last run went.
+LastRun = namedtuple("LastRun", "status started_at finished_at error", defaults=("", None, None, ""))
+NO_PAUSE = Pause("", None)  # a lock not paused: its paused_* columns empty
+LEASE_FIELDS = ("state", "holder", "token", "locked_until", "heartbeat_at", "tick")  # the row's names too
 
 
 def computed(slots: Callable[..., Any], *args) -> tuple[Any, str]:
@@ -45,21 +49,19 @@ class LockState:
     locked_until: datetime | None = None
     heartbeat_at: datetime | None = None
     tick: datetime | None = None
-    last_status: str = ""
-    last_started_at: datetime | None = None
-    last_finished_at: datetime | None = None
-    last_error: str = ""
+    last_run: LastRun = field(default_factory=LastRun)
     db_now: datetime | None = None
-    paused_at: datetime | None = None  # an operator's pause (locks.operator)
-    paused_by: str = ""
-    paused_note: str = ""
+    pause: Pause = NO_PAUSE  # an operator's pause (locks.operator); since None: not paused
 
     @property
     def paused(self) -> bool:
-        return self.paused_at is not None
+        return self.pause.since is not None
 
-    def as_json(self) -> dict:
-        return {**_jsonable(asdict(self)), "paused": self.paused}
+    def as_json(self) -> dict:  # flat, in the lock row's names (locks status --json, /healthz)
+        lease = {name: getattr(self, name) for name in ("job", *LEASE_FIELDS)}
+        last_run = {f"last_{key}": value for key, value in self.last_run._asdict().items()}
+        pause = {"paused_at": self.pause.since, "paused_by": self.pause.by, "paused_note": self.pause.note}
+        return {**_jsonable({**lease, **last_run, "db_now": self.db_now, **pause}), "paused": self.paused}
 
 
 def _jsonable(values: dict) -> dict:
@@ -80,9 +82,11 @@ def job_states() -> list[LockState]:
 
 
 def _lock_state_of(row: SyncLock) -> LockState:
-    """``row`` must come from ``SyncLock.objects.with_state()``: every other field is its namesake."""
-    values = {field.name: getattr(row, field.name) for field in fields(LockState) if field.name != "job"}
-    return LockState(job=row.job_name, **values)
+    """``row`` must come from ``SyncLock.objects.with_state()`` (its ``state`` and ``db_now``)."""
+    last_run = LastRun(*(getattr(row, f"last_{key}") for key in LastRun._fields))
+    pause = Pause(*(getattr(row, name) for name in PAUSE_FIELDS))
+    lease = (getattr(row, name) for name in LEASE_FIELDS)
+    return LockState(row.job_name, *lease, last_run, row.db_now, pause)
 
 
 @dataclass(frozen=True)
@@ -205,7 +209,7 @@ def lock_summary() -> Summary:
     jobs = []
     for name, job in registered.items():
         upcoming, error = computed(job.cron.next_slot, db_now)
-        pause = (lock.paused_at, lock.paused_by) if (lock := health[name].lock) else (None, "")
+        pause = (lock.pause.since, lock.pause.by) if (lock := health[name].lock) else (None, "")
         jobs.append(
             ScheduledJob(name, health[name].last_success_at, upcoming, error, incidents.get(name), *pause)
         )
@@ -321,7 +325,7 @@ def build_ledger(
         slots=slots,
         paused=lock.get("paused_at") is not None,
         counts=Counter(slot.outcome for slot in slots),
-        timezone=job.timezone,
+        timezone=job.cron.timezone,
     )
 
 
@@ -337,7 +341,7 @@ def _slot(job: Job, tick: datetime, runs: list[dict], *, lock: dict, pauses: lis
         return Slot(tick, Outcome.UNKNOWN, runs)
     ends = job.chance_end(tick)
     over = db_now >= ends or len(runs) >= job.max_attempts
-    if job.catch_up == "latest" and lock.get("tick") is not None and lock["tick"] > tick:
+    if job.catch_up.policy == "latest" and lock.get("tick") is not None and lock["tick"] > tick:
         over = True  # superseded: a later slot was claimed (a copy may claim one a little early)
     if not over:
         return Slot(tick, Outcome.PENDING, runs)

@@ -379,8 +379,8 @@ def job_metrics() -> list[Metric]:
         paused.add_metric([name], float(ledgers[name].paused))
         incident.add_metric([name], float(name in incidents))
         held.add_metric([name], float(lock is not None and lock.state in {HELD, OVERDUE}))
-        if lock and lock.last_finished_at and lock.last_started_at and lock.last_status != Outcome.RUNNING:
-            duration.add_metric([name], (lock.last_finished_at - lock.last_started_at).total_seconds())
+        if lock and (run := lock.last_run).finished_at and run.started_at and run.status != Outcome.RUNNING:
+            duration.add_metric([name], (run.finished_at - run.started_at).total_seconds())
         for outcome in OUTCOMES:
             ticks.add_metric([name, outcome], ledgers[name].counts.get(outcome, 0))
     seen = {(row["job_name"], row["status"]): row["count"] for row in runs.annotate(count=Count("pk"))}

@@ -12,6 +12,7 @@ from config import settings as project  # the module: what the tests' overrides 
 from locks.crontab import cronjobs
 from locks.models import JobRun, SyncLock
 from locks.registry import Job, get_job
+from locks.schedule import Schedule
 from tests.conftest import ROOT, manage, project_env
 
 SETTINGS = str(ROOT / "config" / "settings.py")
@@ -35,7 +36,7 @@ def test_the_project_registers_the_sync_and_the_reminders():
 def test_the_sync_is_registered_with_its_defaults():
     assert get_job("sync_contests") == Job(
         name="sync_contests",
-        schedule="0 * * * *",
+        cron=Schedule("0 * * * *"),
         callable_path="contests.jobs.sync_contests",
         ttl=timedelta(seconds=600),
         max_run_time=timedelta(seconds=1800),

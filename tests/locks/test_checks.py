@@ -336,8 +336,8 @@ def test_the_catch_up_keys_are_read_into_the_job_with_their_defaults(settings):
     }
     assert _job_errors(settings, settings.LOCKS_JOBS) == []
     daily, plain = jobs()["daily"], jobs()["plain"]
-    assert (daily.catch_up, daily.catch_up_window, daily.max_attempts) == ("all", timedelta(hours=1), 3)
-    assert (plain.catch_up, plain.catch_up_window, plain.max_attempts) == ("latest", timedelta(days=1), 1)
+    assert (*daily.catch_up, daily.max_attempts) == ("all", timedelta(hours=1), 3)
+    assert (*plain.catch_up, plain.max_attempts) == ("latest", timedelta(days=1), 1)
 
 
 def test_optional_keys_may_be_left_out(settings):
@@ -356,6 +356,6 @@ def test_an_unknown_time_zone_names_the_fix_in_its_hint(settings):
 def test_a_known_time_zone_passes_and_reaches_the_job(settings):
     settings.LOCKS_JOBS = {"record": {**GOOD, "timezone": "Pacific/Chatham"}}
     assert not [e for e in run_checks(tags=[CHECK_TAG]) if e.id.startswith("locks.")]
-    assert get_job("record").timezone == "Pacific/Chatham"
+    assert get_job("record").cron.timezone == "Pacific/Chatham"
     settings.LOCKS_JOBS = {"record": GOOD}
-    assert get_job("record").timezone == "UTC"  # every job without the key keeps its UTC slots
+    assert get_job("record").cron.timezone == "UTC"  # every job without the key keeps its UTC slots

@@ -17,7 +17,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from locks.models import JobPause, JobRun, Outcome, SyncLock, database_now
-from locks.registry import get_job
+from locks.registry import CatchUp, get_job
 from locks.runner import run_job
 from locks.schedule import Schedule
 from locks.status import build_ledger, job_ledgers
@@ -28,7 +28,7 @@ NOW = datetime(2026, 12, 2, 10, 31, 0, tzinfo=UTC)  # the injected database cloc
 
 
 def job(schedule: str = "*/5 * * * *", **changes):
-    return replace(get_job("record"), schedule=schedule, **changes)
+    return replace(get_job("record"), cron=Schedule(schedule), **changes)
 
 
 def run(tick, status, token=1, **fields) -> dict:
@@ -43,7 +43,7 @@ def outcomes(ledger) -> list[str]:
 def test_every_outcome_from_runs_written_into_the_past():
     """``*/5``, judged at 10:31: one slot of each outcome, newest first."""
     record = job()  # retry delays 30 and 60 s: three attempts per slot
-    ticks = Schedule(record.schedule).previous(NOW, 7)  # 10:30, 10:25, … 10:00
+    ticks = record.cron.previous(NOW, 7)  # 10:30, 10:25, … 10:00
     runs = {
         ticks[1]: [run(ticks[1], Outcome.FAILED), run(ticks[1], Outcome.SUCCEEDED, token=2)],
         ticks[2]: [run(ticks[2], Outcome.FAILED, token=3), run(ticks[2], Outcome.ABANDONED, token=4)],
@@ -74,7 +74,7 @@ def test_every_outcome_from_runs_written_into_the_past():
 
 def test_a_slot_that_used_every_attempt_is_failed_before_the_next_slot_comes():
     hourly = job("0 * * * *", retry_delays=(timedelta(minutes=1),))  # two attempts
-    [tick] = Schedule(hourly.schedule).previous(NOW, 1)
+    [tick] = hourly.cron.previous(NOW, 1)
     once = {tick: [run(tick, Outcome.FAILED)]}
     twice = {tick: [run(tick, Outcome.FAILED), run(tick, Outcome.LOST_LOCK, token=2)]}
     assert outcomes(build_ledger(hourly, ticks=[tick], runs=once, lock={}, pauses=[], db_now=NOW)) == [
@@ -88,7 +88,7 @@ def test_a_slot_that_used_every_attempt_is_failed_before_the_next_slot_comes():
 def test_a_slot_superseded_by_a_later_claim_is_missed_at_once():
     """Latest policy: a copy claimed 10:35 early (the tick window), so 10:30 can no longer run."""
     record = job()
-    ticks = Schedule(record.schedule).previous(NOW, 1)
+    ticks = record.cron.previous(NOW, 1)
     lock = {"token": 1, "locked_until": None, "tick": ticks[0] + timedelta(minutes=5), "paused_at": None}
     assert outcomes(build_ledger(record, ticks=ticks, runs={}, lock=lock, pauses=[], db_now=NOW)) == [
         "missed"
@@ -96,8 +96,8 @@ def test_a_slot_superseded_by_a_later_claim_is_missed_at_once():
 
 
 def test_under_the_all_policy_a_slot_keeps_its_chance_for_the_window():
-    hourly = job("0 * * * *", catch_up="all", catch_up_window=timedelta(hours=3))
-    ticks = Schedule(hourly.schedule).previous(NOW, 5)  # 10:00 … 06:00
+    hourly = job("0 * * * *", catch_up=CatchUp("all", timedelta(hours=3)))
+    ticks = hourly.cron.previous(NOW, 5)  # 10:00 … 06:00
     lock = {"token": 1, "locked_until": None, "tick": ticks[0], "paused_at": None}
     ledger = build_ledger(hourly, ticks=ticks, runs={}, lock=lock, pauses=[], db_now=NOW)
     assert outcomes(ledger) == ["pending", "pending", "pending", "missed", "missed"]  # 07:00 + 3 h < 10:31
@@ -105,7 +105,7 @@ def test_under_the_all_policy_a_slot_keeps_its_chance_for_the_window():
 
 def test_paused_only_when_the_whole_chance_passed_inside_pauses():
     record = job()
-    ticks = Schedule(record.schedule).previous(NOW, 4)  # 10:30, 10:25, 10:20, 10:15
+    ticks = record.cron.previous(NOW, 4)  # 10:30, 10:25, 10:20, 10:15
     pauses = [
         (ticks[3] + timedelta(seconds=1), ticks[2]),  # 10:15 was not paused at its very start
         (
@@ -124,7 +124,7 @@ def test_paused_only_when_the_whole_chance_passed_inside_pauses():
 def test_an_uneven_schedule_gives_each_slot_its_own_chance():
     """``0 8,9 * * *``: 08:00's chance ends at 09:00, 09:00's at the next day's 08:00 (all UTC)."""
     twice = job("0 8,9 * * *")
-    ticks = Schedule(twice.schedule).previous(NOW, 4)
+    ticks = twice.cron.previous(NOW, 4)
     assert ticks == [
         NOW.replace(hour=h, minute=0) - timedelta(days=d) for d, h in ((0, 9), (0, 8), (1, 9), (1, 8))
     ]
@@ -139,7 +139,7 @@ def test_an_uneven_schedule_gives_each_slot_its_own_chance():
 def test_a_seconds_level_schedule():
     every_ten = job("* * * * * */10", retry_delays=())
     now = NOW + timedelta(seconds=25)
-    ticks = Schedule(every_ten.schedule).previous(now, 4)  # :20, :10, :00, :50
+    ticks = every_ten.cron.previous(now, 4)  # :20, :10, :00, :50
     assert [tick.second for tick in ticks] == [20, 10, 0, 50]
     runs = {ticks[1]: [run(ticks[1], Outcome.SUCCEEDED)], ticks[2]: [run(ticks[2], Outcome.FAILED)]}
     ledger = build_ledger(every_ten, ticks=ticks, runs=runs, lock={}, pauses=[], db_now=now)
@@ -151,8 +151,7 @@ def test_a_seconds_level_schedule():
 
 def _history(job_name: str, *, runs: int) -> list:
     """``runs`` runs of ``job_name`` on its recent slots, written into the past."""
-    schedule = get_job(job_name).schedule
-    ticks = Schedule(schedule).previous(database_now(), 10)
+    ticks = get_job(job_name).cron.previous(database_now(), 10)
     JobRun.objects.bulk_create(
         JobRun(
             job_name=job_name,

@@ -258,7 +258,7 @@ def test_a_new_process_reads_the_same_cron_line(transactional_db):
 
 def test_the_app_registers_check_jobs_unless_told_not_to_or_given_its_own(settings):
     job = get_job("check_jobs")
-    assert (job.schedule, job.callable_path, job.ttl) == (
+    assert (job.cron.expression, job.callable_path, job.ttl) == (
         "* * * * *",
         "locks.contrib.alerts.jobs.check_jobs",
         timedelta(minutes=2),
@@ -267,7 +267,7 @@ def test_the_app_registers_check_jobs_unless_told_not_to_or_given_its_own(settin
         **settings.LOCKS_JOBS,
         "check_jobs": {"schedule": "*/5 * * * *", "callable": "locks.contrib.alerts.jobs.check_jobs"},
     }
-    assert get_job("check_jobs").schedule == "*/5 * * * *"  # the project's own entry wins
+    assert get_job("check_jobs").cron.expression == "*/5 * * * *"  # the project's own entry wins
     settings.LOCKS_CHECK_JOBS = False
     settings.LOCKS_JOBS = {name: entry for name, entry in settings.LOCKS_JOBS.items() if name != "check_jobs"}
     assert list(jobs()) == HOST_JOBS

@@ -24,15 +24,15 @@ from locks import schedule
 from locks.lease import Grant, Skip
 from locks.lease import Pause as OperatorPause
 from locks.models import JobRun
-from locks.registry import Job, jobs
+from locks.registry import CatchUp, Job, jobs
 from locks.runner import RunResult
-from locks.schedule import InvalidTick
+from locks.schedule import InvalidTick, Schedule
 from locks.scheduler import Scheduler
 from tests.hostproject.settings import RECORD
 
 HOURLY = Job(
     name="hourly",
-    schedule="0 * * * *",
+    cron=Schedule("0 * * * *"),
     callable_path="tests.jobsapp.jobs.record",
     ttl=timedelta(seconds=60),
     max_run_time=None,
@@ -227,7 +227,7 @@ def test_a_lock_row_locked_by_a_write_in_progress_is_looked_at_again_with_a_back
 
 
 def test_under_catch_up_all_a_slot_behind_that_settled_is_followed_at_once_by_the_next():
-    job = replace(HOURLY, catch_up="all")
+    job = replace(HOURLY, catch_up=CatchUp("all"))
     clock = FakeClock(at(10, 30), at(11, 30))
     behind = [
         RunResult(job="hourly", tick=at(8), holder="h", outcome="succeeded", claimed="behind"),
@@ -301,7 +301,7 @@ def test_a_scheduler_five_minutes_fast_runs_each_slot_of_a_burst_at_its_time_on_
         ran.append((db_now, due))
         return RunResult(job=name, tick=due, holder="h", outcome="succeeded")
 
-    burst = replace(HOURLY, name="burst", schedule="54-59 0 * * *")
+    burst = replace(HOURLY, name="burst", cron=Schedule("54-59 0 * * *"))
     Scheduler(jobs=[burst], now=clock.now, run=run, stop=clock.stop).run_forever(wait=clock.wait)
 
     slots = [at(0, minute) for minute in range(54, 60)]
@@ -329,7 +329,7 @@ def test_a_wake_with_one_due_job_among_a_thousand_computes_its_slots_only(monkey
     clock = FakeClock(at(10))
     runs = Runs(clock)
     hourly = [replace(HOURLY, name=f"hourly_{number}") for number in range(999)]
-    half_past = replace(HOURLY, name="half_past", schedule="30 * * * *")
+    half_past = replace(HOURLY, name="half_past", cron=Schedule("30 * * * *"))
     scheduler = Scheduler(jobs=[*hourly, half_past], now=clock.now, run=runs)
     scheduler.step()  # on start: the current slot of each
     assert len(runs.asked) == 1000 and scheduler.next_wake() == at(10, 1)  # MAX_SLEEP

@@ -85,8 +85,8 @@ def test_a_schedule_without_a_slot_in_five_years_is_a_check_error_naming_the_job
 def test_an_impossible_schedule_beside_a_good_one_fails_alone(settings, admin_client, client, caplog):
     settings.LOCKS_HEALTHZ_TOKEN = settings.LOCKS_METRICS_TOKEN = TOKEN
     register(settings, feb31={"schedule": NEVER, "callable": "tests.jobsapp.jobs.record"})
-    good = Job("good", "0 * * * *", "tests.jobsapp.jobs.record", timedelta(seconds=60), None, ())
-    bad = Job("feb31", NEVER, "tests.jobsapp.jobs.record", timedelta(seconds=60), None, ())
+    good = Job("good", Schedule("0 * * * *"), "tests.jobsapp.jobs.record", timedelta(seconds=60), None, ())
+    bad = Job("feb31", Schedule(NEVER), "tests.jobsapp.jobs.record", timedelta(seconds=60), None, ())
     asked, now = [], datetime(2026, 12, 2, 10, 0, tzinfo=UTC)
 
     def run(*, name, due):
@@ -187,7 +187,7 @@ def test_pausing_a_failing_job_sends_no_recovered(minutely, mailoutbox):
 
 def test_a_job_flapping_every_minute_for_an_hour_sends_one_opening_and_one_recovery():
     """60 minutes of fake time: the ledger at each minute, check_jobs' decision on it."""
-    job = Job("flappy", MINUTELY, "tests.jobsapp.jobs.record", timedelta(seconds=60), None, ())
+    job = Job("flappy", Schedule(MINUTELY), "tests.jobsapp.jobs.record", timedelta(seconds=60), None, ())
     start = datetime(2026, 12, 2, 10, tzinfo=UTC)
     outcome = {
         start + timedelta(minutes=m): Outcome.FAILED if m % 2 or m < 4 else Outcome.SUCCEEDED
@@ -237,7 +237,7 @@ def test_a_paused_job_is_paused_on_healthz_and_left_out_of_its_status(settings, 
 
 
 def test_a_slot_whose_time_came_while_paused_is_paused_not_missed():
-    job = Job("h", HOURLY, "tests.jobsapp.jobs.record", timedelta(seconds=60), None, ())
+    job = Job("h", Schedule(HOURLY), "tests.jobsapp.jobs.record", timedelta(seconds=60), None, ())
     now = datetime(2026, 12, 2, 11, 30, tzinfo=UTC)
     ticks = Schedule(HOURLY).previous(now, 3)  # 11:00, 10:00, 09:00
     pauses = [

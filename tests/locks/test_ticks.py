@@ -151,7 +151,7 @@ def test_a_wake_of_three_replicas_runs_a_hundred_no_op_slots_in_four_statements_
     every_minute = {"callable": "tests.jobsapp.jobs.record", "ttl": 60, "schedule": "* * * * *"}
     names = [f"minutely_{number}" for number in range(100)]
     register(settings, **dict.fromkeys(names, every_minute))
-    jobs = [replace(HOURLY, name=name, schedule="* * * * *") for name in names]
+    jobs = [replace(HOURLY, name=name, cron=Schedule("* * * * *")) for name in names]
 
     def run(*, name: str, due: datetime) -> RunResult:
         return run_locked(job=name, tick=due, ttl=MINUTE, fn=lambda lease: None)

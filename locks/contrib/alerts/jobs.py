@@ -52,8 +52,8 @@ def judged(ledger: Ledger, *, since: datetime | None = None) -> list[Slot]:
 
 def recovered(job: Job, ledger: Ledger) -> bool:
     """Whether its newest ``alert_after_recoveries`` counted slots all succeeded."""
-    newest = [slot.outcome for slot in judged(ledger)[: job.alert_after_recoveries]]
-    return newest.count(Outcome.SUCCEEDED) == job.alert_after_recoveries
+    newest = [slot.outcome for slot in judged(ledger)[: job.alerts.recoveries]]
+    return newest.count(Outcome.SUCCEEDED) == job.alerts.recoveries
 
 
 CLOSE = "close"
@@ -82,7 +82,7 @@ def decide(
         return Problem("error", ledger.error)
     slots = judged(ledger, since=resumed)
     streak = list(takewhile(lambda slot: slot.outcome in {Outcome.FAILED, Outcome.MISSED}, slots))
-    if streak and len(streak) >= job.alert_after_failures:
+    if streak and len(streak) >= job.alerts.failures:
         reason = Outcome.FAILED if any(slot.outcome == Outcome.FAILED for slot in streak) else Outcome.MISSED
         return Problem(reason, f"{len(streak)} slots {reason} in a row, since {streak[-1].describe()}")
     try:
@@ -127,7 +127,7 @@ def check_jobs(lease: Lease) -> dict[str, int]:
                 since=max(seen, resumed or seen),
                 last_success=health[name].last_success_at,
                 resumed=resumed,
-                failover=lock.paused_note if lock.paused_by == FAILOVER_PAUSER else "",
+                failover=lock.pause.note if lock.pause.by == FAILOVER_PAUSER else "",
             )
             if action == CLOSE:
                 closed += _close(job, incident)
@@ -144,7 +144,7 @@ def _open(name: str, problem: Problem, *, lock: LockState, ledger: Ledger) -> No
         job_name=name,
         reason=problem.reason,
         summary=problem.summary,
-        last_error=lock.last_error[:2000],
+        last_error=lock.last_run.error[:2000],
         opened_at=ledger.db_now,
     )
     logger.warning("job=%s incident opened (%s): %s", name, problem.reason, problem.summary)
@@ -154,7 +154,7 @@ def _close(job: Job, incident: Incident) -> int:
     closed = Incident.objects.filter(pk=incident.pk, closed_at__isnull=True).update(closed_at=Now())
     logger.warning(
         "job=%s incident closed: %s slots succeeded in a row (opened %s)",
-        *(job.name, job.alert_after_recoveries, iso(incident.opened_at)),
+        *(job.name, job.alerts.recoveries, iso(incident.opened_at)),
     )
     return closed
 

@@ -8,7 +8,7 @@ from django.utils.formats import date_format
 
 from locks.conf import MAX_LEDGER_SLOTS
 from locks.db import STANDBY, RowLocked, standby
-from locks.lease import LockError, Pause, iso
+from locks.lease import LockError, iso
 from locks.management.commands.run_job import tick_argument
 from locks.operator import cli_name, force_release, pause_job, resume_job
 from locks.operator import reset_tick as reset_claimed_tick
@@ -110,11 +110,9 @@ class Command(BaseCommand):
                 str(s.token) if s.token is not None else "-",
                 _fmt(s.locked_until),
                 local_label(s.tick, tz=zones[s.job]) if s.tick else "-",
-                s.last_status or "-",
-                _fmt(s.last_finished_at),
-                str(Pause(s.paused_by, s.paused_at, s.paused_note)).removeprefix("paused ")
-                if s.paused
-                else "-",
+                s.last_run.status or "-",
+                _fmt(s.last_run.finished_at),
+                str(s.pause).removeprefix("paused ") if s.paused else "-",
             )
             for s in states
         ]
@@ -155,10 +153,10 @@ class Command(BaseCommand):
         if json:
             self.stdout.write(dumps([slot.as_json() for slot in slots], indent=2))
             return
-        self.stdout.write(f"{found.name}: {found.schedule!r} in {found.timezone}")
+        self.stdout.write(f"{found.name}: {found.cron.expression!r} in {found.cron.timezone}")
         self.stdout.write(f"{'SLOT (UTC)':<25}  {'LOCAL':<32}  DST")
         for slot in slots:
-            local = f"{local_label(slot.slot, tz=found.timezone)} ({slot.local:%z})"
+            local = f"{local_label(slot.slot, tz=found.cron.timezone)} ({slot.local:%z})"
             self.stdout.write(f"{slot.slot.isoformat():<25}  {local:<32}  {slot.dst or '-'}")
 
     def release(self, *, job: str, token: int | None, reset_tick: datetime | None, **_) -> None:
