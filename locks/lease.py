@@ -322,12 +322,14 @@ def _history_of_win(won: dict, mine, *, job: str, tick: datetime | None, using: 
         )
         logger.warning("job=%s token=%s/%s %s", job, won["now_timeline"], won["token"], won["failover"])
         stamp.update(failover_note=won["failover"], failover_through=Now())
-        if pause:  # on_failover "pause": in this transaction, so no later run can miss the failover
-            note = failover_pause_note(won["failover"])
-            stamp.update(paused_at=Now(), paused_by=FAILOVER_PAUSER, paused_note=note)
-    with lease_transaction(using=using):  # the stamp and the pause's history together
+    # on_failover "pause": in this transaction, so no later run can miss the failover; an operator's
+    # pause since the claim stands. Its history as pause_job writes it.
+    with lease_transaction(using=using):
         mine.update(**stamp)
-        if pause and won["failover"]:  # the pause's history, as pause_job writes it
+        note = pause and won["failover"] and failover_pause_note(won["failover"])
+        if note and mine.filter(paused_at__isnull=True).update(
+            paused_at=Now(), paused_by=FAILOVER_PAUSER, paused_note=note
+        ):
             paused_at = mine.values_list("paused_at", flat=True).get()
             JobPause.objects.using(using).create(
                 job_name=job, paused_at=paused_at, paused_by=FAILOVER_PAUSER, note=note

@@ -15,9 +15,9 @@ from django.db.models import BigIntegerField, F, Value
 from locks import Lease, Skip, acquire, fenced, release, run_locked
 from locks.lease import ClaimRules, read_back_commit
 from locks.models import JobPause, JobRun, SyncLock
-from locks.operator import reset_tick
+from locks.operator import pause_job, reset_tick
 from tests.jobsapp.models import SlotWrite
-from tests.locks.conftest import TICK
+from tests.locks.conftest import TICK, register
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -171,6 +171,33 @@ def test_a_failover_pause_whose_run_was_interrupted_still_binds_the_next_run(tim
         "paused on a database failover: the database failed over since token 1"
     )
     assert JobPause.objects.get().paused_by == "locks:failover"
+
+
+def test_an_operators_pause_between_a_claim_and_its_failover_pause_stands(timeline, settings):
+    """on_failover "pause": the claim finds a failover, and an operator pauses the job before the
+    claim's failover stamp. Was: the stamp wrote the failover's pause over the operator's (who and
+    why lost) and opened a second pause in the history."""
+    register(settings, job={"schedule": "0 * * * *", "callable": "tests.jobsapp.jobs.write_slot"})
+    run = {"job": "job", "ttl": TTL, "fn": write, "rules": ClaimRules(pause_on_failover=True)}
+    assert run_locked(tick=TICK, **run).outcome == "succeeded"  # the row is stamped timeline 1
+    timeline(2)
+    seen = []
+
+    def operator_after_the_claim(execute, sql, params, many, context):
+        if seen == ["claim"]:  # the claim's statement is done: the pause comes before the next one
+            seen.append("paused")
+            pause_job(job="job", by="admin:ops", note="maintenance")
+        if sql.startswith('UPDATE "locks_synclock"') and not seen:
+            seen.append("claim")
+        return execute(sql, params, many, context)
+
+    with connections[DEFAULT_DB_ALIAS].execute_wrapper(operator_after_the_claim):
+        run_locked(tick=TICK + timedelta(hours=1), **run)
+
+    assert seen == ["claim", "paused"]
+    lock = SyncLock.objects.get()
+    assert (lock.paused_by, lock.paused_note, lock.failover_note != "") == ("admin:ops", "maintenance", True)
+    assert list(JobPause.objects.filter(resumed_at=None).values_list("paused_by", flat=True)) == ["admin:ops"]
 
 
 def test_a_repeated_release_gives_an_unused_attempt_back_once():
