@@ -107,19 +107,22 @@ def mongodb_transactions(*, using: str) -> bool | None:
 
 
 @contextmanager
-def write_transaction(*, using: str) -> Iterator[None]:
-    """On a MongoDB replica set, django-mongodb-backend's own transaction (an aborted one is a
-    ``DatabaseError``); elsewhere nothing (docs/mongodb.md)."""
+def write_transaction(*, using: str, durable: bool = False) -> Iterator[None]:
+    """Django's ``atomic``; on a MongoDB replica set inside django-mongodb-backend's own transaction,
+    which commits after it (an aborted one is a ``DatabaseError``; docs/mongodb.md)."""
     if not mongodb_transactions(using=using):
-        yield
+        with transaction.atomic(using=using, durable=durable):
+            yield
         return
     from django_mongodb_backend.transaction import atomic
     from pymongo.errors import PyMongoError
 
     try:
         with atomic(using=using):
-            yield
-            if transaction.get_rollback(using=using):  # set_rollback(True): commit nothing
+            with transaction.atomic(using=using, durable=durable):
+                yield
+                rolled_back = transaction.get_rollback(using=using)
+            if rolled_back:  # set_rollback(True): commit nothing
                 connections[using].rollback_mongo()
     except PyMongoError as exc:  # the COMMIT's own errors are pymongo's
         raise DatabaseError(f"the MongoDB transaction was aborted: {exc}") from exc

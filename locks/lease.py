@@ -551,7 +551,7 @@ def fenced(lease: Lease, *, settle: bool = True) -> Iterator[None]:
     body_done = rolled_back = aborted = False
     using = router.db_for_write(SyncLock)
     try:
-        with transaction.atomic(using=using, durable=True), write_transaction(using=using):
+        with write_transaction(using=using, durable=True):
             bound_transaction(using=using, seconds=lease.ttl.total_seconds())
             sync_wait_cancelled(using=using, forget=True)
             _renew(lease, rows=SyncLock.objects.using(using).for_job(lease.job), values=values)

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import router, transaction
+from django.db import router
 from django.db.models import Q
 from django.db.models.functions import Now
 from django.utils.module_loading import import_string
@@ -143,7 +143,7 @@ def once(job: str) -> Callable:
         def guarded(*args, slot: str | None, token: int, **kwargs):
             rows = TaskOutbox.objects.filter(job_name=job, **({"tick": slot} if slot else {"token": token}))
             using = router.db_for_write(TaskOutbox)
-            with transaction.atomic(using=using), write_transaction(using=using):  # MongoDB's too
+            with write_transaction(using=using):  # MongoDB's too
                 if rows.filter(done_at=None).update(done_at=Now()):
                     return body(*args, slot=slot, token=token, **kwargs)
             if not rows.exists():

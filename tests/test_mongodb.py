@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import re
 import secrets
@@ -621,6 +622,20 @@ def test_a_fenced_block_that_fails_writes_nothing_not_even_its_renewal(mongo):
     assert result["lock"]["tick_done"] is False
 
 
+def test_a_fenced_write_commits_without_a_warning_and_a_later_block_keeps_its_commit(mongo):
+    """A fenced block that commits, one with settle=False, then an error: the run succeeded then
+    failed, its tick done and its token committed. Was, on a replica set: each COMMIT raised
+    "forbidden when an 'atomic' block is active" (MongoDB's transaction committed inside Django's
+    atomic, whose on-commit hooks refuse that), logged as a COMMIT with no answer and read back; and
+    the second block set the lease back to not committed."""
+    result = step(mongo, "fenced_twice", job="twice")
+
+    assert result["outcome"] == "succeeded_then_failed"
+    assert (result["lock"]["tick_done"], result["lock"]["committed_token"]) == (True, result["token"])
+    assert result["written"] == [f"fenced:twice:{result['token']}"]
+    assert result["warnings"] == []
+
+
 def test_a_takeover_waits_for_the_fenced_transaction(mongo):
     """A holder frozen inside its fenced block (after its renewal and a write, before its commit)
     past its TTL: a contender's compare-and-set cannot take the lease in between, since the renewal
@@ -953,6 +968,33 @@ def step_fenced_fails(*, job: str) -> dict:
     except RuntimeError as exc:
         error = f"RuntimeError: {exc}"
     return {"error": error, "written": _throttle_keys(), "lock": _lock_row(job)}
+
+
+def step_fenced_twice(*, job: str) -> dict:
+    from locks.lease import fenced
+    from locks.runner import run_locked
+
+    def body(lease):
+        with fenced(lease):
+            _write_marker(lease)
+        with fenced(lease, settle=False):
+            pass
+        raise RuntimeError("after both blocks")
+
+    warnings = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = lambda record: record.levelno == logging.WARNING and warnings.append(record.getMessage())
+    logging.getLogger("locks").addHandler(handler)
+    tick = datetime.now(UTC).replace(second=0, microsecond=0)
+    result = run_locked(job, tick, timedelta(seconds=60), body, retry_delays=(timedelta(seconds=30),))
+    written, lock = _throttle_keys(), _lock_row(job)
+    return {
+        "outcome": result.outcome,
+        "token": result.token,
+        "written": written,
+        "lock": lock,
+        "warnings": warnings,
+    }
 
 
 def step_fenced_slow(*, job: str, ttl: float, frozen: float) -> dict:
