@@ -59,7 +59,7 @@ class NoDryRun(ValueError):
     """The job names no ``dry_run`` callable."""
 
 
-# Which slots run: "latest", or "all" within ``window`` (docs/jobs.md, as for AlertRules).
+# Which slots run: "latest", or "all" within ``window`` (docs/jobs.md, "Register it").
 CatchUp = namedtuple("CatchUp", "policy window", defaults=("latest", timedelta(seconds=86400)))
 # check_jobs opens an incident after failures in a row or ``after`` without a success, closes it after recoveries.
 AlertRules = namedtuple("AlertRules", "failures after recoveries", defaults=(2, None, 2))

@@ -62,6 +62,8 @@ SETTLED = frozenset({"tick_claimed", "attempts_used"})
 
 @dataclass(frozen=True)
 class Failure:
+    """Why a run did not succeed: its error line, an unexpected exception's traceback, the exception."""
+
     error: str = ""
     traceback: str = ""  # an unexpected exception's, bounded
     exception: BaseException | None = field(default=None, repr=False, compare=False)
