@@ -14,6 +14,8 @@ from datetime import timedelta
 from email import message_from_string
 
 import pytest
+from django import get_version
+from django.core import mail
 from django.core.checks import run_checks
 from django.db import connection
 
@@ -212,6 +214,31 @@ def test_an_email_the_server_refuses_is_unclaimed_and_sent_by_the_next_run(setti
     assert (incident.opened_mail_at, incident.opened_mail_state) == (None, "")  # unclaimed
     settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
     assert check()["emails"] == 1 and len(mailoutbox) == 1
+
+
+@pytest.mark.skipif(not hasattr(mail, "mailers"), reason=f"MAILERS is Django 6.1's (this is {get_version()})")
+def test_on_django_61_the_alert_goes_to_the_default_mailer_of_mailers(settings, mailoutbox, tmp_path):
+    """Not to EMAIL_BACKEND (locmem here), which Django 6.1 refuses to read once MAILERS is set."""
+    known_since("refuse", minutes=30)
+    past_runs("refuse", [Outcome.FAILED, Outcome.FAILED])
+    settings.ADMINS = ["ops@example.com"]
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        smtp = {"host": "127.0.0.1", "port": closed.getsockname()[1], "timeout": 2}
+    settings.MAILERS = {
+        "default": {"BACKEND": "django.core.mail.backends.smtp.EmailBackend", "OPTIONS": smtp}
+    }
+    failed = run_job(name="check_jobs", force=True)
+    assert failed.failure.error.startswith("could not email ADMINS about refuse: ConnectionRefusedError")
+    settings.MAILERS = {
+        "default": {
+            "BACKEND": "django.core.mail.backends.filebased.EmailBackend",
+            "OPTIONS": {"file_path": tmp_path},
+        }
+    }
+    assert run_job(name="check_jobs", force=True).outcome == "succeeded"
+    [written] = tmp_path.iterdir()
+    assert "To: ops@example.com" in written.read_text() and mailoutbox == []
 
 
 def test_the_alert_keys_are_checked(settings):

@@ -11,11 +11,11 @@ from datetime import datetime, timedelta
 from itertools import takewhile
 
 from django.conf import settings
+from django.core import mail
 from django.core.mail import EmailMessage
 from django.core.mail.backends import smtp
 from django.db.models import Max, Q
 from django.db.models.functions import Now
-from django.utils.module_loading import import_string
 
 from locks.contrib.alerts.models import Incident
 from locks.db import error_text
@@ -256,10 +256,12 @@ class _AlertBackend(smtp.EmailBackend):
 
 
 def hand_over(message: EmailMessage) -> tuple[str, str]:
-    """Send ``message`` on a new connection of ``EMAIL_BACKEND``: ``(SENT, "")``, ``(UNCERTAIN,
-    error)`` when the content went out without an answer, else ``("unsent", error)``."""
-    backend_class = import_string(settings.EMAIL_BACKEND)
-    backend = (_AlertBackend if backend_class is smtp.EmailBackend else backend_class)(fail_silently=False)
+    """Send ``message`` on a new connection of the default mailer (``MAILERS`` on Django 6.1 and later,
+    else ``EMAIL_BACKEND``): ``(SENT, "")``, ``(UNCERTAIN, error)`` when the content went out without
+    an answer, else ``("unsent", error)``."""
+    backend = mail.mailers.default if hasattr(mail, "mailers") else mail.get_connection()
+    if type(backend) is smtp.EmailBackend:  # Django's SMTP backend: the same, staged (above)
+        backend.__class__ = _AlertBackend
     try:
         backend.open()
     except Exception as exc:  # OSError, SMTPException: nothing went out
