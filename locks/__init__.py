@@ -11,8 +11,8 @@ import importlib
 # name -> the module that defines it
 _API = {
     **dict.fromkeys(("Lease", "Skip", "LockLost", "LockError", "CommitUnknown", "NotCommitted"), "lease"),
-    **dict.fromkeys(("acquire", "renew", "fenced", "release", "make_holder", "ClaimRules"), "lease"),
-    **dict.fromkeys(("run_locked", "run_job", "RunResult"), "runner"),
+    **dict.fromkeys(("acquire", "renew", "fenced", "release", "make_holder", "ClaimRules", "Grant"), "lease"),
+    **dict.fromkeys(("run_locked", "run_job", "RunResult", "Failure"), "runner"),
     **dict.fromkeys(("Outcome", "database_now", "now_plus"), "models"),
     **dict.fromkeys(("cronjobs", "command_prefix"), "crontab"),
     **dict.fromkeys(("ReadOnlyAdminMixin", "badge"), "admin"),
