@@ -483,6 +483,16 @@ def test_pause_resume_run_now_status_and_the_ledger(mongo, standin):
     assert answers["last_success"] == answers["newest_success"] is not None
 
 
+def test_a_forced_run_that_cannot_read_its_pending_slot_says_it_was_forced(mongo):
+    """Under catch_up "all" a forced run reads the oldest slot still to run first; when that read
+    fails (here pymongo's, as a dropped connection) it is skipped as unreachable, and says it was forced."""
+    result = step(mongo, "forced_unreadable")
+
+    assert (result["outcome"], result["tick"], result["claimed"]) == ("unreachable", None, "forced")
+    assert result["reason"].startswith("database unreachable: "), result["reason"]
+    assert [line.split(" holder=")[0] for line in result["logged"]] == ["WARNING: job=hourly tick=forced"]
+
+
 # --- the lock ---------------------------------------------------------------------
 
 
@@ -669,6 +679,51 @@ def test_a_takeover_waits_for_the_fenced_transaction(mongo):
         assert contender["token"] == inside["token"] + 1
     else:
         assert contender["skip"] == "held" and contender["holder"] == inside["holder"], contender
+
+
+# --- tasks: locks.once, and the outbox of a backend outside the database ---------------
+
+
+def test_a_task_body_under_once_commits_with_its_done_mark_and_runs_once(mongo):
+    """locks.once on a replica set: the body and its outbox row's done mark are one transaction
+    (locks.db.write_transaction). A body that raises after writing leaves neither; the next delivery
+    commits both, with no warning; one after that does not run the body."""
+    result = step(mongo, "once", job="once")
+
+    assert result["answers"] == [
+        "RuntimeError: the body failed after writing",
+        {"slot": ONCE_SLOT.isoformat()},
+        None,
+        "LookupError: locks.once: no outbox row of 'once' for slot 2020-01-01T00:00:00+00:00, token 1",
+    ]
+    assert result["after_first"] == {"written": [], "done": False}, "the failed body's write outlived it"
+    assert result["calls"] == 2
+    assert result["written"] == ["task:once:2"]
+    assert result["done"] is True
+    assert result["logged"] == []
+
+
+def test_a_task_jobs_outbox_row_is_sent_once_and_a_task_delivered_again_does_nothing(mongo, tmp_path):
+    """locks.tasks end to end with a backend outside the database: the run writes its slot's outbox
+    row in its fenced transaction, then sends it and a row a crash left unsent (oldest first), prunes
+    one sent long ago; each task is delivered twice and its body runs once. The slot is done."""
+    env = {"OUTSIDE_TASKS": str(tmp_path / "outside.sqlite3"), "TASK_REDELIVER": "1"}
+    result = step(mongo, "outbox", env=env)
+    slot, token = result["slot"], result["done"]["token"]
+    earlier = f"{int(slot[:4]) - 1}{slot[4:]}"
+
+    assert result["done"] == {"outcome": "succeeded", "token": token, "tick": slot}, result["described"]
+    assert result["again"] == {
+        "outcome": "skipped",
+        "reason": f"tick {slot} already done by {result['holder']}",
+    }
+    assert result["sent"] == [{"slot": earlier, "token": 7}, {"slot": slot, "token": token}]
+    rows = result["rows"]
+    assert [(row["tick"], row["token"]) for row in rows] == [(earlier, 7), (slot, token)]  # long ago: gone
+    assert all(row["task_id"] and row["claimed"] and row["done"] for row in rows), rows
+    assert result["stats"]["task"] == rows[1]["task_id"]  # the run names the task it sent
+    assert result["written"] == sorted(["task:outbox_mongo:7", f"task:outbox_mongo:{token}"])
+    assert result["logged"] == []
 
 
 def deploy_check(url: str) -> subprocess.CompletedProcess:
@@ -919,16 +974,28 @@ def _lock_row(job: str) -> dict:
     return dict(row)
 
 
-def _throttle_keys() -> list[str]:
+def _throttle_keys(kind: str = "fenced") -> list[str]:
     from locks.models import Throttle
 
-    return sorted(Throttle.objects.filter(key__startswith="fenced:").values_list("key", flat=True))
+    return sorted(Throttle.objects.filter(key__startswith=f"{kind}:").values_list("key", flat=True))
 
 
-def _write_marker(lease) -> None:
+def _write_marker(job: str, token: int, *, kind: str = "fenced") -> None:
+    """A row naming its writer: the write of a fenced block (or, ``kind`` "task", of a task's body)."""
     from locks.models import Throttle
 
-    Throttle.objects.create(key=f"fenced:{lease.job}:{lease.token}", until=datetime.now(UTC))
+    Throttle.objects.create(key=f"{kind}:{job}:{token}", until=datetime.now(UTC))
+
+
+def _log_records(*levels: int) -> list[str]:
+    """The messages logged at ``levels`` by any logger from now on, "LEVEL: message", as they come."""
+    records = []
+    handler = logging.Handler()
+    handler.emit = lambda record: (
+        record.levelno in levels and records.append(f"{record.levelname}: {record.getMessage()}")
+    )
+    logging.getLogger().addHandler(handler)
+    return records
 
 
 def step_throttle_keys() -> dict:
@@ -943,7 +1010,7 @@ def step_fenced_stale(*, job: str) -> dict:
     second = acquire(job=job, tick=None, ttl=timedelta(seconds=60))
     try:
         with fenced(stale):
-            _write_marker(stale)
+            _write_marker(stale.job, stale.token)
         error = ""
     except LockLost as exc:
         error = f"LockLost: {exc}"
@@ -963,7 +1030,7 @@ def step_fenced_fails(*, job: str) -> dict:
     )
     try:
         with fenced(lease):
-            _write_marker(lease)
+            _write_marker(lease.job, lease.token)
             raise RuntimeError("the body failed after writing")
     except RuntimeError as exc:
         error = f"RuntimeError: {exc}"
@@ -976,15 +1043,12 @@ def step_fenced_twice(*, job: str) -> dict:
 
     def body(lease):
         with fenced(lease):
-            _write_marker(lease)
+            _write_marker(lease.job, lease.token)
         with fenced(lease, settle=False):
             pass
         raise RuntimeError("after both blocks")
 
-    warnings = []
-    handler = logging.Handler(logging.WARNING)
-    handler.emit = lambda record: record.levelno == logging.WARNING and warnings.append(record.getMessage())
-    logging.getLogger("locks").addHandler(handler)
+    warnings = _log_records(logging.WARNING)
     tick = datetime.now(UTC).replace(second=0, microsecond=0)
     result = run_locked(job, tick, timedelta(seconds=60), body, retry_delays=(timedelta(seconds=30),))
     written, lock = _throttle_keys(), _lock_row(job)
@@ -997,6 +1061,155 @@ def step_fenced_twice(*, job: str) -> dict:
     }
 
 
+ONCE_SLOT = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def step_once(*, job: str) -> dict:
+    """Deliveries of a task body under ``locks.once`` for one outbox row: one that raises after its
+    write, one that commits, one after that; then one of a slot without a row."""
+    from locks import once
+    from locks.models import TaskOutbox
+
+    row = TaskOutbox.objects.create(job_name=job, tick=ONCE_SLOT, token=1)
+    calls = []
+
+    @once(job)
+    def body(*, slot: str | None, token: int) -> dict:
+        calls.append(slot)
+        _write_marker(job, len(calls), kind="task")
+        if len(calls) == 1:
+            raise RuntimeError("the body failed after writing")
+        return {"slot": slot}
+
+    def deliver(slot: str) -> dict | str | None:
+        try:
+            return body(slot=slot, token=1)
+        except (RuntimeError, LookupError) as exc:
+            return f"{type(exc).__name__}: {exc}"
+
+    logged, slot = _log_records(logging.WARNING, logging.ERROR, logging.CRITICAL), ONCE_SLOT.isoformat()
+    answers = [deliver(slot)]
+    row.refresh_from_db()
+    after_first = {"written": _throttle_keys("task"), "done": row.done_at is not None}
+    answers += [deliver(slot), deliver(slot), deliver("2020-01-01T00:00:00+00:00")]
+    row.refresh_from_db()
+    return {
+        "answers": answers,
+        "calls": len(calls),
+        "after_first": after_first,
+        "written": _throttle_keys("task"),
+        "done": row.done_at is not None,
+        "logged": logged,
+    }
+
+
+def outbox_body(*, slot: str | None, token: int) -> dict:
+    """The body of ``outbox_task``: a row naming the attempt that sent it."""
+    _write_marker("outbox_mongo", token, kind="task")
+    return {"slot": slot}
+
+
+def __getattr__(name: str):
+    """``outbox_task``, the task of the job "outbox_mongo" (``step_outbox``), made on first use: under
+    ``locks.once``, whose module needs Django set up (this module is imported before, as a script)."""
+    if name != "outbox_task":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from locks import once
+
+    try:  # Django 6.0 ships the framework; on 5.2 the django-tasks backport does
+        from django.tasks import task
+    except ImportError:
+        from django_tasks import task
+
+    globals()[name] = task(once("outbox_mongo")(outbox_body))
+    return globals()[name]
+
+
+def step_outbox() -> dict:
+    """The job "outbox_mongo", its task sent through the outbox to a backend outside the database
+    (tests.jobsapp.backends.OutsideBackend: OUTSIDE_TASKS, TASK_REDELIVER), with a row a crash left
+    unsent and one sent long ago: its run, then another of its slot."""
+    from django.conf import settings
+    from django.test import override_settings
+
+    from locks.models import JobRun, TaskOutbox
+    from locks.runner import run_job
+    from tests.jobsapp.backends import sent_outside
+
+    slot = datetime(datetime.now(UTC).year, 1, 1, tzinfo=UTC)
+    earlier, long_ago = (slot.replace(year=slot.year - years) for years in (1, 2))
+    TaskOutbox.objects.create(job_name="outbox_mongo", tick=earlier, token=7)
+    TaskOutbox.objects.create(
+        job_name="outbox_mongo", tick=long_ago, token=3, claimed_at=long_ago, task_id="x"
+    )
+    entry = {"schedule": "0 0 1 1 *", "task": "tests.test_mongodb.outbox_task", "ttl": 60}
+    outside = {"default": {"BACKEND": "tests.jobsapp.backends.OutsideBackend"}}
+    logged = _log_records(logging.WARNING, logging.ERROR, logging.CRITICAL)
+    with override_settings(TASKS=outside, LOCKS_JOBS={**settings.LOCKS_JOBS, "outbox_mongo": entry}):
+        done = run_job(name="outbox_mongo")
+        again = run_job(name="outbox_mongo")
+    rows = TaskOutbox.objects.filter(job_name="outbox_mongo").order_by("tick")
+    return {
+        "slot": slot.isoformat(),
+        "done": {"outcome": done.outcome.recorded, "token": done.token, "tick": _iso(done.tick)},
+        "holder": done.holder,
+        "described": done.describe(),
+        "again": {"outcome": again.outcome.recorded, "reason": again.reason},
+        "stats": JobRun.objects.get(job_name="outbox_mongo", token=done.token).stats,
+        "rows": [
+            {
+                "tick": _iso(row.tick),
+                "token": row.token,
+                "task_id": row.task_id,
+                "claimed": row.claimed_at is not None,
+                "done": row.done_at is not None,
+            }
+            for row in rows
+        ],
+        "sent": sent_outside(),
+        "written": _throttle_keys("task"),
+        "logged": logged,
+    }
+
+
+def step_forced_unreadable() -> dict:
+    """A forced run of a catch_up "all" job whose read of its pending slot fails: pymongo's
+    ``aggregate`` on the lock collection raises as a dropped connection does (the backend turns it
+    into Django's ``DatabaseError``)."""
+    from unittest import mock
+
+    from django.conf import settings
+    from django.db import connection
+    from django.test import override_settings
+    from pymongo.collection import Collection
+    from pymongo.errors import AutoReconnect
+
+    from locks.runner import run_job
+
+    aggregate = Collection.aggregate
+
+    def dropped(collection, *args, **kwargs):
+        if collection.name == "locks_synclock":
+            raise AutoReconnect("connection closed")
+        return aggregate(collection, *args, **kwargs)
+
+    entry = {"schedule": "0 * * * *", "callable": "contests.jobs.sync_contests", "catch_up": "all"}
+    connection.ensure_connection()
+    logged = _log_records(logging.WARNING)
+    with (
+        override_settings(LOCKS_JOBS={**settings.LOCKS_JOBS, "hourly": entry}),
+        mock.patch.object(Collection, "aggregate", dropped),
+    ):
+        result = run_job(name="hourly", force=True)
+    return {
+        "outcome": result.outcome.value,
+        "tick": _iso(result.tick),
+        "claimed": result.claimed,
+        "reason": result.reason,
+        "logged": logged,
+    }
+
+
 def step_fenced_slow(*, job: str, ttl: float, frozen: float) -> dict:
     """Inside the fenced block: write, say so, then stay past the TTL before committing."""
     from django.db import Error
@@ -1006,7 +1219,7 @@ def step_fenced_slow(*, job: str, ttl: float, frozen: float) -> dict:
     lease = acquire(job=job, tick=None, ttl=timedelta(seconds=ttl))
     try:
         with fenced(lease):
-            _write_marker(lease)
+            _write_marker(lease.job, lease.token)
             print(json.dumps({"inside": True, "holder": lease.holder, "token": lease.token}), flush=True)
             time.sleep(frozen)
     except Error as exc:
