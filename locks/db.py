@@ -279,8 +279,12 @@ def safe_text(value: object, *, limit: int = LIMIT) -> str:
 
 
 def error_text(exc: BaseException) -> str:
-    """ "OperationalError: no such table: x": one line, escaped, at most ``LIMIT`` characters of its text."""
-    return f"{type(exc).__name__}: {safe_text(_WHITESPACE.sub(' ', str(exc)).strip()) or 'no details'}"
+    """ "OperationalError: no such table: x": one line, escaped, at most ``LIMIT`` characters of its text;
+    one without text names its cause's (django-mongodb-backend raises a bare ``DatabaseError`` from pymongo's)."""
+    text = safe_text(_WHITESPACE.sub(" ", str(exc)).strip())
+    if not text and exc.__cause__ is not None:
+        text = error_text(exc.__cause__)
+    return f"{type(exc).__name__}: {text or 'no details'}"
 
 
 def traceback_text(exc: BaseException) -> str:
