@@ -127,9 +127,12 @@ class RunResult:
         logger.log(self.outcome.answer.level, "%s", self.describe(), exc_info=exc_info)
 
 
-# In a scheduler's worker, its two pipes to the scheduler (to it, from it), which renews the leases of
-# all its workers in one statement (``locks.scheduler``); None: each run's heartbeat renews its own.
+# In a scheduler's worker, its pipes to and from the scheduler and the scheduler's pid: the scheduler renews
+# the leases of all its workers in one statement (``locks.scheduler``); None: each run's heartbeat its own.
 PARENT: list = [None]
+# How often a worker's heartbeat looks whether its scheduler is still its parent: a pipe from a killed
+# scheduler need not end (another process it forked may hold a copy of its write end).
+PARENT_POLL = 1.0
 
 
 class Lost(NamedTuple):
@@ -197,14 +200,18 @@ class _Heartbeat(threading.Thread):
     def _told(self) -> bool:
         """In a scheduler's worker: wait until the scheduler says the lease is lost, or the maximum run
         time; True when the scheduler is gone (this thread renews the lease from then on)."""
-        to_it, from_it = self.parent
+        to_it, from_it, scheduler = self.parent
         with contextlib.suppress(EOFError, OSError):
             while not self.stopping.is_set():
-                left = None if self.deadline is None else max(self.deadline - time.monotonic(), 0)
-                if not wait_for_any([from_it, self.wake_reader], timeout=left):
-                    self._lost(f"ran longer than its maximum run time {self.max_run_time}")
-                    to_it.send(Lost(self.lease.job, self.lease.token, self.lease.lost_reason))
-                    return False
+                left = PARENT_POLL if self.deadline is None else max(self.deadline - time.monotonic(), 0)
+                if not wait_for_any([from_it, self.wake_reader], timeout=min(left, PARENT_POLL)):
+                    if os.getppid() != scheduler:
+                        return True  # its scheduler is gone: this thread renews the lease
+                    if self.deadline is not None and time.monotonic() >= self.deadline:
+                        self._lost(f"ran longer than its maximum run time {self.max_run_time}")
+                        to_it.send(Lost(self.lease.job, self.lease.token, self.lease.lost_reason))
+                        return False
+                    continue
                 if self.stopping.is_set():
                     return False
                 told = from_it.recv()  # or a Lost for an earlier lease of this worker, unread by its run

@@ -138,8 +138,9 @@ class Forked:
         reader, writer = self.context.Pipe(duplex=False)
         told, tell = self.context.Pipe(duplex=False)
         connections.close_all()  # no connection of this process is shared with the child
+        pipes = (writer, told, os.getpid())
         child = self.context.Process(
-            target=_child, args=(self.run, plan.job.name, due, writer, told), name=f"run-{plan.job.name}"
+            target=_child, args=(self.run, plan.job.name, due, pipes), name=f"run-{plan.job.name}"
         )
         child.start()
         writer.close()
@@ -326,7 +327,7 @@ def _worker(run: Callable[..., RunResult], pipe, told, parent: int) -> None:
             if message is None:
                 return
             _reuse_connections()
-            _child(run, *message, pipe, told, keep=True)
+            _child(run, *message, (pipe, told, parent), keep=True)
 
 
 def _reuse_connections() -> None:
@@ -347,9 +348,11 @@ def _ignore_stops() -> None:
     signal.signal(signal.SIGUSR1, _interrupt)
 
 
-def _child(run: Callable[..., RunResult], name: str, due: datetime, writer, told, keep: bool = False) -> None:
+def _child(run: Callable[..., RunResult], name: str, due: datetime, pipes: tuple, keep: bool = False) -> None:
+    """Ask for ``name``'s slot ``due``; ``pipes``: to and from the scheduler, and the scheduler's pid."""
     _ignore_stops()
-    runner.PARENT[0] = (writer, told)  # the scheduler renews the lease of its run
+    runner.PARENT[0] = pipes  # the scheduler renews the lease of its run
+    writer = pipes[0]
     outcome = _broke(name, due, "its run's process was interrupted")
     try:
         outcome = ask(run, name=name, due=due)

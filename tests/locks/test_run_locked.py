@@ -1,6 +1,7 @@
 """run_locked: JobRun bookkeeping, heartbeat loss (semantic 5), outcomes."""
 
 import logging
+import os
 import time
 from datetime import timedelta
 from multiprocessing import Pipe
@@ -297,7 +298,7 @@ def scheduler_pipes():
     hears from ``from_scheduler`` (locks.scheduler renews the leases of all its workers)."""
     scheduler_reads, to_scheduler = Pipe(duplex=False)
     from_scheduler, scheduler_tells = Pipe(duplex=False)
-    runner.PARENT[0] = (to_scheduler, from_scheduler)
+    runner.PARENT[0] = (to_scheduler, from_scheduler, os.getppid())  # this process's parent stays
     yield SimpleNamespace(reads=scheduler_reads, tells=scheduler_tells)
     runner.PARENT[0] = None
 
