@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
@@ -16,11 +17,15 @@ from django.db import IntegrityError, connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from locks.lease import Grant, Skip
-from locks.models import JobRun, Tick
+from locks.models import JobRun, SyncLock, Tick
+from locks.operator import force_release, reset_tick
+from locks.registry import Job, jobs
 from locks.runner import RunResult, prune_runs, run_locked
 from locks.schedule import Schedule
 from locks.scheduler import Scheduler
+from locks.status import job_ledgers
 from tests.conftest import ROOT, project_env
+from tests.hostproject.settings import RECORD
 from tests.locks.conftest import faketime_or_skip, offset_to, register
 from tests.locks.test_scheduler import HOURLY, FakeClock, Runs
 
@@ -326,3 +331,103 @@ def test_two_cron_passes_of_one_minute_fork_one_run_between_them(db_url, tmp_pat
     log = (tmp_path / "log" / "record.log").read_text()
     assert log.count("outcome=") == 1, log  # one run forked, by the first pass
     assert Tick.objects.values_list("job_name", "tick", "status").get() == ("record", slot, "asked")
+
+
+# --- the tick row against the lease row (real runs under the lease, a fake clock for the loop) --------
+
+HOUR = timedelta(hours=1)
+
+
+def force_released_on_its_first_attempt(lease) -> dict:
+    """A job that writes nothing (no fenced block): on its first attempt an operator force-releases its
+    lease while it runs (``locks release JOB --token N``), and it ends before anything tells it."""
+    if lease.grant.attempt == 1:
+        assert force_release(job=lease.job, expected_token=lease.token, by="cli:ops").changed
+    return {"ran": 1}
+
+
+def the_slot_of_now() -> datetime:
+    """The hourly slot of now on the real clock, with at least 30 s of its hour to go: the lease refuses
+    the scheduler's slot ahead of the database clock, and the ledger judges its chance on that clock."""
+    now = datetime.now(UTC)
+    if (left := (Schedule("0 * * * *").next_slot(now) - now).total_seconds()) < 30:
+        time.sleep(left + 1)
+    return Schedule("0 * * * *").slot_at_or_before(datetime.now(UTC))
+
+
+def ledger_of(job: Job, tick: datetime) -> tuple[str, int]:
+    """What ``locks ticks``, /metrics and check_jobs say of ``tick``: its outcome and attempts."""
+    slot = next(slot for slot in job_ledgers(jobs=[job])[job.name].slots if slot.tick == tick)
+    return slot.outcome, slot.attempts
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a run whose lease was force-released (taken over) is lost_lock with retry_delay None: the "
+    "scheduler reads that as its last attempt and closes the tick for good, though the lease row gives it more",
+)
+def test_a_force_released_attempt_leaves_the_slot_to_be_asked_for_again_while_it_has_attempts(settings):
+    """Rule 3: a force-released tick stays not done, and a later scheduled run that names it claims
+    it again while it has attempts left. Its run wrote nothing, so it learns of the release only as it
+    releases: ``runner._release`` records ``lost_lock`` and drops the grant's retry delay ("its release
+    set no delay"); ``Scheduler._delay`` reads that None as "the last attempt", and ``_end`` closes the
+    tick row for good. No copy asks for the slot again: not this one, not another that lost the claim,
+    not one started afresh, while the lease row would run its second attempt at once."""
+    job = {"schedule": "0 * * * *", "ttl": 60, "retry": {"delays": [60, 300]}}
+    register(settings, released={**job, "callable": f"{__name__}.force_released_on_its_first_attempt"})
+    released, slot = jobs()["released"], the_slot_of_now()
+    clock = FakeClock(slot + timedelta(seconds=5))
+    first, second = (Scheduler(jobs=[released], now=clock.now, claim=True) for _ in range(2))
+    first.step()
+    row = SyncLock.objects.get(job_name="released")
+    assert (row.tick, row.tick_done, row.tick_attempts, row.retry_at, row.locked_until) == (
+        slot,
+        False,
+        1,
+        None,
+        None,
+    )  # the lease row: the slot's second attempt may start now
+    assert ledger_of(released, slot) == ("pending", 1)
+
+    for minutes in (0, 2, 10, 30):  # within the slot's chance: the copies, and one started afresh
+        clock.at = slot + timedelta(minutes=minutes, seconds=5)
+        for scheduler in (second, first, Scheduler(jobs=[released], now=clock.now, claim=True)):
+            scheduler.step()
+
+    attempts = JobRun.objects.filter(job_name="released", tick=slot).order_by("attempt")
+    assert list(attempts.values_list("attempt", "status")) == [(1, "lost_lock"), (2, "succeeded")]
+    assert Tick.objects.values_list("status", "until").get() == ("succeeded", None)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="reset_tick reopens a slot on the lease row but not its tick row closed for good: no copy "
+    "of run_scheduler ever asks for it again",
+)
+def test_a_slot_an_operators_reset_reopened_is_run_by_a_scheduler_started_within_its_chance(settings):
+    """Rule 9's case for a reset: a tick far ahead (a caller of run_locked with no horizon) blocks the
+    real ones, so the scheduler's ask for the slot of now is told "a later tick was claimed" and closes
+    its tick row for good. The operator resets the far tick: the lease row goes back to the last slot
+    that succeeded, and would run the slot of now (``locks ticks`` calls it pending). The copy that
+    asked does not ask again (a settled skip); a copy started afresh within the slot's chance (the
+    scheduler restarted once the tick is reset: "on start, ... a slot nobody ran ... is caught up") is refused
+    by the tick row closed for good, and logs "claimed by another copy"."""
+    register(settings, blocked={**RECORD, "schedule": "0 * * * *"})
+    blocked, slot = jobs()["blocked"], the_slot_of_now()
+    far = slot + 400 * 24 * HOUR
+    clock = FakeClock(slot - HOUR + timedelta(seconds=5))
+    first = Scheduler(jobs=[blocked], now=clock.now, claim=True)
+    first.step()  # the slot before: it succeeds
+    assert run_locked("blocked", far, blocked.ttl, lambda lease: None).outcome == "succeeded"
+    clock.at = slot + timedelta(seconds=5)
+    first.step()
+    assert Tick.objects.values_list("status", "until").get(tick=slot) == ("tick_claimed", None)
+
+    assert reset_tick(job="blocked", expected_tick=far, by="cli:ops").changed
+    assert SyncLock.objects.values_list("tick", "tick_done").get(job_name="blocked") == (slot - HOUR, True)
+    assert ledger_of(blocked, slot) == ("pending", 0)
+    clock.at = slot + timedelta(minutes=10)
+    Scheduler(jobs=[blocked], now=clock.now, claim=True).step()  # restarted
+
+    assert JobRun.objects.filter(job_name="blocked", tick=slot, status="succeeded").count() == 1
+    assert Tick.objects.values_list("status", "until").get(tick=slot) == ("succeeded", None)
