@@ -14,6 +14,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.db import IntegrityError, connection, transaction
+from django.db.models.functions import Now
 from django.test.utils import CaptureQueriesContext
 
 from locks.lease import Grant, Skip
@@ -26,8 +27,9 @@ from locks.scheduler import Scheduler
 from locks.status import job_ledgers
 from tests.conftest import ROOT, project_env
 from tests.hostproject.settings import RECORD
-from tests.locks.conftest import faketime_or_skip, offset_to, register
+from tests.locks.conftest import faketime_or_skip, offset_to, register, wait_for
 from tests.locks.test_scheduler import HOURLY, FakeClock, Runs
+from tests.locks.test_scheduler_processes import start as start_scheduler
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -431,3 +433,46 @@ def test_a_slot_an_operators_reset_reopened_is_run_by_a_scheduler_started_within
 
     assert JobRun.objects.filter(job_name="blocked", tick=slot, status="succeeded").count() == 1
     assert Tick.objects.values_list("status", "until").get(tick=slot) == ("succeeded", None)
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(
+    strict=True,
+    reason="a claim whose scheduler died while its run went on reads 'claimed' for ever in the admin's "
+    "list of claimed ticks, though its run succeeded and its claim ended",
+)
+@pytest.mark.parametrize("workers", ["0", "1"], ids=["a-child-per-run", "a-pool"])
+def test_a_claim_whose_scheduler_died_while_its_run_succeeded_is_not_listed_as_claimed(
+    db_url, admin_client, workers
+):
+    """A scheduler SIGKILLed (the OOM killer, a crash) while its run goes on in a child or a pool's
+    worker: the run ends within its lease and succeeds; no copy asks for that slot again, so nothing
+    closes its claim. ``Tick.status`` "claimed" means "its ask has not ended" (models.CLAIMED);
+    the admin's list says so for a slot whose run succeeded, its claim long ended."""
+    env = project_env(
+        DATABASE_URL=db_url,
+        SLOW_WRITE_SCHEDULE="* * * * * */10",
+        SLOW_WRITE_SECONDS="2",
+        SLOW_WRITE_TTL="10",  # the run ends within it: nothing need renew it once its scheduler is gone
+        LOCKS_SCHEDULER_WORKERS=workers,
+    )
+    scheduler = start_scheduler(env, "slow_write")
+    try:
+        running = JobRun.objects.filter(job_name="slow_write", status="running")
+        wait_for(running.exists, timeout=60, what="a run of slow_write")
+        scheduler.kill()  # not its run's process
+        run = running.get()
+        done = JobRun.objects.filter(pk=run.pk, status="succeeded")
+        wait_for(done.exists, timeout=30, what="the run to succeed without its scheduler")
+    finally:
+        scheduler.kill()
+        scheduler.communicate(timeout=30)
+    claim = Tick.objects.filter(job_name="slow_write", tick=run.tick)
+    ended = claim.filter(until__lt=Now())
+    wait_for(ended.exists, timeout=30, what="its claim to end (the TTL): another copy could take it now")
+    claim = claim.get()
+
+    listing = admin_client.get("/admin/locks/tick/")
+
+    assert [row.pk for row in listing.context["cl"].result_list] == [claim.pk]
+    assert 'data-kind="claimed"' not in listing.content.decode(), claim.status
