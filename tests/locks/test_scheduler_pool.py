@@ -313,3 +313,37 @@ def test_the_scheduler_renews_its_workers_leases_and_tells_a_run_whose_lease_it_
         f"job=slow_write heartbeat: lease on slow_write (token {token}) was taken over, released or expired"
     )
     assert lost in err
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(
+    strict=True,
+    reason="a forked run inherits the write end of its own 'told' pipe (and its siblings'): when its scheduler "
+    "is SIGKILLed that pipe never ends, so the run never renews its lease itself and ends lost_lock",
+)
+@pytest.mark.parametrize("workers", ["0", "1"], ids=["a-child-per-run", "a-pool"])
+def test_a_run_whose_scheduler_was_killed_renews_its_lease_itself_and_succeeds(db_url, workers):
+    """Rule 5: "a worker whose scheduler is gone renews its lease itself again until its run ends"
+    (``runner._Heartbeat._told``: the end of the scheduler's pipe). In real processes the pipe does not
+    end: ``Pool._dispatch`` and ``Forked.start`` fork the run's process while this process holds the
+    pipe's write end (``tell``), and the child keeps its copy. A 5 s run on a 3 s lease, its scheduler
+    SIGKILLed as it begins (test_run_locked.py's test closes both ends in one process: it passes)."""
+    env = project_env(
+        DATABASE_URL=db_url,
+        SLOW_WRITE_SCHEDULE="* * * * * */10",
+        SLOW_WRITE_SECONDS="5",
+        SLOW_WRITE_TTL="3",
+        LOCKS_SCHEDULER_WORKERS=workers,
+    )
+    runs = JobRun.objects.filter(job_name="slow_write")
+    scheduler = start(env, "slow_write")
+    try:
+        wait_for(runs.filter(status="running").exists, timeout=60, what="a run of slow_write")
+        scheduler.kill()
+        run = runs.get()
+        wait_for(lambda: runs.exclude(status="running").exists(), timeout=30, what="the run to end")
+    finally:
+        scheduler.kill()
+        scheduler.communicate(timeout=30)
+
+    assert runs.values_list("pk", "status", "error").get() == (run.pk, "succeeded", "")
