@@ -25,7 +25,7 @@ from locks.runner import RunResult, prune_runs, run_locked
 from locks.schedule import Schedule
 from locks.scheduler import Scheduler
 from locks.status import job_ledgers
-from tests.conftest import ROOT, project_env
+from tests.conftest import ROOT, project_env, spawn
 from tests.hostproject.settings import RECORD
 from tests.locks.conftest import faketime_or_skip, offset_to, register, wait_for
 from tests.locks.test_scheduler import HOURLY, FakeClock, Runs
@@ -476,3 +476,65 @@ def test_a_claim_whose_scheduler_died_while_its_run_succeeded_is_not_listed_as_c
 
     assert [row.pk for row in listing.context["cl"].result_list] == [claim.pk]
     assert 'data-kind="claimed"' not in listing.content.decode(), claim.status
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(
+    strict=True,
+    reason="a crontab pass's claim lasts its TTL and the pass never asks again; a scheduler that lost the "
+    "slot to it looks again only after that TTL, past the slot's chance: the slot's retry is never asked for",
+)
+def test_a_slot_a_crontab_pass_won_and_failed_gets_its_retry_from_a_scheduler_beside_it(
+    db_url, tmp_path, settings
+):
+    """A crontab line and run_scheduler side by side (docs/deployment-cron.md: "any other scheduler can
+    run the same jobs alongside"), a job every minute whose TTL (120 s) is longer than its period, as
+    send_reminders' is, and one retry 1 s after a failure. The pass wins the slot's claim and its run
+    fails; the lease row lets the second attempt start a second later. The pass never asks again ("its
+    claims last their TTL"), and the scheduler, told "claimed by another copy", looks again once that
+    claim would have ended, past the slot's chance: so never."""
+    now = datetime.now(UTC)
+    if now.second > 20:  # the pass names the slot of now: well before the next one's window
+        time.sleep(61 - now.second)
+    every_minute = {"schedule": "* * * * *", "ttl": "120", "retry": "1", "seconds": "2"}
+    register(
+        settings,
+        refuse={
+            **settings.LOCKS_JOBS["refuse"],
+            "schedule": "* * * * *",
+            "ttl": 120,
+            "retry": {"delays": [1]},
+        },
+    )
+    refuse = jobs()["refuse"]
+    (tmp_path / "log").mkdir()
+    env = project_env(
+        DATABASE_URL=db_url,
+        HOSTPROJECT_VAR=str(tmp_path),
+        HOSTPROJECT_JOBS="refuse",
+        HOSTPROJECT_CHECK_JOBS="0",
+        **{f"REFUSE_{key.upper()}": value for key, value in every_minute.items()},
+    )
+    env["DJANGO_SETTINGS_MODULE"] = "tests.hostproject.settings"
+    code = "import django; django.setup(); from locks.crontab import run_due; run_due('refuse', log_dir=%r)"
+    cron = spawn(["-c", code % str(tmp_path / "log")], env=env)
+    try:
+        running = JobRun.objects.filter(job_name="refuse", status="running")
+        wait_for(running.exists, timeout=60, what="the crontab pass's run")
+        slot = running.get().tick
+        clock = FakeClock(datetime.now(UTC), end=slot + timedelta(seconds=59))
+        scheduler = Scheduler(jobs=[refuse], now=clock.now, stop=clock.stop, claim=True)
+        scheduler.step()  # its wake at the slot: the pass's claim stands
+        _out, err = cron.communicate(timeout=60)
+    finally:
+        cron.kill()
+    assert cron.returncode == 1, err  # its run failed
+    assert Tick.objects.values_list("tick", "status").get() == (slot, "asked")
+    wait_for(SyncLock.objects.filter(retry_at__lte=Now()).exists, timeout=10, what="the retry delay")
+    assert SyncLock.objects.values_list("tick", "tick_done", "tick_attempts").get() == (slot, False, 1)
+    assert ledger_of(refuse, slot) == ("pending", 1)  # the lease row lets its second attempt start
+
+    clock.at = datetime.now(UTC)
+    scheduler.run_forever(wait=clock.wait)  # the rest of the slot's chance
+
+    assert list(JobRun.objects.order_by("attempt").values_list("tick", "attempt")) == [(slot, 1), (slot, 2)]
