@@ -538,3 +538,36 @@ def test_a_slot_a_crontab_pass_won_and_failed_gets_its_retry_from_a_scheduler_be
     scheduler.run_forever(wait=clock.wait)  # the rest of the slot's chance
 
     assert list(JobRun.objects.order_by("attempt").values_list("tick", "attempt")) == [(slot, 1), (slot, 2)]
+
+
+def test_under_catch_up_all_a_slot_reopened_after_its_tick_row_closed_is_caught_up_by_the_next_slots_claim(
+    settings,
+):
+    """The reset of ``test_a_slot_an_operators_reset_reopened_...`` under catch_up "all": the scheduler
+    claims only the slot of now, and the ask for the next slot runs the reopened one first (the lease
+    row's pending slot), its own tick row closed for good notwithstanding (that row still reads
+    tick_claimed); then the next slot itself, asked again at once."""
+    register(settings, blocked={**RECORD, "schedule": "0 * * * *", "catch_up": "all"})
+    blocked, slot = jobs()["blocked"], the_slot_of_now() - 2 * HOUR  # the next slot is past too
+    far = slot + 400 * 24 * HOUR
+    clock = FakeClock(slot - HOUR + timedelta(seconds=5))
+    scheduler = Scheduler(jobs=[blocked], now=clock.now, claim=True)
+    scheduler.step()  # the slot before: it succeeds
+    assert run_locked("blocked", far, blocked.ttl, lambda lease: None).outcome == "succeeded"
+    clock.at = slot + timedelta(seconds=5)
+    scheduler.step()
+    assert Tick.objects.values_list("status", "until").get(tick=slot) == ("tick_claimed", None)
+    assert reset_tick(job="blocked", expected_tick=far, by="cli:ops").changed
+
+    clock.at = slot + HOUR + timedelta(seconds=5)
+    scheduler.step()
+    assert Tick.objects.values_list("status", "until").get(tick=slot + HOUR)[1] is not None  # asked again
+    scheduler.step()
+
+    ran = JobRun.objects.filter(job_name="blocked", tick__in=[slot, slot + HOUR]).order_by("started_at")
+    assert list(ran.values_list("tick", "status")) == [(slot, "succeeded"), (slot + HOUR, "succeeded")]
+    assert Tick.objects.values_list("status", "claims", "until").get(tick=slot + HOUR) == (
+        "succeeded",
+        2,
+        None,
+    )
