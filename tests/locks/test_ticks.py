@@ -29,6 +29,7 @@ from tests.conftest import ROOT, project_env, spawn
 from tests.hostproject.settings import RECORD
 from tests.locks.conftest import faketime_or_skip, offset_to, register, wait_for
 from tests.locks.test_scheduler import HOURLY, FakeClock, Runs
+from tests.locks.test_scheduler_pool import EACH_EXECUTOR, slow_write_env
 from tests.locks.test_scheduler_processes import start as start_scheduler
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -291,31 +292,31 @@ def test_a_catch_up_run_of_an_earlier_slot_leaves_the_tick_asked_for_open():
     assert Tick.objects.values_list("status", "claims", "until").get() == ("succeeded", 2, None)
 
 
-def test_two_cron_passes_of_one_minute_fork_one_run_between_them(db_url, tmp_path):
-    """The crontab line's pass on two hosts at the same minute: the first claims the due slot and
-    forks its run; the second sends one statement, says why in one line, and forks nothing."""
-    faketime_or_skip()
+def cron_pass(db_url: str, tmp_path, job: str, **variables: str) -> tuple[dict[str, str], list[str]]:
+    """The environment and the ``python`` arguments of the crontab line's pass over ``job`` alone (its
+    runs' logs in tmp_path/log)."""
     (tmp_path / "log").mkdir()
     env = project_env(
         DATABASE_URL=db_url,
         HOSTPROJECT_VAR=str(tmp_path),
-        HOSTPROJECT_JOBS="record",
+        HOSTPROJECT_JOBS=job,
         HOSTPROJECT_CHECK_JOBS="0",
+        DJANGO_SETTINGS_MODULE="tests.hostproject.settings",
+        **variables,
     )
-    env["DJANGO_SETTINGS_MODULE"] = "tests.hostproject.settings"
+    code = "import django; django.setup(); from locks.crontab import run_due; run_due(%r, log_dir=%r)"
+    return env, ["-c", code % (job, str(tmp_path / "log"))]
+
+
+def test_two_cron_passes_of_one_minute_fork_one_run_between_them(db_url, tmp_path):
+    """The crontab line's pass on two hosts at the same minute: the first claims the due slot and
+    forks its run; the second sends one statement, says why in one line, and forks nothing."""
+    faketime_or_skip()
+    env, code = cron_pass(db_url, tmp_path, "record")
     slot = Schedule("*/5 * * * *").slot_at_or_before(datetime.now(UTC)) - timedelta(minutes=5)  # its schedule
-    log = str(tmp_path / "log")
-    code = "import django; django.setup(); from locks.crontab import run_due; run_due('record', log_dir=%r)"
     passes = [
         subprocess.run(
-            [
-                "faketime",
-                "-f",
-                offset_to(slot + timedelta(seconds=seconds)),
-                sys.executable,
-                "-c",
-                code % log,
-            ],
+            ["faketime", "-f", offset_to(slot + timedelta(seconds=seconds)), sys.executable, *code],
             cwd=ROOT,
             env=env,
             capture_output=True,
@@ -401,6 +402,23 @@ def test_a_force_released_attempt_leaves_the_slot_to_be_asked_for_again_while_it
     assert Tick.objects.values_list("status", "until").get() == ("succeeded", None)
 
 
+def blocked_by_a_far_tick(settings, *, slot: datetime, catch_up: str = "latest") -> tuple:
+    """An hourly job whose slot before ``slot`` succeeded, then a tick far ahead claimed (a caller of
+    run_locked with no horizon), so the scheduler's ask for ``slot`` closed its tick row for good as
+    tick_claimed; then the operator reset the far tick. The job, the scheduler's clock, the scheduler."""
+    register(settings, blocked={**RECORD, "schedule": "0 * * * *", "catch_up": catch_up})
+    blocked, far = jobs()["blocked"], slot + 400 * 24 * HOUR
+    clock = FakeClock(slot - HOUR + timedelta(seconds=5))
+    scheduler = Scheduler(jobs=[blocked], now=clock.now, claim=True)
+    scheduler.step()  # the slot before: it succeeds
+    assert run_locked("blocked", far, blocked.ttl, lambda lease: None).outcome == "succeeded"
+    clock.at = slot + timedelta(seconds=5)
+    scheduler.step()
+    assert Tick.objects.values_list("status", "until").get(tick=slot) == ("tick_claimed", None)
+    assert reset_tick(job="blocked", expected_tick=far, by="cli:ops").changed
+    return blocked, clock, scheduler
+
+
 @pytest.mark.xfail(
     strict=True,
     reason="reset_tick reopens a slot on the lease row but not its tick row closed for good: no copy "
@@ -412,20 +430,11 @@ def test_a_slot_an_operators_reset_reopened_is_run_by_a_scheduler_started_within
     its tick row for good. The operator resets the far tick: the lease row goes back to the last slot
     that succeeded, and would run the slot of now (``locks ticks`` calls it pending). The copy that
     asked does not ask again (a settled skip); a copy started afresh within the slot's chance (the
-    scheduler restarted once the tick is reset: "on start, ... a slot nobody ran ... is caught up") is refused
-    by the tick row closed for good, and logs "claimed by another copy"."""
-    register(settings, blocked={**RECORD, "schedule": "0 * * * *"})
-    blocked, slot = jobs()["blocked"], the_slot_of_now()
-    far = slot + 400 * 24 * HOUR
-    clock = FakeClock(slot - HOUR + timedelta(seconds=5))
-    first = Scheduler(jobs=[blocked], now=clock.now, claim=True)
-    first.step()  # the slot before: it succeeds
-    assert run_locked("blocked", far, blocked.ttl, lambda lease: None).outcome == "succeeded"
-    clock.at = slot + timedelta(seconds=5)
-    first.step()
-    assert Tick.objects.values_list("status", "until").get(tick=slot) == ("tick_claimed", None)
+    scheduler restarted once the tick is reset: "on start, ... a slot nobody ran ... is caught up")
+    is refused by the tick row closed for good, and logs "claimed by another copy"."""
+    slot = the_slot_of_now()
+    blocked, clock, _first = blocked_by_a_far_tick(settings, slot=slot)
 
-    assert reset_tick(job="blocked", expected_tick=far, by="cli:ops").changed
     assert SyncLock.objects.values_list("tick", "tick_done").get(job_name="blocked") == (slot - HOUR, True)
     assert ledger_of(blocked, slot) == ("pending", 0)
     clock.at = slot + timedelta(minutes=10)
@@ -441,7 +450,7 @@ def test_a_slot_an_operators_reset_reopened_is_run_by_a_scheduler_started_within
     reason="a claim whose scheduler died while its run went on reads 'claimed' for ever in the admin's "
     "list of claimed ticks, though its run succeeded and its claim ended",
 )
-@pytest.mark.parametrize("workers", ["0", "1"], ids=["a-child-per-run", "a-pool"])
+@EACH_EXECUTOR
 def test_a_claim_whose_scheduler_died_while_its_run_succeeded_is_not_listed_as_claimed(
     db_url, admin_client, workers
 ):
@@ -449,13 +458,8 @@ def test_a_claim_whose_scheduler_died_while_its_run_succeeded_is_not_listed_as_c
     worker: the run ends within its lease and succeeds; no copy asks for that slot again, so nothing
     closes its claim. ``Tick.status`` "claimed" means "its ask has not ended" (models.CLAIMED);
     the admin's list says so for a slot whose run succeeded, its claim long ended."""
-    env = project_env(
-        DATABASE_URL=db_url,
-        SLOW_WRITE_SCHEDULE="* * * * * */10",
-        SLOW_WRITE_SECONDS="2",
-        SLOW_WRITE_TTL="10",  # the run ends within it: nothing need renew it once its scheduler is gone
-        LOCKS_SCHEDULER_WORKERS=workers,
-    )
+    # The run ends within its lease: nothing need renew it once its scheduler is gone.
+    env = slow_write_env(db_url, schedule="* * * * * */10", seconds=2, ttl=10, workers=workers)
     scheduler = start_scheduler(env, "slow_write")
     try:
         running = JobRun.objects.filter(job_name="slow_write", status="running")
@@ -507,17 +511,9 @@ def test_a_slot_a_crontab_pass_won_and_failed_gets_its_retry_from_a_scheduler_be
         },
     )
     refuse = jobs()["refuse"]
-    (tmp_path / "log").mkdir()
-    env = project_env(
-        DATABASE_URL=db_url,
-        HOSTPROJECT_VAR=str(tmp_path),
-        HOSTPROJECT_JOBS="refuse",
-        HOSTPROJECT_CHECK_JOBS="0",
-        **{f"REFUSE_{key.upper()}": value for key, value in every_minute.items()},
-    )
-    env["DJANGO_SETTINGS_MODULE"] = "tests.hostproject.settings"
-    code = "import django; django.setup(); from locks.crontab import run_due; run_due('refuse', log_dir=%r)"
-    cron = spawn(["-c", code % str(tmp_path / "log")], env=env)
+    variables = {f"REFUSE_{key.upper()}": value for key, value in every_minute.items()}
+    env, code = cron_pass(db_url, tmp_path, "refuse", **variables)
+    cron = spawn(code, env=env)
     try:
         running = JobRun.objects.filter(job_name="refuse", status="running")
         wait_for(running.exists, timeout=60, what="the crontab pass's run")
@@ -547,17 +543,8 @@ def test_under_catch_up_all_a_slot_reopened_after_its_tick_row_closed_is_caught_
     claims only the slot of now, and the ask for the next slot runs the reopened one first (the lease
     row's pending slot), its own tick row closed for good notwithstanding (that row still reads
     tick_claimed); then the next slot itself, asked again at once."""
-    register(settings, blocked={**RECORD, "schedule": "0 * * * *", "catch_up": "all"})
-    blocked, slot = jobs()["blocked"], the_slot_of_now() - 2 * HOUR  # the next slot is past too
-    far = slot + 400 * 24 * HOUR
-    clock = FakeClock(slot - HOUR + timedelta(seconds=5))
-    scheduler = Scheduler(jobs=[blocked], now=clock.now, claim=True)
-    scheduler.step()  # the slot before: it succeeds
-    assert run_locked("blocked", far, blocked.ttl, lambda lease: None).outcome == "succeeded"
-    clock.at = slot + timedelta(seconds=5)
-    scheduler.step()
-    assert Tick.objects.values_list("status", "until").get(tick=slot) == ("tick_claimed", None)
-    assert reset_tick(job="blocked", expected_tick=far, by="cli:ops").changed
+    slot = the_slot_of_now() - 2 * HOUR  # the next slot is past too
+    _blocked, clock, scheduler = blocked_by_a_far_tick(settings, slot=slot, catch_up="all")
 
     clock.at = slot + HOUR + timedelta(seconds=5)
     scheduler.step()
