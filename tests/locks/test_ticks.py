@@ -21,7 +21,7 @@ from locks.lease import Grant, Skip
 from locks.models import JobRun, SyncLock, Tick
 from locks.operator import force_release, reset_tick
 from locks.registry import Job, jobs
-from locks.runner import RunResult, prune_runs, run_locked
+from locks.runner import RunResult, prune_runs, run_job, run_locked
 from locks.schedule import Schedule
 from locks.scheduler import Scheduler
 from locks.status import job_ledgers
@@ -558,3 +558,36 @@ def test_under_catch_up_all_a_slot_reopened_after_its_tick_row_closed_is_caught_
         2,
         None,
     )
+
+
+def fails_its_first_attempt(lease) -> dict:
+    if lease.grant.attempt == 1:
+        raise RuntimeError("the first attempt fails")
+    return {"ran": 1}
+
+
+def test_a_run_now_that_settles_a_failed_slot_closes_its_tick_row_as_succeeded_at_the_next_ask(settings):
+    """Rule 3's exception: the slot's first attempt failed (its tick row open, the scheduler to ask again
+    after the retry delay); an operator's Run now (``run_job --force``) is that slot's second attempt,
+    whatever the delay, and succeeds. The scheduler's ask at the retry time is told the slot is done:
+    its tick row reads succeeded and is closed for good, and no third run starts."""
+    job = {"schedule": "0 * * * *", "ttl": 60, "retry": {"delays": [60, 300]}}
+    register(settings, flaky_once={**job, "callable": f"{__name__}.fails_its_first_attempt"})
+    flaky_once, slot = jobs()["flaky_once"], the_slot_of_now()
+    clock = FakeClock(slot + timedelta(seconds=5))
+    scheduler = Scheduler(jobs=[flaky_once], now=clock.now, claim=True)
+    scheduler.step()
+    assert Tick.objects.values_list("status", "until").get()[0] == "failed"
+
+    forced = run_job(name="flaky_once", force=True, requested_by="admin:ops")
+    assert (forced.outcome, forced.tick, forced.grant.attempt) == ("succeeded", slot, 2)
+    clock.at = slot + timedelta(minutes=1, seconds=6)
+    scheduler.step()
+
+    runs = JobRun.objects.filter(job_name="flaky_once").order_by("started_at")
+    assert list(runs.values_list("tick", "attempt", "status", "requested_by")) == [
+        (slot, 1, "failed", "scheduler"),
+        (slot, 2, "succeeded", "admin:ops"),
+    ]
+    assert Tick.objects.values_list("status", "claims", "until").get() == ("succeeded", 2, None)
+    assert ledger_of(flaky_once, slot) == ("succeeded", 2)
