@@ -35,6 +35,8 @@ def record(lease) -> dict:
 
 
 def refuse(lease) -> None:
+    """Fails as its job expects, after REFUSE_SECONDS (default 0) of work."""
+    time.sleep(float(os.environ.get("REFUSE_SECONDS", "0")))
     raise Refused("nothing to record today")
 
 

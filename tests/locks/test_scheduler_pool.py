@@ -29,6 +29,8 @@ from tests.locks.conftest import wait_for
 from tests.locks.test_scheduler_processes import parent_of, start, succeeded_ticks
 
 EVERY_2_S = "* * * * * */2"  # croniter's sixth field: seconds
+# LOCKS_SCHEDULER_WORKERS: each ask in a child of its own, or in a pool's worker.
+EACH_EXECUTOR = pytest.mark.parametrize("workers", ["0", "1"], ids=["a-child-per-run", "a-pool"])
 
 
 def pid_of(holder: str) -> int:
@@ -91,53 +93,23 @@ def two_jobs_every_2_s(db_url: str, *, slots: int) -> str:
     return err
 
 
-def one_worker_slow_write(db_url: str, *, schedule: str, seconds: float, **more: str) -> dict[str, str]:
-    """One worker, and slow_write on ``schedule`` with ``seconds`` of work on a 3 s lease."""
+def slow_write_env(
+    db_url: str, *, schedule: str, seconds: float, ttl: int = 3, workers: str = "1", **more: str
+) -> dict[str, str]:
+    """slow_write on ``schedule`` with ``seconds`` of work on a ``ttl`` s lease (3), ``workers`` (one)."""
     return project_env(
         DATABASE_URL=db_url,
         SLOW_WRITE_SCHEDULE=schedule,
         SLOW_WRITE_SECONDS=str(seconds),
-        SLOW_WRITE_TTL="3",
-        LOCKS_SCHEDULER_WORKERS="1",
+        SLOW_WRITE_TTL=str(ttl),
+        LOCKS_SCHEDULER_WORKERS=workers,
         **more,
     )
 
 
 @pytest.mark.slow
-def test_the_runs_of_many_slots_come_from_at_most_the_pools_workers(db_url):
-    two_jobs_every_2_s(db_url, slots=8)
-
-    assert_each_slot_once("write_slot", at_least=8)
-    assert_each_slot_once("slow_write", at_least=8)
-    pids = {pid_of(holder) for job in ("write_slot", "slow_write") for holder in holders(job)}
-    assert len(pids) <= 2, pids  # a child per ask: one process per run, 16 or more
-
-
-@pytest.mark.slow
-def test_on_postgresql_a_replica_opens_about_a_connection_per_worker_not_per_slot(db_url):
-    if connection.vendor != "postgresql":
-        pytest.skip("pg_stat_database.sessions is PostgreSQL's")
-
-    def sessions() -> int:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_stat_clear_snapshot()")
-            cursor.execute("SELECT sessions FROM pg_stat_database WHERE datname = current_database()")
-            return cursor.fetchone()[0]
-
-    before = sessions()
-    two_jobs_every_2_s(db_url, slots=8)
-    time.sleep(1.5)  # a backend's statistics reach the shared counters within a second of its end
-    opened = sessions() - before
-
-    asks = JobRun.objects.count()
-    assert asks >= 16
-    # The two workers', and the scheduler's own for its checks on start; a child per ask: 16 or more.
-    assert opened <= 2 + 2, (opened, asks)
-
-
-@pytest.mark.slow
 def test_a_worker_killed_in_the_middle_of_a_run_is_replaced_and_the_next_slots_run(db_url):
-    env = one_worker_slow_write(db_url, schedule="* * * * * */3", seconds=1)
+    env = slow_write_env(db_url, schedule="* * * * * */3", seconds=1)
     scheduler = start(env, "slow_write")
     try:
         wait_for(lambda: len(succeeded_ticks("slow_write")) >= 2, timeout=30, what="two slots of slow_write")
@@ -291,7 +263,7 @@ def test_the_scheduler_renews_its_workers_leases_and_tells_a_run_whose_lease_it_
     of all its workers, one statement a beat (TTL/3), and tells a run whose lease it could not renew.
     A 4 s run on a 3 s lease writes under it; a run force-released in its middle hears of it from
     its scheduler."""
-    env = one_worker_slow_write(db_url, schedule="* * * * * */5", seconds=4, LOCKS_LOG_LEVEL="DEBUG")
+    env = slow_write_env(db_url, schedule="* * * * * */5", seconds=4, LOCKS_LOG_LEVEL="DEBUG")
     runs = JobRun.objects.filter(job_name="slow_write")
     scheduler = start(env, "slow_write")
     try:
@@ -316,19 +288,13 @@ def test_the_scheduler_renews_its_workers_leases_and_tells_a_run_whose_lease_it_
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("workers", ["0", "1"], ids=["a-child-per-run", "a-pool"])
+@EACH_EXECUTOR
 def test_a_run_whose_scheduler_was_killed_renews_its_lease_itself_and_succeeds(db_url, workers):
     """Rule 5: "a worker whose scheduler is gone renews its lease itself again until its run ends"
     (``runner._Heartbeat._told``: its scheduler is no longer its parent). The scheduler's pipe alone would
     not tell: the forked run's process holds a copy of its write end (``tell``), so the pipe never ends.
     A 5 s run on a 3 s lease, its scheduler SIGKILLed as it begins."""
-    env = project_env(
-        DATABASE_URL=db_url,
-        SLOW_WRITE_SCHEDULE="* * * * * */10",
-        SLOW_WRITE_SECONDS="5",
-        SLOW_WRITE_TTL="3",
-        LOCKS_SCHEDULER_WORKERS=workers,
-    )
+    env = slow_write_env(db_url, schedule="* * * * * */10", seconds=5, workers=workers)
     runs = JobRun.objects.filter(job_name="slow_write")
     scheduler = start(env, "slow_write")
     try:

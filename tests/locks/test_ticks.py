@@ -8,21 +8,29 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.db import IntegrityError, connection, transaction
+from django.db.models.functions import Now
 from django.test.utils import CaptureQueriesContext
 
 from locks.lease import Grant, Skip
-from locks.models import JobRun, Tick
-from locks.runner import RunResult, prune_runs, run_locked
+from locks.models import JobRun, SyncLock, Tick
+from locks.operator import force_release, reset_tick
+from locks.registry import Job, jobs
+from locks.runner import RunResult, prune_runs, run_job, run_locked
 from locks.schedule import Schedule
 from locks.scheduler import Scheduler
-from tests.conftest import ROOT, project_env
-from tests.locks.conftest import faketime_or_skip, offset_to, register
+from locks.status import job_ledgers
+from tests.conftest import ROOT, project_env, spawn
+from tests.hostproject.settings import RECORD
+from tests.locks.conftest import faketime_or_skip, offset_to, register, wait_for
 from tests.locks.test_scheduler import HOURLY, FakeClock, Runs
+from tests.locks.test_scheduler_pool import EACH_EXECUTOR, slow_write_env
+from tests.locks.test_scheduler_processes import start as start_scheduler
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -284,31 +292,31 @@ def test_a_catch_up_run_of_an_earlier_slot_leaves_the_tick_asked_for_open():
     assert Tick.objects.values_list("status", "claims", "until").get() == ("succeeded", 2, None)
 
 
-def test_two_cron_passes_of_one_minute_fork_one_run_between_them(db_url, tmp_path):
-    """The crontab line's pass on two hosts at the same minute: the first claims the due slot and
-    forks its run; the second sends one statement, says why in one line, and forks nothing."""
-    faketime_or_skip()
+def cron_pass(db_url: str, tmp_path, job: str, **variables: str) -> tuple[dict[str, str], list[str]]:
+    """The environment and the ``python`` arguments of the crontab line's pass over ``job`` alone (its
+    runs' logs in tmp_path/log)."""
     (tmp_path / "log").mkdir()
     env = project_env(
         DATABASE_URL=db_url,
         HOSTPROJECT_VAR=str(tmp_path),
-        HOSTPROJECT_JOBS="record",
+        HOSTPROJECT_JOBS=job,
         HOSTPROJECT_CHECK_JOBS="0",
+        DJANGO_SETTINGS_MODULE="tests.hostproject.settings",
+        **variables,
     )
-    env["DJANGO_SETTINGS_MODULE"] = "tests.hostproject.settings"
+    code = "import django; django.setup(); from locks.crontab import run_due; run_due(%r, log_dir=%r)"
+    return env, ["-c", code % (job, str(tmp_path / "log"))]
+
+
+def test_two_cron_passes_of_one_minute_fork_one_run_between_them(db_url, tmp_path):
+    """The crontab line's pass on two hosts at the same minute: the first claims the due slot and
+    forks its run; the second sends one statement, says why in one line, and forks nothing."""
+    faketime_or_skip()
+    env, code = cron_pass(db_url, tmp_path, "record")
     slot = Schedule("*/5 * * * *").slot_at_or_before(datetime.now(UTC)) - timedelta(minutes=5)  # its schedule
-    log = str(tmp_path / "log")
-    code = "import django; django.setup(); from locks.crontab import run_due; run_due('record', log_dir=%r)"
     passes = [
         subprocess.run(
-            [
-                "faketime",
-                "-f",
-                offset_to(slot + timedelta(seconds=seconds)),
-                sys.executable,
-                "-c",
-                code % log,
-            ],
+            ["faketime", "-f", offset_to(slot + timedelta(seconds=seconds)), sys.executable, *code],
             cwd=ROOT,
             env=env,
             capture_output=True,
@@ -326,3 +334,260 @@ def test_two_cron_passes_of_one_minute_fork_one_run_between_them(db_url, tmp_pat
     log = (tmp_path / "log" / "record.log").read_text()
     assert log.count("outcome=") == 1, log  # one run forked, by the first pass
     assert Tick.objects.values_list("job_name", "tick", "status").get() == ("record", slot, "asked")
+
+
+# --- the tick row against the lease row (real runs under the lease, a fake clock for the loop) --------
+
+HOUR = timedelta(hours=1)
+
+
+def force_released_on_its_first_attempt(lease) -> dict:
+    """A job that writes nothing (no fenced block): on its first attempt an operator force-releases its
+    lease while it runs (``locks release JOB --token N``), and it ends before anything tells it."""
+    if lease.grant.attempt == 1:
+        assert force_release(job=lease.job, expected_token=lease.token, by="cli:ops").changed
+    return {"ran": 1}
+
+
+def the_slot_of_now() -> datetime:
+    """The hourly slot of now on the real clock, with at least 30 s of its hour to go: the lease refuses
+    the scheduler's slot ahead of the database clock, and the ledger judges its chance on that clock."""
+    now = datetime.now(UTC)
+    if (left := (Schedule("0 * * * *").next_slot(now) - now).total_seconds()) < 30:
+        time.sleep(left + 1)
+    return Schedule("0 * * * *").slot_at_or_before(datetime.now(UTC))
+
+
+def ledger_of(job: Job, tick: datetime) -> tuple[str, int]:
+    """What ``locks ticks``, /metrics and check_jobs say of ``tick``: its outcome and attempts."""
+    slot = next(slot for slot in job_ledgers(jobs=[job])[job.name].slots if slot.tick == tick)
+    return slot.outcome, slot.attempts
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a run whose lease was force-released (taken over) is lost_lock with retry_delay None: the "
+    "scheduler reads that as its last attempt and closes the tick for good, though the lease row gives it more",
+)
+def test_a_force_released_attempt_leaves_the_slot_to_be_asked_for_again_while_it_has_attempts(settings):
+    """Rule 3: a force-released tick stays not done, and a later scheduled run that names it claims
+    it again while it has attempts left. Its run wrote nothing, so it learns of the release only as it
+    releases: ``runner._release`` records ``lost_lock`` and drops the grant's retry delay ("its release
+    set no delay"); ``Scheduler._delay`` reads that None as "the last attempt", and ``_end`` closes the
+    tick row for good. No copy asks for the slot again: not this one, not another that lost the claim,
+    not one started afresh, while the lease row would run its second attempt at once."""
+    job = {"schedule": "0 * * * *", "ttl": 60, "retry": {"delays": [60, 300]}}
+    register(settings, released={**job, "callable": f"{__name__}.force_released_on_its_first_attempt"})
+    released, slot = jobs()["released"], the_slot_of_now()
+    clock = FakeClock(slot + timedelta(seconds=5))
+    first, second = (Scheduler(jobs=[released], now=clock.now, claim=True) for _ in range(2))
+    first.step()
+    row = SyncLock.objects.get(job_name="released")
+    assert (row.tick, row.tick_done, row.tick_attempts, row.retry_at, row.locked_until) == (
+        slot,
+        False,
+        1,
+        None,
+        None,
+    )  # the lease row: the slot's second attempt may start now
+    assert ledger_of(released, slot) == ("pending", 1)
+
+    for minutes in (0, 2, 10, 30):  # within the slot's chance: the copies, and one started afresh
+        clock.at = slot + timedelta(minutes=minutes, seconds=5)
+        for scheduler in (second, first, Scheduler(jobs=[released], now=clock.now, claim=True)):
+            scheduler.step()
+
+    attempts = JobRun.objects.filter(job_name="released", tick=slot).order_by("attempt")
+    assert list(attempts.values_list("attempt", "status")) == [(1, "lost_lock"), (2, "succeeded")]
+    assert Tick.objects.values_list("status", "until").get() == ("succeeded", None)
+
+
+def blocked_by_a_far_tick(settings, *, slot: datetime, catch_up: str = "latest") -> tuple:
+    """An hourly job whose slot before ``slot`` succeeded, then a tick far ahead claimed (a caller of
+    run_locked with no horizon), so the scheduler's ask for ``slot`` closed its tick row for good as
+    tick_claimed; then the operator reset the far tick. The job, the scheduler's clock, the scheduler."""
+    register(settings, blocked={**RECORD, "schedule": "0 * * * *", "catch_up": catch_up})
+    blocked, far = jobs()["blocked"], slot + 400 * 24 * HOUR
+    clock = FakeClock(slot - HOUR + timedelta(seconds=5))
+    scheduler = Scheduler(jobs=[blocked], now=clock.now, claim=True)
+    scheduler.step()  # the slot before: it succeeds
+    assert run_locked("blocked", far, blocked.ttl, lambda lease: None).outcome == "succeeded"
+    clock.at = slot + timedelta(seconds=5)
+    scheduler.step()
+    assert Tick.objects.values_list("status", "until").get(tick=slot) == ("tick_claimed", None)
+    assert reset_tick(job="blocked", expected_tick=far, by="cli:ops").changed
+    return blocked, clock, scheduler
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="reset_tick reopens a slot on the lease row but not its tick row closed for good: no copy "
+    "of run_scheduler ever asks for it again",
+)
+def test_a_slot_an_operators_reset_reopened_is_run_by_a_scheduler_started_within_its_chance(settings):
+    """Rule 9's case for a reset: a tick far ahead (a caller of run_locked with no horizon) blocks the
+    real ones, so the scheduler's ask for the slot of now is told "a later tick was claimed" and closes
+    its tick row for good. The operator resets the far tick: the lease row goes back to the last slot
+    that succeeded, and would run the slot of now (``locks ticks`` calls it pending). The copy that
+    asked does not ask again (a settled skip); a copy started afresh within the slot's chance (the
+    scheduler restarted once the tick is reset: "on start, ... a slot nobody ran ... is caught up")
+    is refused by the tick row closed for good, and logs "claimed by another copy"."""
+    slot = the_slot_of_now()
+    blocked, clock, _first = blocked_by_a_far_tick(settings, slot=slot)
+
+    assert SyncLock.objects.values_list("tick", "tick_done").get(job_name="blocked") == (slot - HOUR, True)
+    assert ledger_of(blocked, slot) == ("pending", 0)
+    clock.at = slot + timedelta(minutes=10)
+    Scheduler(jobs=[blocked], now=clock.now, claim=True).step()  # restarted
+
+    assert JobRun.objects.filter(job_name="blocked", tick=slot, status="succeeded").count() == 1
+    assert Tick.objects.values_list("status", "until").get(tick=slot) == ("succeeded", None)
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(
+    strict=True,
+    reason="a claim whose scheduler died while its run went on reads 'claimed' for ever in the admin's "
+    "list of claimed ticks, though its run succeeded and its claim ended",
+)
+@EACH_EXECUTOR
+def test_a_claim_whose_scheduler_died_while_its_run_succeeded_is_not_listed_as_claimed(
+    db_url, admin_client, workers
+):
+    """A scheduler SIGKILLed (the OOM killer, a crash) while its run goes on in a child or a pool's
+    worker: the run ends within its lease and succeeds; no copy asks for that slot again, so nothing
+    closes its claim. ``Tick.status`` "claimed" means "its ask has not ended" (models.CLAIMED);
+    the admin's list says so for a slot whose run succeeded, its claim long ended."""
+    # The run ends within its lease: nothing need renew it once its scheduler is gone.
+    env = slow_write_env(db_url, schedule="* * * * * */10", seconds=2, ttl=10, workers=workers)
+    scheduler = start_scheduler(env, "slow_write")
+    try:
+        running = JobRun.objects.filter(job_name="slow_write", status="running")
+        wait_for(running.exists, timeout=60, what="a run of slow_write")
+        scheduler.kill()  # not its run's process
+        run = running.get()
+        done = JobRun.objects.filter(pk=run.pk, status="succeeded")
+        wait_for(done.exists, timeout=30, what="the run to succeed without its scheduler")
+    finally:
+        scheduler.kill()
+        scheduler.communicate(timeout=30)
+    claim = Tick.objects.filter(job_name="slow_write", tick=run.tick)
+    ended = claim.filter(until__lt=Now())
+    wait_for(ended.exists, timeout=30, what="its claim to end (the TTL): another copy could take it now")
+    claim = claim.get()
+
+    listing = admin_client.get("/admin/locks/tick/")
+
+    assert [row.pk for row in listing.context["cl"].result_list] == [claim.pk]
+    assert 'data-kind="claimed"' not in listing.content.decode(), claim.status
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(
+    strict=True,
+    reason="a crontab pass's claim lasts its TTL and the pass never asks again; a scheduler that lost the "
+    "slot to it looks again only after that TTL, past the slot's chance: the slot's retry is never asked for",
+)
+def test_a_slot_a_crontab_pass_won_and_failed_gets_its_retry_from_a_scheduler_beside_it(
+    db_url, tmp_path, settings
+):
+    """A crontab line and run_scheduler side by side (docs/deployment-cron.md: "any other scheduler can
+    run the same jobs alongside"), a job every minute whose TTL (120 s) is longer than its period, as
+    send_reminders' is, and one retry 1 s after a failure. The pass wins the slot's claim and its run
+    fails; the lease row lets the second attempt start a second later. The pass never asks again ("its
+    claims last their TTL"), and the scheduler, told "claimed by another copy", looks again once that
+    claim would have ended, past the slot's chance: so never."""
+    now = datetime.now(UTC)
+    if now.second > 20:  # the pass names the slot of now: well before the next one's window
+        time.sleep(61 - now.second)
+    every_minute = {"schedule": "* * * * *", "ttl": "120", "retry": "1", "seconds": "2"}
+    register(
+        settings,
+        refuse={
+            **settings.LOCKS_JOBS["refuse"],
+            "schedule": "* * * * *",
+            "ttl": 120,
+            "retry": {"delays": [1]},
+        },
+    )
+    refuse = jobs()["refuse"]
+    variables = {f"REFUSE_{key.upper()}": value for key, value in every_minute.items()}
+    env, code = cron_pass(db_url, tmp_path, "refuse", **variables)
+    cron = spawn(code, env=env)
+    try:
+        running = JobRun.objects.filter(job_name="refuse", status="running")
+        wait_for(running.exists, timeout=60, what="the crontab pass's run")
+        slot = running.get().tick
+        clock = FakeClock(datetime.now(UTC), end=slot + timedelta(seconds=59))
+        scheduler = Scheduler(jobs=[refuse], now=clock.now, stop=clock.stop, claim=True)
+        scheduler.step()  # its wake at the slot: the pass's claim stands
+        _out, err = cron.communicate(timeout=60)
+    finally:
+        cron.kill()
+    assert cron.returncode == 1, err  # its run failed
+    assert Tick.objects.values_list("tick", "status").get() == (slot, "asked")
+    wait_for(SyncLock.objects.filter(retry_at__lte=Now()).exists, timeout=10, what="the retry delay")
+    assert SyncLock.objects.values_list("tick", "tick_done", "tick_attempts").get() == (slot, False, 1)
+    assert ledger_of(refuse, slot) == ("pending", 1)  # the lease row lets its second attempt start
+
+    clock.at = datetime.now(UTC)
+    scheduler.run_forever(wait=clock.wait)  # the rest of the slot's chance
+
+    assert list(JobRun.objects.order_by("attempt").values_list("tick", "attempt")) == [(slot, 1), (slot, 2)]
+
+
+def test_under_catch_up_all_a_slot_reopened_after_its_tick_row_closed_is_caught_up_by_the_next_slots_claim(
+    settings,
+):
+    """The reset of ``test_a_slot_an_operators_reset_reopened_...`` under catch_up "all": the scheduler
+    claims only the slot of now, and the ask for the next slot runs the reopened one first (the lease
+    row's pending slot), its own tick row closed for good notwithstanding (that row still reads
+    tick_claimed); then the next slot itself, asked again at once."""
+    slot = the_slot_of_now() - 2 * HOUR  # the next slot is past too
+    _blocked, clock, scheduler = blocked_by_a_far_tick(settings, slot=slot, catch_up="all")
+
+    clock.at = slot + HOUR + timedelta(seconds=5)
+    scheduler.step()
+    assert Tick.objects.values_list("status", "until").get(tick=slot + HOUR)[1] is not None  # asked again
+    scheduler.step()
+
+    ran = JobRun.objects.filter(job_name="blocked", tick__in=[slot, slot + HOUR]).order_by("started_at")
+    assert list(ran.values_list("tick", "status")) == [(slot, "succeeded"), (slot + HOUR, "succeeded")]
+    assert Tick.objects.values_list("status", "claims", "until").get(tick=slot + HOUR) == (
+        "succeeded",
+        2,
+        None,
+    )
+
+
+def fails_its_first_attempt(lease) -> dict:
+    if lease.grant.attempt == 1:
+        raise RuntimeError("the first attempt fails")
+    return {"ran": 1}
+
+
+def test_a_run_now_that_settles_a_failed_slot_closes_its_tick_row_as_succeeded_at_the_next_ask(settings):
+    """Rule 3's exception: the slot's first attempt failed (its tick row open, the scheduler to ask again
+    after the retry delay); an operator's Run now (``run_job --force``) is that slot's second attempt,
+    whatever the delay, and succeeds. The scheduler's ask at the retry time is told the slot is done:
+    its tick row reads succeeded and is closed for good, and no third run starts."""
+    job = {"schedule": "0 * * * *", "ttl": 60, "retry": {"delays": [60, 300]}}
+    register(settings, flaky_once={**job, "callable": f"{__name__}.fails_its_first_attempt"})
+    flaky_once, slot = jobs()["flaky_once"], the_slot_of_now()
+    clock = FakeClock(slot + timedelta(seconds=5))
+    scheduler = Scheduler(jobs=[flaky_once], now=clock.now, claim=True)
+    scheduler.step()
+    assert Tick.objects.values_list("status", "until").get()[0] == "failed"
+
+    forced = run_job(name="flaky_once", force=True, requested_by="admin:ops")
+    assert (forced.outcome, forced.tick, forced.grant.attempt) == ("succeeded", slot, 2)
+    clock.at = slot + timedelta(minutes=1, seconds=6)
+    scheduler.step()
+
+    runs = JobRun.objects.filter(job_name="flaky_once").order_by("started_at")
+    assert list(runs.values_list("tick", "attempt", "status", "requested_by")) == [
+        (slot, 1, "failed", "scheduler"),
+        (slot, 2, "succeeded", "admin:ops"),
+    ]
+    assert Tick.objects.values_list("status", "claims", "until").get() == ("succeeded", 2, None)
+    assert ledger_of(flaky_once, slot) == ("succeeded", 2)
