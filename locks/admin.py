@@ -13,6 +13,7 @@ from django.contrib import admin, messages
 from django.contrib.admin.utils import unquote
 from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import ImproperlyConfigured, PermissionDenied
+from django.db.models.functions import Now
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
@@ -25,7 +26,7 @@ from django.utils.translation import gettext_lazy as _
 
 from locks.db import RowLocked
 from locks.lease import LockError, iso
-from locks.models import EXPIRED, FREE, HELD, OVERDUE, JobPause, JobRun, Outcome, SyncLock, Tick
+from locks.models import CLAIMED, EXPIRED, FREE, HELD, OVERDUE, JobPause, JobRun, Outcome, SyncLock, Tick
 from locks.operator import admin_name, force_release, pause_job, reset_tick, resume_job, run_now
 from locks.registry import UnknownJob, get_job, timezone_of
 from locks.registry import jobs as registered_jobs
@@ -615,9 +616,15 @@ class TickAdmin(ReadOnlyAdminMixin, Styled, admin.ModelAdmin):
     first_claimed = timestamp("created_at", _("first claimed"))
     tick_at = timestamp("tick", _("tick"))
 
+    def get_queryset(self, request: HttpRequest):
+        return super().get_queryset(request).annotate(db_now=Now())
+
     @admin.display(description=_("status"), ordering="status")
     def tick_status(self, row: Tick) -> str:
-        """How its last ask ended: an outcome, or the reason the lease gave for a skip (held, …)."""
+        """How its last ask ended: an outcome, or the reason the lease gave for a skip (held, …); a claim
+        whose copy never said (killed while its run went on) once it ended."""
+        if row.status == CLAIMED and row.until is not None and row.until < row.db_now:
+            return badge(gettext("claim ended unanswered"), "unanswered")  # its copy stopped meanwhile
         return status_badge(row.status) if row.status in Outcome.values else badge(row.status, row.status)
 
 

@@ -62,13 +62,18 @@ def run_due(*names: str, log_dir: str) -> None:
     connections.close_all()  # no connection is shared with a child
     sys.stdout.flush()
     sys.stderr.flush()
-    children = [_start(name, Path(log_dir)) for name in due]
-    status = max((os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for pid in children), default=0)
-    if holder is not None:  # each run recorded how it went; its claim lasts its TTL (no pass asks again)
+    children = {name: _start(name, Path(log_dir)) for name in due}
+    codes = {name: os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for name, pid in children.items()}
+    status = max(codes.values(), default=0)
+    if holder is not None:  # each run recorded how it went; the claims last their TTL (no pass asks again),
+        from django.db.models.functions import Now
+
         from locks.models import Tick
 
-        with contextlib.suppress(DatabaseError):
+        with contextlib.suppress(DatabaseError):  # a failed run's ends: a scheduler beside it may retry
             Tick.objects.filter(holder=holder).update(status="asked")
+            failed = [name for name, code in codes.items() if code]
+            Tick.objects.filter(holder=holder, job_name__in=failed).update(until=Now())
     if status:
         os._exit(status if status > 0 else 1)  # not SystemExit: django-crontab would log a traceback
 

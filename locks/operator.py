@@ -29,6 +29,7 @@ from locks.models import (
     JobRun,
     Outcome,
     SyncLock,
+    Tick,
     database_now,
     now_plus,
 )
@@ -266,6 +267,9 @@ def _reset(job: str, rows, locked, shown: dict, by: str) -> Change:
     cleared = {"tick": last, "tick_done": last is not None, "tick_attempts": 0, "retry_at": None}
     if not rows.filter(**matched).free().update(**cleared):
         return Change(job, False, "the lock row changed meanwhile; nothing reset", **seen)
+    # The slots it reopened that run_scheduler's claims closed for good (not succeeded): asked for again.
+    reopened = Tick.objects.using(rows.db).filter(job_name=job, until=None).exclude(status=Outcome.SUCCEEDED)
+    (reopened.filter(tick__gt=last) if last is not None else reopened).update(until=Now(), status="reset")
     logger.warning("job=%s claimed tick reset by %s; it was %s (%s)", job, by, iso(tick), state)
     return Change(job, True, **seen)
 

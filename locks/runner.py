@@ -506,8 +506,8 @@ def _release(lease: Lease, result: RunResult, *, used: bool) -> bool:
         return True
     if not released and result.outcome.recorded == Outcome.SUCCEEDED and not lease.committed:
         result.outcome = Outcome.LOST_LOCK
-        # Taken over: its release set no delay before its tick's next attempt.
-        result.grant = result.grant._replace(retry_delay=None)
+        # Taken over: its release set no delay before its tick's next attempt, if it has one (None: none).
+        result.grant = result.grant._replace(retry_delay=result.grant.retry_delay and timedelta(0))
         error = f"lease on {lease.job} (token {lease.token}) was taken over before the run finished"
         result.failure = replace(result.failure, error=error)
     return released

@@ -425,7 +425,7 @@ class Scheduler:
 
     def _claimed(self, plans: list[_Plan]) -> list[_Plan]:
         """The plans whose due tick this copy claimed (all, without ``claim`` or when it fails); each
-        other one is looked at again once the winner's claim may have ended."""
+        other one is looked at again once the winner's claim may have ended, or its retry be due."""
         if not self.claim or not plans:
             return plans
         _reuse_connections()  # this process's connection is kept from wake to wake
@@ -448,7 +448,8 @@ class Scheduler:
                     plan.tick.isoformat(),
                     self.holder,
                 )
-                plan.again_at = self._within_chance(plan, now + plan.job.ttl + timedelta(seconds=1))
+                wait = min((plan.job.ttl, *plan.job.retry_delays[:1]))  # a crontab pass asks once only
+                plan.again_at = self._within_chance(plan, now + wait + timedelta(seconds=1))
                 self._queue(plan, now)
         return [plan for plan in plans if plan.claimed]
 

@@ -364,18 +364,13 @@ def ledger_of(job: Job, tick: datetime) -> tuple[str, int]:
     return slot.outcome, slot.attempts
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a run whose lease was force-released (taken over) is lost_lock with retry_delay None: the "
-    "scheduler reads that as its last attempt and closes the tick for good, though the lease row gives it more",
-)
 def test_a_force_released_attempt_leaves_the_slot_to_be_asked_for_again_while_it_has_attempts(settings):
     """Rule 3: a force-released tick stays not done, and a later scheduled run that names it claims
     it again while it has attempts left. Its run wrote nothing, so it learns of the release only as it
-    releases: ``runner._release`` records ``lost_lock`` and drops the grant's retry delay ("its release
-    set no delay"); ``Scheduler._delay`` reads that None as "the last attempt", and ``_end`` closes the
-    tick row for good. No copy asks for the slot again: not this one, not another that lost the claim,
-    not one started afresh, while the lease row would run its second attempt at once."""
+    releases: ``runner._release`` records ``lost_lock`` with no delay before the next attempt (its release
+    set none), which the scheduler asks for at once. Its retry delay was None before (what
+    ``Scheduler._delay`` reads as "the last attempt"): the tick row closed for good, and no copy asked
+    for the slot again while the lease row would run its second attempt."""
     job = {"schedule": "0 * * * *", "ttl": 60, "retry": {"delays": [60, 300]}}
     register(settings, released={**job, "callable": f"{__name__}.force_released_on_its_first_attempt"})
     released, slot = jobs()["released"], the_slot_of_now()
@@ -419,24 +414,20 @@ def blocked_by_a_far_tick(settings, *, slot: datetime, catch_up: str = "latest")
     return blocked, clock, scheduler
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="reset_tick reopens a slot on the lease row but not its tick row closed for good: no copy "
-    "of run_scheduler ever asks for it again",
-)
 def test_a_slot_an_operators_reset_reopened_is_run_by_a_scheduler_started_within_its_chance(settings):
     """Rule 9's case for a reset: a tick far ahead (a caller of run_locked with no horizon) blocks the
     real ones, so the scheduler's ask for the slot of now is told "a later tick was claimed" and closes
     its tick row for good. The operator resets the far tick: the lease row goes back to the last slot
-    that succeeded, and would run the slot of now (``locks ticks`` calls it pending). The copy that
-    asked does not ask again (a settled skip); a copy started afresh within the slot's chance (the
-    scheduler restarted once the tick is reset: "on start, ... a slot nobody ran ... is caught up")
-    is refused by the tick row closed for good, and logs "claimed by another copy"."""
+    that succeeded, and would run the slot of now (``locks ticks`` calls it pending); the reset reopens
+    the slot's tick row too ("reset"), so a copy started afresh within the slot's chance (the scheduler
+    restarted once the tick is reset: "on start, ... a slot nobody ran ... is caught up") runs it. The
+    row stayed closed for good before: that copy logged "claimed by another copy"."""
     slot = the_slot_of_now()
     blocked, clock, _first = blocked_by_a_far_tick(settings, slot=slot)
 
     assert SyncLock.objects.values_list("tick", "tick_done").get(job_name="blocked") == (slot - HOUR, True)
     assert ledger_of(blocked, slot) == ("pending", 0)
+    assert Tick.objects.filter(tick=slot, status="reset", until__isnull=False).exists()  # asked for again
     clock.at = slot + timedelta(minutes=10)
     Scheduler(jobs=[blocked], now=clock.now, claim=True).step()  # restarted
 
@@ -445,19 +436,14 @@ def test_a_slot_an_operators_reset_reopened_is_run_by_a_scheduler_started_within
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,
-    reason="a claim whose scheduler died while its run went on reads 'claimed' for ever in the admin's "
-    "list of claimed ticks, though its run succeeded and its claim ended",
-)
 @EACH_EXECUTOR
 def test_a_claim_whose_scheduler_died_while_its_run_succeeded_is_not_listed_as_claimed(
     db_url, admin_client, workers
 ):
     """A scheduler SIGKILLed (the OOM killer, a crash) while its run goes on in a child or a pool's
     worker: the run ends within its lease and succeeds; no copy asks for that slot again, so nothing
-    closes its claim. ``Tick.status`` "claimed" means "its ask has not ended" (models.CLAIMED);
-    the admin's list says so for a slot whose run succeeded, its claim long ended."""
+    closes its claim. ``Tick.status`` "claimed" means "its ask has not ended" (models.CLAIMED): once
+    the claim ended, the admin's list says it ended unanswered (it said "claimed" for ever)."""
     # The run ends within its lease: nothing need renew it once its scheduler is gone.
     env = slow_write_env(db_url, schedule="* * * * * */10", seconds=2, ttl=10, workers=workers)
     scheduler = start_scheduler(env, "slow_write")
@@ -479,24 +465,21 @@ def test_a_claim_whose_scheduler_died_while_its_run_succeeded_is_not_listed_as_c
     listing = admin_client.get("/admin/locks/tick/")
 
     assert [row.pk for row in listing.context["cl"].result_list] == [claim.pk]
-    assert 'data-kind="claimed"' not in listing.content.decode(), claim.status
+    page = listing.content.decode()
+    assert 'data-kind="claimed"' not in page and 'data-kind="unanswered"' in page, claim.status
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,
-    reason="a crontab pass's claim lasts its TTL and the pass never asks again; a scheduler that lost the "
-    "slot to it looks again only after that TTL, past the slot's chance: the slot's retry is never asked for",
-)
 def test_a_slot_a_crontab_pass_won_and_failed_gets_its_retry_from_a_scheduler_beside_it(
     db_url, tmp_path, settings
 ):
     """A crontab line and run_scheduler side by side (docs/deployment-cron.md: "any other scheduler can
     run the same jobs alongside"), a job every minute whose TTL (120 s) is longer than its period, as
     send_reminders' is, and one retry 1 s after a failure. The pass wins the slot's claim and its run
-    fails; the lease row lets the second attempt start a second later. The pass never asks again ("its
-    claims last their TTL"), and the scheduler, told "claimed by another copy", looks again once that
-    claim would have ended, past the slot's chance: so never."""
+    fails; the lease row lets the second attempt start a second later. The pass never asks again, but
+    its claim ends with it, and the scheduler, told "claimed by another copy", looks again after the
+    job's first retry delay. Before, the pass's claim lasted its TTL and the scheduler looked again
+    only then, past the slot's chance: the retry was never asked for."""
     now = datetime.now(UTC)
     if now.second > 20:  # the pass names the slot of now: well before the next one's window
         time.sleep(61 - now.second)
@@ -525,7 +508,7 @@ def test_a_slot_a_crontab_pass_won_and_failed_gets_its_retry_from_a_scheduler_be
     finally:
         cron.kill()
     assert cron.returncode == 1, err  # its run failed
-    assert Tick.objects.values_list("tick", "status").get() == (slot, "asked")
+    assert Tick.objects.filter(tick=slot, status="asked", until__lte=Now()).exists()  # its claim ended
     wait_for(SyncLock.objects.filter(retry_at__lte=Now()).exists, timeout=10, what="the retry delay")
     assert SyncLock.objects.values_list("tick", "tick_done", "tick_attempts").get() == (slot, False, 1)
     assert ledger_of(refuse, slot) == ("pending", 1)  # the lease row lets its second attempt start
