@@ -136,16 +136,19 @@ class Forked:
 
     def start(self, plan: _Plan, *, due: datetime) -> None:
         reader, writer = self.context.Pipe(duplex=False)
+        child = self._fork(_child, reader, writer, plan.job.name, due, name=f"run-{plan.job.name}")
+        self.children[reader.fileno()] = (plan, child, reader)
+
+    def _fork(self, target, ours, theirs, *args, name: str) -> multiprocessing.Process:
+        """``target(run, *args, theirs, told)``, forked; ``self.tell[ours]`` tells it of a lease lost."""
         told, tell = self.context.Pipe(duplex=False)
         connections.close_all()  # no connection of this process is shared with the child
-        child = self.context.Process(
-            target=_child, args=(self.run, plan.job.name, due, writer, told), name=f"run-{plan.job.name}"
-        )
-        child.start()
-        writer.close()
+        process = self.context.Process(target=target, args=(self.run, *args, theirs, told), name=name)
+        process.start()
+        theirs.close()
         told.close()
-        self.children[reader.fileno()] = (plan, child, reader)
-        self.tell[reader.fileno()] = tell
+        self.tell[ours.fileno()] = tell
+        return process
 
     def collect(self, seconds: float, *, wake: int | None = None) -> list[tuple[_Plan, RunResult]]:
         """The runs that ended within ``seconds`` (at once, if any has); sooner on a byte at ``wake``."""
@@ -247,17 +250,9 @@ class Pool(Forked):
         while self.waiting:
             if not self.idle and len(self.workers) < self.size:
                 pipe, theirs = self.context.Pipe()
-                told, tell = self.context.Pipe(duplex=False)
-                connections.close_all()  # no connection of this process is shared with the worker
-                worker = self.context.Process(
-                    target=_worker, args=(self.run, theirs, told, os.getpid()), name="worker"
-                )
-                worker.start()
-                theirs.close()
-                told.close()
+                worker = self._fork(_worker, pipe, theirs, os.getpid(), name="worker")
                 self.workers.add(worker)
                 self.idle.append((worker, pipe))
-                self.tell[pipe.fileno()] = tell
             if self.idle:
                 plan, due, _since = self.waiting.pop(0)
                 worker, pipe = self.idle.pop()
@@ -287,10 +282,8 @@ class Pool(Forked):
     def drop_waiting(self) -> list[tuple[_Plan, RunResult]]:
         """The asks still waiting for a worker, not started (the scheduler stops)."""
         dropped, self.waiting = self.waiting, []
-        return [
-            (plan, _broke(plan.job.name, due, "not started: the scheduler stopped"))
-            for plan, due, _s in dropped
-        ]
+        why = "not started: the scheduler stopped"
+        return [(plan, _broke(plan.job.name, due, why)) for plan, due, _since in dropped]
 
     def _done(self, child: multiprocessing.Process, reader, *, answered: bool) -> None:
         """A worker that answered is idle again until the pool stops; one that did not is dropped."""
@@ -313,7 +306,7 @@ class Pool(Forked):
             self._done(*self.idle.pop(), answered=True)
 
 
-def _worker(run: Callable[..., RunResult], pipe, told, parent: int) -> None:
+def _worker(run: Callable[..., RunResult], parent: int, pipe, told) -> None:
     """A pool's worker: an ask for each ``(name, due)`` it receives on ``pipe``, until None or its parent
     is gone; ``told``: its parent's word of a lease it could not renew."""
     _ignore_stops()
@@ -344,7 +337,8 @@ def _reuse_connections() -> None:
 def _ignore_stops() -> None:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGUSR1, _interrupt)
+    # After the grace; held back while the run takes or records its lease.
+    signal.signal(signal.SIGUSR1, lambda signum, frame: interrupt(SystemExit(0)))
 
 
 def _child(run: Callable[..., RunResult], name: str, due: datetime, writer, told, keep: bool = False) -> None:
@@ -360,10 +354,6 @@ def _child(run: Callable[..., RunResult], name: str, due: datetime, writer, told
             connections.close_all()
         with contextlib.suppress(OSError):
             writer.send(replace(outcome, failure=replace(outcome.failure, exception=None)))
-
-
-def _interrupt(signum, frame) -> None:
-    interrupt(SystemExit(0))  # held back while the run takes or records its lease
 
 
 class Scheduler:
@@ -492,12 +482,8 @@ class Scheduler:
         """The earliest slot or ask again of any job, and no later than MAX_SLEEP from now."""
         now = self.now()
         if self.seen is not None and now < self.seen:  # the clock went back: each job's next slot
-            return min(
-                [
-                    now + MAX_SLEEP,
-                    *(self._wake_of(plan, now) for plan in self.plans if plan.look_at is not None),
-                ]
-            )
+            wakes = [self._wake_of(plan, now) for plan in self.plans if plan.look_at is not None]
+            return min([now + MAX_SLEEP, *wakes])
         while self.queue and self.plans[self.queue[0][1]].look_at != self.queue[0][0]:
             heapq.heappop(self.queue)  # stale
         return min(now + MAX_SLEEP, self.queue[0][0]) if self.queue else now + MAX_SLEEP

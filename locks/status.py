@@ -293,12 +293,10 @@ def job_ledgers(*, jobs: Iterable[Job], slots: int | None = None) -> dict[str, L
     for run in runs.order_by("tick", "started_at").values(*RUN_FIELDS, "requested_by"):  # the index's order
         runs_of[run["job_name"]][run["tick"]].append(run)
     locks = {row["job_name"]: row for row in SyncLock.objects.filter(job_name__in=names).values(*LOCK_FIELDS)}
-    pauses = defaultdict(list)
-    for pause in JobPause.objects.filter(
-        Q(resumed_at__isnull=True) | Q(resumed_at__gte=min(oldest.values(), default=db_now)),
-        job_name__in=names,
-    ).values_list("job_name", "paused_at", "resumed_at"):
-        pauses[pause[0]].append((pause[1], pause[2]))
+    pauses, start = defaultdict(list), min(oldest.values(), default=db_now)
+    rows = JobPause.objects.filter(Q(resumed_at__isnull=True) | Q(resumed_at__gte=start), job_name__in=names)
+    for name, paused_at, resumed_at in rows.values_list("job_name", "paused_at", "resumed_at"):
+        pauses[name].append((paused_at, resumed_at))
     ledgers = {}
     for job in jobs:
         # A job starts with its lock row (its first run, or check_jobs first seeing it): no slot before.

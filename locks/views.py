@@ -52,11 +52,8 @@ def bearer_token_matches(request: HttpRequest, expected: str) -> bool:
     """``Authorization: Bearer <expected>``, in constant time; an empty ``expected`` never matches."""
     scheme, _, given = request.headers.get("Authorization", "").partition(" ")
     given = given.strip() if scheme.lower() == "bearer" else ""
-    return hmac.compare_digest(_digest(given), _digest(expected)) and bool(expected)
-
-
-def _digest(value: str) -> bytes:
-    return hashlib.sha256(value.encode()).digest()
+    digests = (hashlib.sha256(value.encode()).digest() for value in (given, expected))
+    return hmac.compare_digest(*digests) and bool(expected)
 
 
 MAX_ADDRESS_LENGTH = 64  # the longest IPv6 address is 45 characters, a zone id adds a few
@@ -254,11 +251,10 @@ def healthz(request: HttpRequest) -> HttpResponse:
     healthy = {"ok"} if settings.LOCKS_HEALTHZ_PAUSED_UNHEALTHY else {"ok", "paused"}
     fresh = all(job.status in healthy for job in freshness.values())
     body = {"status": "ok" if fresh else "stale", "database": True}
-    if summary in freshness:  # the fields /healthz had before it reported every job
-        fields = _job_health(freshness[summary], trusted=trusted)
-        del fields["status"]  # the top-level status is every job's
-        body.update(job=summary, **fields)
-    body["jobs"] = {name: _job_health(job, trusted=trusted) for name, job in freshness.items()}
+    jobs = {name: _job_health(job, trusted=trusted) for name, job in freshness.items()}
+    if summary in jobs:  # the fields /healthz had before it reported every job, but its status: every job's
+        body.update(job=summary, **{key: value for key, value in jobs[summary].items() if key != "status"})
+    body["jobs"] = jobs
     if trusted:
         for name, fields in body["jobs"].items():
             fields["incident"] = _incident(incidents.get(name))
