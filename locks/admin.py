@@ -13,7 +13,8 @@ from django.contrib import admin, messages
 from django.contrib.admin.utils import unquote
 from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import ImproperlyConfigured, PermissionDenied
-from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
+from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed
+from django.shortcuts import redirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils import timezone
@@ -190,12 +191,10 @@ class OperatorAdminMixin:
             return self._get_obj_does_not_exist_redirect(request, self.opts, object_id)
         if not getattr(self, f"has_{OPERATIONS[operation].permission}_permission")(request, lock):
             raise PermissionDenied
-        response = self.operate(request, [lock], operation, action=False)
-        if response is not None:
-            return response
+        response = self.operate(request, [lock], operation, action=False)  # a confirmation page, or None
         if operation == "force_release":
-            return HttpResponseRedirect(reverse("admin:locks_synclock_changelist"))
-        return HttpResponseRedirect(reverse("admin:locks_synclock_change", args=[lock.pk]))
+            return response or redirect("admin:locks_synclock_changelist")
+        return response or redirect("admin:locks_synclock_change", lock.pk)
 
     def operate(self, request: HttpRequest, locks: list[SyncLock], operation: str, *, action: bool):
         """Confirm first (a GET, or an action not yet confirmed), else do it for each lock."""

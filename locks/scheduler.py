@@ -81,17 +81,6 @@ def paused_in_database(name: str) -> bool:
         return False
 
 
-def _slot_of(plan: _Plan, now: datetime) -> datetime | None:
-    """The latest slot of ``plan``'s job at or before ``now``; None (logged once) when there is none."""
-    try:
-        return plan.job.cron.slot_at_or_before(now)
-    except SLOT_ERRORS as exc:
-        if plan.look_at is not None:
-            logger.error(NO_SLOT, plan.job.name, plan.job.cron.expression, type(exc).__name__, exc)
-        plan.look_at = None
-        return None
-
-
 def ask(run: Callable[..., RunResult], *, name: str, due: datetime) -> RunResult:
     """One ask: ``run(name=, due=)``, a ``RunResult`` whatever happens."""
     try:
@@ -122,9 +111,8 @@ class Inline:
 
 
 class Forked:
-    """Each ask in a forked child, which sends its ``RunResult`` back; it ignores SIGTERM and SIGINT
-    and is interrupted with SIGUSR1 after the grace. The leases its children hold are renewed here, all
-    in one statement a beat (``locks.lease.renew_all``)."""
+    """Each ask in a forked child (``_child``), which sends its ``RunResult`` back; the leases its
+    children hold are renewed here, all in one statement a beat (``locks.lease.renew_all``)."""
 
     def __init__(self, run: Callable[..., RunResult] = run_job) -> None:
         self.run = run
@@ -455,8 +443,12 @@ class Scheduler:
     def _look(self, plan: _Plan, now: datetime) -> bool:
         """Whether to ask for ``plan``'s job now; if not, it is queued again."""
         if not plan.running:
-            tick = _slot_of(plan, now)
-            if tick is None:
+            try:
+                tick = plan.job.cron.slot_at_or_before(now)
+            except SLOT_ERRORS as exc:  # logged once; looked at again only once the clock goes back
+                if plan.look_at is not None:
+                    logger.error(NO_SLOT, plan.job.name, plan.job.cron.expression, type(exc).__name__, exc)
+                plan.look_at = None
                 return False
             if tick != plan.tick:
                 plan.tick, plan.again_at, plan.backoff = tick, None, timedelta(0)

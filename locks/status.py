@@ -218,8 +218,7 @@ def lock_summary() -> Summary:
 
 # A slot's outcomes in the ledger; unknown: its run's COMMIT got no answer, not yet resolved.
 OUTCOMES = [Outcome(o) for o in ("succeeded", "running", "failed", "missed", "paused", "pending", "unknown")]
-# The outcomes that no longer change.
-SETTLED = (Outcome.SUCCEEDED, Outcome.FAILED, Outcome.MISSED, Outcome.PAUSED)
+SETTLED = (Outcome.SUCCEEDED, Outcome.FAILED, Outcome.MISSED, Outcome.PAUSED)  # they no longer change
 # A slot whose job was paused this long from its tick on had its moment while paused.
 SLOT_MOMENT = timedelta(seconds=1)
 RUN_FIELDS = (
