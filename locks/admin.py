@@ -1,4 +1,5 @@
-"""Admin of job locks, runs and pauses (incidents: locks.contrib.alerts). Rows are machine-written: read-only here. The operator's writes (force release, reset tick, pause, resume, run now) are actions and buttons that call ``locks.operator``, each confirmed first where it can harm, permission-gated and logged (``LogEntry``). Every state and relative time is judged against the database clock (``db_now``)."""
+"""Admin of job locks, runs, claimed ticks and pauses (read-only rows) and the operator's writes as actions
+and buttons: confirmed, permission-gated, logged; times on the database clock (docs/admin.md)."""
 
 from __future__ import annotations
 

@@ -609,8 +609,7 @@ def install_signal_handlers(scheduler: Scheduler) -> None:
             return
         scheduler.stop.set()
         scheduler.wake()
-        running = scheduler.running()
-        if running:
+        if running := scheduler.running():
             logger.warning(
                 "scheduler: %s received; job=%s may finish within %.0f s",
                 signal.Signals(signum).name,

@@ -1,4 +1,5 @@
-"""The read side, on the database clock: lock states (``locks status``), job health and freshness (``/healthz``), the admin's summary, and the tick ledger (each recent slot's one outcome: ``locks ticks``, the admin's strip, ``/metrics``, ``check_jobs``). One read model; nothing here writes."""
+"""The read side, on the database clock; nothing here writes: lock states, job health and freshness, the
+admin's summary, the tick ledger (each recent slot's one outcome; docs/architecture.md, "The tick ledger")."""
 
 from __future__ import annotations
 

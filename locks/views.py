@@ -1,4 +1,5 @@
-"""The lock's HTTP endpoints: ``POST /api/jobs/<job>/run`` for outside schedulers (bearer token, rate limit shared by every host), ``GET /healthz`` and ``GET /metrics`` (Prometheus text, computed from the database at scrape time); a project includes them with ``locks.urls``."""
+"""The lock's HTTP endpoints, which a project includes with ``locks.urls``: ``POST /api/jobs/<job>/run``,
+``GET /healthz`` and ``GET /metrics`` (docs/deployment.md, "Serving the admin and the endpoints")."""
 
 from __future__ import annotations
 
@@ -256,14 +257,12 @@ def healthz(request: HttpRequest) -> HttpResponse:
         body.update(job=summary, **{key: value for key, value in jobs[summary].items() if key != "status"})
     body["jobs"] = jobs
     if trusted:
-        for name, fields in body["jobs"].items():
-            fields["incident"] = _incident(incidents.get(name))
+        for name, fields in jobs.items():
+            fields["incident"] = _incident(incident) if (incident := incidents.get(name)) else None
     return JsonResponse(body, status=200 if fresh else 503)
 
 
-def _incident(incident: OpenIncident | None) -> dict | None:
-    if incident is None:
-        return None
+def _incident(incident: OpenIncident) -> dict:
     fields = {"reason": incident.reason, "summary": incident.summary, "opened_at": iso(incident.opened_at)}
     return {**fields, "email": incident.email, "email_sent": incident.email == "sent"}
 
