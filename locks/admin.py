@@ -1,4 +1,5 @@
-"""Admin of job locks, runs and pauses (incidents: locks.contrib.alerts). Rows are machine-written: read-only here. The operator's writes (force release, reset tick, pause, resume, run now) are actions and buttons that call ``locks.operator``, each confirmed first where it can harm, permission-gated and logged (``LogEntry``). Every state and relative time is judged against the database clock (``db_now``)."""
+"""Admin of job locks, runs, claimed ticks and pauses (read-only rows) and the operator's writes as actions
+and buttons: confirmed, permission-gated, logged; times on the database clock (docs/admin.md)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from django.contrib.admin.utils import unquote
 from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import ImproperlyConfigured, PermissionDenied
 from django.db.models.functions import Now
-from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
+from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed
+from django.shortcuts import redirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils import timezone
@@ -39,6 +41,7 @@ STATE_LABELS = {
     OVERDUE: _("heartbeat overdue"),
 }
 ERROR_EXCERPT = 80
+RECENT_RUNS = 20
 
 
 def ago(when: datetime, *, now: datetime) -> str:
@@ -79,23 +82,6 @@ def stacked(main: str, detail: str) -> str:
 
 def badge(text: str, kind: str, title: str = "") -> str:
     return format_html('<span class="lock-badge" data-kind="{}" title="{}">{}</span>', kind, title, text)
-
-
-def state_badge(lock) -> str:
-    """``lock`` comes from ``SyncLock.objects.with_state()``."""
-    title = ""
-    if lock.heartbeat_at is not None and lock.state != FREE:
-        title = gettext("last heartbeat %(when)s") % {"when": ago(lock.heartbeat_at, now=lock.db_now)}
-    return badge(STATE_LABELS[lock.state], lock.state, title)
-
-
-def tick_progress(lock) -> str:
-    """Whether the claimed tick is done; ``lock`` comes from ``with_state()``."""
-    if lock.tick_done:
-        return gettext("done")
-    if lock.state in {HELD, OVERDUE}:
-        return gettext("not done yet")
-    return gettext("not done: a later run may retry it")
 
 
 def status_badge(status: str) -> str:
@@ -207,12 +193,10 @@ class OperatorAdminMixin:
             return self._get_obj_does_not_exist_redirect(request, self.opts, object_id)
         if not getattr(self, f"has_{OPERATIONS[operation].permission}_permission")(request, lock):
             raise PermissionDenied
-        response = self.operate(request, [lock], operation, action=False)
-        if response is not None:
-            return response
+        response = self.operate(request, [lock], operation, action=False)  # a confirmation page, or None
         if operation == "force_release":
-            return HttpResponseRedirect(reverse("admin:locks_synclock_changelist"))
-        return HttpResponseRedirect(reverse("admin:locks_synclock_change", args=[lock.pk]))
+            return response or redirect("admin:locks_synclock_changelist")
+        return response or redirect("admin:locks_synclock_change", lock.pk)
 
     def operate(self, request: HttpRequest, locks: list[SyncLock], operation: str, *, action: bool):
         """Confirm first (a GET, or an action not yet confirmed), else do it for each lock."""
@@ -321,9 +305,6 @@ class OperatorAdminMixin:
             self.message_user(request, message % {"count": untouched}, messages.WARNING)
 
 
-RECENT_RUNS = 20
-
-
 class Styled:
     """The badges and layout of locks/admin.css; an app adds its own badge kinds in its admin's ``Media``."""
 
@@ -364,9 +345,6 @@ class LockStateFilter(admin.SimpleListFilter):
         if self.value() == "stuck":
             return queryset.stuck()
         return queryset.with_state().filter(state=self.value())
-
-
-# --- locks ------------------------------------------------------------------------
 
 
 def ledgers_for(names: list[str]) -> dict[str, Ledger]:
@@ -431,8 +409,6 @@ class SyncLockAdmin(OperatorAdminMixin, ReadOnlyAdminMixin, Styled, admin.ModelA
             lock.shown_zone = timezone_of(lock.job_name)
         return lock
 
-    # --- columns
-
     acquired = timestamp("acquired_at", _("acquired"))
     last_started = timestamp("last_started_at", _("last started"))
     heartbeat = timestamp("heartbeat_at", _("last heartbeat"), relative=True)
@@ -440,7 +416,15 @@ class SyncLockAdmin(OperatorAdminMixin, ReadOnlyAdminMixin, Styled, admin.ModelA
 
     @admin.display(description=_("tick"), ordering="tick")
     def tick_at(self, lock: SyncLock) -> str:
-        return stacked(slot_time(lock.tick, zone_of(lock)), tick_progress(lock)) if lock.tick else "—"
+        if lock.tick is None:
+            return "—"
+        if lock.tick_done:
+            progress = gettext("done")
+        elif lock.state in {HELD, OVERDUE}:
+            progress = gettext("not done yet")
+        else:
+            progress = gettext("not done: a later run may retry it")
+        return stacked(slot_time(lock.tick, zone_of(lock)), progress)
 
     @admin.display(description=_("paused"))
     def pause(self, lock: SyncLock) -> str:
@@ -452,9 +436,13 @@ class SyncLockAdmin(OperatorAdminMixin, ReadOnlyAdminMixin, Styled, admin.ModelA
 
     @admin.display(description=_("state"), ordering="locked_until")
     def state(self, lock: SyncLock) -> str:
-        if lock.paused_at is not None:
-            return format_html("{}<br>{}", state_badge(lock), outcome_badge("paused"))
-        return state_badge(lock)
+        title = ""
+        if lock.heartbeat_at is not None and lock.state != FREE:
+            title = gettext("last heartbeat %(when)s") % {"when": ago(lock.heartbeat_at, now=lock.db_now)}
+        shown = badge(STATE_LABELS[lock.state], lock.state, title)
+        return (
+            format_html("{}<br>{}", shown, outcome_badge("paused")) if lock.paused_at is not None else shown
+        )
 
     @admin.display(description=_("locked until"), ordering="locked_until")
     def lease(self, lock: SyncLock) -> str:
@@ -490,8 +478,6 @@ class SyncLockAdmin(OperatorAdminMixin, ReadOnlyAdminMixin, Styled, admin.ModelA
                 return gettext("did not finish")
             return gettext("running for %(time)s") % {"time": timesince(lock.last_started_at, lock.db_now)}
         return duration(lock.last_started_at, lock.last_finished_at)
-
-    # --- pages
 
     def changelist_view(self, request: HttpRequest, extra_context: dict | None = None) -> HttpResponse:
         summary = lock_summary()
@@ -533,9 +519,6 @@ class SyncLockAdmin(OperatorAdminMixin, ReadOnlyAdminMixin, Styled, admin.ModelA
                 ),
             )
         return super().change_view(request, object_id, form_url, extra_context)
-
-
-# --- run history ----------------------------------------------------------------------
 
 
 def _run_row(run: JobRun, zone: str) -> dict:
@@ -593,9 +576,6 @@ class JobRunAdmin(ReadOnlyAdminMixin, Styled, admin.ModelAdmin):
         return format_html('<span title="{}">{}</span>', run.error[:1000], excerpt(run.error))
 
 
-# --- claimed ticks (run_scheduler writes them) -------------------------------------------------
-
-
 @admin.register(Tick)
 class TickAdmin(ReadOnlyAdminMixin, Styled, admin.ModelAdmin):
     list_display = (
@@ -610,8 +590,7 @@ class TickAdmin(ReadOnlyAdminMixin, Styled, admin.ModelAdmin):
     list_filter = ("job_name", "status")
     date_hierarchy = "tick"
     search_fields = ("job_name", "holder")
-    fields = list_display
-    readonly_fields = fields
+    fields = readonly_fields = list_display
     claimed_until = timestamp("until", _("claimed until"))
     first_claimed = timestamp("created_at", _("first claimed"))
     tick_at = timestamp("tick", _("tick"))
@@ -628,14 +607,10 @@ class TickAdmin(ReadOnlyAdminMixin, Styled, admin.ModelAdmin):
         return status_badge(row.status) if row.status in Outcome.values else badge(row.status, row.status)
 
 
-# --- pauses (locks.operator writes them) ----------------------------------------------------
-
-
 @admin.register(JobPause)
 class JobPauseAdmin(ReadOnlyAdminMixin, Styled, admin.ModelAdmin):
     list_display = ("job_name", "paused", "paused_by", "note", "resumed", "resumed_by")
     list_filter = ("job_name",)
-    fields = list_display
-    readonly_fields = fields
+    fields = readonly_fields = list_display
     paused = timestamp("paused_at", _("paused"))
     resumed = timestamp("resumed_at", _("resumed"))

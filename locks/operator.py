@@ -258,14 +258,13 @@ def _reset(job: str, rows, locked, shown: dict, by: str) -> Change:
         detail = f"lease on {job} is now token {row['token']}, not the {shown['token']} shown"
     elif done and tick <= row["db_now"]:  # a reset is for a future tick that blocks the real ones
         detail = f"the claimed tick {iso(tick)} of {job} is done: a reset would let that slot run twice"
-    # Compare-and-set on what was read, the lease free (the row is locked meanwhile where it can be).
-    matched = {"token": row["token"], "tick": tick, "tick_done": done}
     if detail:
         return Change(job, False, f"{detail}; nothing reset", **seen)
     # Back to the last slot before it that succeeded, done, so that slot cannot run again (was: none).
     last = JobRun.objects.for_job(job).succeeded().filter(tick__lt=tick).aggregate(last=Max("tick"))["last"]
     cleared = {"tick": last, "tick_done": last is not None, "tick_attempts": 0, "retry_at": None}
-    if not rows.filter(**matched).free().update(**cleared):
+    # Compare-and-set on what was read, the lease free (the row is locked meanwhile where it can be).
+    if not rows.filter(token=row["token"], tick=tick, tick_done=done).free().update(**cleared):
         return Change(job, False, "the lock row changed meanwhile; nothing reset", **seen)
     # The slots it reopened that run_scheduler's claims closed for good (not succeeded): asked for again.
     reopened = Tick.objects.using(rows.db).filter(job_name=job, until=None).exclude(status=Outcome.SUCCEEDED)

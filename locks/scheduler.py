@@ -81,17 +81,6 @@ def paused_in_database(name: str) -> bool:
         return False
 
 
-def _slot_of(plan: _Plan, now: datetime) -> datetime | None:
-    """The latest slot of ``plan``'s job at or before ``now``; None (logged once) when there is none."""
-    try:
-        return plan.job.cron.slot_at_or_before(now)
-    except SLOT_ERRORS as exc:
-        if plan.look_at is not None:
-            logger.error(NO_SLOT, plan.job.name, plan.job.cron.expression, type(exc).__name__, exc)
-        plan.look_at = None
-        return None
-
-
 def ask(run: Callable[..., RunResult], *, name: str, due: datetime) -> RunResult:
     """One ask: ``run(name=, due=)``, a ``RunResult`` whatever happens."""
     try:
@@ -122,9 +111,8 @@ class Inline:
 
 
 class Forked:
-    """Each ask in a forked child, which sends its ``RunResult`` back; it ignores SIGTERM and SIGINT
-    and is interrupted with SIGUSR1 after the grace. The leases its children hold are renewed here, all
-    in one statement a beat (``locks.lease.renew_all``)."""
+    """Each ask in a forked child (``_child``), which sends its ``RunResult`` back; the leases its
+    children hold are renewed here, all in one statement a beat (``locks.lease.renew_all``)."""
 
     def __init__(self, run: Callable[..., RunResult] = run_job) -> None:
         self.run = run
@@ -136,17 +124,20 @@ class Forked:
 
     def start(self, plan: _Plan, *, due: datetime) -> None:
         reader, writer = self.context.Pipe(duplex=False)
+        child = self._fork(_child, reader, writer, plan.job.name, due, name=f"run-{plan.job.name}")
+        self.children[reader.fileno()] = (plan, child, reader)
+
+    def _fork(self, target, ours, theirs, *args, name: str) -> multiprocessing.Process:
+        """``target(run, *args, pipes)``, forked; ``self.tell[ours]`` tells it of a lease lost."""
         told, tell = self.context.Pipe(duplex=False)
         connections.close_all()  # no connection of this process is shared with the child
-        pipes = (writer, told, os.getpid())
-        child = self.context.Process(
-            target=_child, args=(self.run, plan.job.name, due, pipes), name=f"run-{plan.job.name}"
-        )
-        child.start()
-        writer.close()
+        pipes = (theirs, told, os.getpid())  # to and from the scheduler, and its pid
+        process = self.context.Process(target=target, args=(self.run, *args, pipes), name=name)
+        process.start()
+        theirs.close()
         told.close()
-        self.children[reader.fileno()] = (plan, child, reader)
-        self.tell[reader.fileno()] = tell
+        self.tell[ours.fileno()] = tell
+        return process
 
     def collect(self, seconds: float, *, wake: int | None = None) -> list[tuple[_Plan, RunResult]]:
         """The runs that ended within ``seconds`` (at once, if any has); sooner on a byte at ``wake``."""
@@ -248,17 +239,9 @@ class Pool(Forked):
         while self.waiting:
             if not self.idle and len(self.workers) < self.size:
                 pipe, theirs = self.context.Pipe()
-                told, tell = self.context.Pipe(duplex=False)
-                connections.close_all()  # no connection of this process is shared with the worker
-                worker = self.context.Process(
-                    target=_worker, args=(self.run, theirs, told, os.getpid()), name="worker"
-                )
-                worker.start()
-                theirs.close()
-                told.close()
+                worker = self._fork(_worker, pipe, theirs, name="worker")
                 self.workers.add(worker)
                 self.idle.append((worker, pipe))
-                self.tell[pipe.fileno()] = tell
             if self.idle:
                 plan, due, _since = self.waiting.pop(0)
                 worker, pipe = self.idle.pop()
@@ -288,10 +271,8 @@ class Pool(Forked):
     def drop_waiting(self) -> list[tuple[_Plan, RunResult]]:
         """The asks still waiting for a worker, not started (the scheduler stops)."""
         dropped, self.waiting = self.waiting, []
-        return [
-            (plan, _broke(plan.job.name, due, "not started: the scheduler stopped"))
-            for plan, due, _s in dropped
-        ]
+        why = "not started: the scheduler stopped"
+        return [(plan, _broke(plan.job.name, due, why)) for plan, due, _since in dropped]
 
     def _done(self, child: multiprocessing.Process, reader, *, answered: bool) -> None:
         """A worker that answered is idle again until the pool stops; one that did not is dropped."""
@@ -314,10 +295,11 @@ class Pool(Forked):
             self._done(*self.idle.pop(), answered=True)
 
 
-def _worker(run: Callable[..., RunResult], pipe, told, parent: int) -> None:
+def _worker(run: Callable[..., RunResult], pipes: tuple) -> None:
     """A pool's worker: an ask for each ``(name, due)`` it receives on ``pipe``, until None or its parent
-    is gone; ``told``: its parent's word of a lease it could not renew."""
+    is gone; ``pipes``: as ``_child``'s."""
     _ignore_stops()
+    pipe, _told, parent = pipes
     with contextlib.suppress(EOFError, OSError):
         while True:
             while not pipe.poll(1):
@@ -327,7 +309,7 @@ def _worker(run: Callable[..., RunResult], pipe, told, parent: int) -> None:
             if message is None:
                 return
             _reuse_connections()
-            _child(run, *message, (pipe, told, parent), keep=True)
+            _child(run, *message, pipes, keep=True)
 
 
 def _reuse_connections() -> None:
@@ -345,7 +327,8 @@ def _reuse_connections() -> None:
 def _ignore_stops() -> None:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGUSR1, _interrupt)
+    # After the grace; held back while the run takes or records its lease.
+    signal.signal(signal.SIGUSR1, lambda signum, frame: interrupt(SystemExit(0)))
 
 
 def _child(run: Callable[..., RunResult], name: str, due: datetime, pipes: tuple, keep: bool = False) -> None:
@@ -363,10 +346,6 @@ def _child(run: Callable[..., RunResult], name: str, due: datetime, pipes: tuple
             connections.close_all()
         with contextlib.suppress(OSError):
             writer.send(replace(outcome, failure=replace(outcome.failure, exception=None)))
-
-
-def _interrupt(signum, frame) -> None:
-    interrupt(SystemExit(0))  # held back while the run takes or records its lease
 
 
 class Scheduler:
@@ -469,8 +448,12 @@ class Scheduler:
     def _look(self, plan: _Plan, now: datetime) -> bool:
         """Whether to ask for ``plan``'s job now; if not, it is queued again."""
         if not plan.running:
-            tick = _slot_of(plan, now)
-            if tick is None:
+            try:
+                tick = plan.job.cron.slot_at_or_before(now)
+            except SLOT_ERRORS as exc:  # logged once; looked at again only once the clock goes back
+                if plan.look_at is not None:
+                    logger.error(NO_SLOT, plan.job.name, plan.job.cron.expression, type(exc).__name__, exc)
+                plan.look_at = None
                 return False
             if tick != plan.tick:
                 plan.tick, plan.again_at, plan.backoff = tick, None, timedelta(0)
@@ -496,12 +479,8 @@ class Scheduler:
         """The earliest slot or ask again of any job, and no later than MAX_SLEEP from now."""
         now = self.now()
         if self.seen is not None and now < self.seen:  # the clock went back: each job's next slot
-            return min(
-                [
-                    now + MAX_SLEEP,
-                    *(self._wake_of(plan, now) for plan in self.plans if plan.look_at is not None),
-                ]
-            )
+            wakes = [self._wake_of(plan, now) for plan in self.plans if plan.look_at is not None]
+            return min([now + MAX_SLEEP, *wakes])
         while self.queue and self.plans[self.queue[0][1]].look_at != self.queue[0][0]:
             heapq.heappop(self.queue)  # stale
         return min(now + MAX_SLEEP, self.queue[0][0]) if self.queue else now + MAX_SLEEP
@@ -635,8 +614,7 @@ def install_signal_handlers(scheduler: Scheduler) -> None:
             return
         scheduler.stop.set()
         scheduler.wake()
-        running = scheduler.running()
-        if running:
+        if running := scheduler.running():
             logger.warning(
                 "scheduler: %s received; job=%s may finish within %.0f s",
                 signal.Signals(signum).name,

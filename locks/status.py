@@ -1,4 +1,5 @@
-"""The read side, on the database clock: lock states (``locks status``), job health and freshness (``/healthz``), the admin's summary, and the tick ledger (each recent slot's one outcome: ``locks ticks``, the admin's strip, ``/metrics``, ``check_jobs``). One read model; nothing here writes."""
+"""The read side, on the database clock; nothing here writes: lock states, job health and freshness, the
+admin's summary, the tick ledger (each recent slot's one outcome; docs/architecture.md, "The tick ledger")."""
 
 from __future__ import annotations
 
@@ -218,8 +219,7 @@ def lock_summary() -> Summary:
 
 # A slot's outcomes in the ledger; unknown: its run's COMMIT got no answer, not yet resolved.
 OUTCOMES = [Outcome(o) for o in ("succeeded", "running", "failed", "missed", "paused", "pending", "unknown")]
-# The outcomes that no longer change.
-SETTLED = (Outcome.SUCCEEDED, Outcome.FAILED, Outcome.MISSED, Outcome.PAUSED)
+SETTLED = (Outcome.SUCCEEDED, Outcome.FAILED, Outcome.MISSED, Outcome.PAUSED)  # they no longer change
 # A slot whose job was paused this long from its tick on had its moment while paused.
 SLOT_MOMENT = timedelta(seconds=1)
 RUN_FIELDS = (
@@ -293,12 +293,10 @@ def job_ledgers(*, jobs: Iterable[Job], slots: int | None = None) -> dict[str, L
     for run in runs.order_by("tick", "started_at").values(*RUN_FIELDS, "requested_by"):  # the index's order
         runs_of[run["job_name"]][run["tick"]].append(run)
     locks = {row["job_name"]: row for row in SyncLock.objects.filter(job_name__in=names).values(*LOCK_FIELDS)}
-    pauses = defaultdict(list)
-    for pause in JobPause.objects.filter(
-        Q(resumed_at__isnull=True) | Q(resumed_at__gte=min(oldest.values(), default=db_now)),
-        job_name__in=names,
-    ).values_list("job_name", "paused_at", "resumed_at"):
-        pauses[pause[0]].append((pause[1], pause[2]))
+    pauses, start = defaultdict(list), min(oldest.values(), default=db_now)
+    rows = JobPause.objects.filter(Q(resumed_at__isnull=True) | Q(resumed_at__gte=start), job_name__in=names)
+    for name, paused_at, resumed_at in rows.values_list("job_name", "paused_at", "resumed_at"):
+        pauses[name].append((paused_at, resumed_at))
     ledgers = {}
     for job in jobs:
         # A job starts with its lock row (its first run, or check_jobs first seeing it): no slot before.

@@ -1,4 +1,5 @@
-"""The lock's HTTP endpoints: ``POST /api/jobs/<job>/run`` for outside schedulers (bearer token, rate limit shared by every host), ``GET /healthz`` and ``GET /metrics`` (Prometheus text, computed from the database at scrape time); a project includes them with ``locks.urls``."""
+"""The lock's HTTP endpoints, which a project includes with ``locks.urls``: ``POST /api/jobs/<job>/run``,
+``GET /healthz`` and ``GET /metrics`` (docs/deployment.md, "Serving the admin and the endpoints")."""
 
 from __future__ import annotations
 
@@ -52,11 +53,8 @@ def bearer_token_matches(request: HttpRequest, expected: str) -> bool:
     """``Authorization: Bearer <expected>``, in constant time; an empty ``expected`` never matches."""
     scheme, _, given = request.headers.get("Authorization", "").partition(" ")
     given = given.strip() if scheme.lower() == "bearer" else ""
-    return hmac.compare_digest(_digest(given), _digest(expected)) and bool(expected)
-
-
-def _digest(value: str) -> bytes:
-    return hashlib.sha256(value.encode()).digest()
+    digests = (hashlib.sha256(value.encode()).digest() for value in (given, expected))
+    return hmac.compare_digest(*digests) and bool(expected)
 
 
 MAX_ADDRESS_LENGTH = 64  # the longest IPv6 address is 45 characters, a zone id adds a few
@@ -254,20 +252,17 @@ def healthz(request: HttpRequest) -> HttpResponse:
     healthy = {"ok"} if settings.LOCKS_HEALTHZ_PAUSED_UNHEALTHY else {"ok", "paused"}
     fresh = all(job.status in healthy for job in freshness.values())
     body = {"status": "ok" if fresh else "stale", "database": True}
-    if summary in freshness:  # the fields /healthz had before it reported every job
-        fields = _job_health(freshness[summary], trusted=trusted)
-        del fields["status"]  # the top-level status is every job's
-        body.update(job=summary, **fields)
-    body["jobs"] = {name: _job_health(job, trusted=trusted) for name, job in freshness.items()}
+    jobs = {name: _job_health(job, trusted=trusted) for name, job in freshness.items()}
+    if summary in jobs:  # the fields /healthz had before it reported every job, but its status: every job's
+        body.update(job=summary, **{key: value for key, value in jobs[summary].items() if key != "status"})
+    body["jobs"] = jobs
     if trusted:
-        for name, fields in body["jobs"].items():
-            fields["incident"] = _incident(incidents.get(name))
+        for name, fields in jobs.items():
+            fields["incident"] = _incident(incident) if (incident := incidents.get(name)) else None
     return JsonResponse(body, status=200 if fresh else 503)
 
 
-def _incident(incident: OpenIncident | None) -> dict | None:
-    if incident is None:
-        return None
+def _incident(incident: OpenIncident) -> dict:
     fields = {"reason": incident.reason, "summary": incident.summary, "opened_at": iso(incident.opened_at)}
     return {**fields, "email": incident.email, "email_sent": incident.email == "sent"}
 
