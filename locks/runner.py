@@ -4,7 +4,6 @@ the ``JobRun`` record and ``RunResult``, what it came to and its log line (docs/
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import threading
 import time
@@ -38,6 +37,7 @@ from locks.lease import (
     acquire,
     failover_pause_note,
     iso,
+    logger,
     make_holder,
     read_back_commit,
     release,
@@ -48,9 +48,6 @@ from locks.models import JobRun, Outcome, SyncLock, Tick, now_plus
 from locks.registry import ALL, PAUSE, Job, get_job, prune_every, tick_window
 from locks.schedule import InvalidTick
 from locks.tasks import TaskFailed, run_task
-
-# The name the lock's log lines have always carried (operators filter on it).
-logger = logging.getLogger("locks.api")
 
 # Characters of an expected error's message kept (SyncLock.last_error keeps as many).
 ERROR_LIMIT = 2000
@@ -142,9 +139,8 @@ class Lost(NamedTuple):
 
 
 class _Heartbeat(threading.Thread):
-    """Renews the lease every TTL/3 until the run ends (in a scheduler's worker: the scheduler does,
-    and says when it cannot); when it cannot, or after ``max_run_time``, marks the lease lost (the
-    job's next ``lease.check()`` or ``fenced()`` raises ``LockLost``)."""
+    """Renews the lease every TTL/3 until the run ends (in a scheduler's worker the scheduler does); when
+    it cannot, or after ``max_run_time``, marks it lost (docs/architecture.md, "The rules": 5)."""
 
     def __init__(self, lease: Lease, *, max_run_time: timedelta | None, started: float) -> None:
         super().__init__(name=f"heartbeat-{lease.job}", daemon=True)
@@ -221,11 +217,11 @@ class _Heartbeat(threading.Thread):
 
     def stop(self) -> None:
         self.stopping.set()
-        if self.parent is None:
-            self.join(timeout=self.interval + 5)
-            return
-        os.write(self.wake_writer, b"x")
+        if self.parent is not None:
+            os.write(self.wake_writer, b"x")
         self.join(timeout=self.interval + 5)
+        if self.parent is None:
+            return
         os.close(self.wake_reader)
         os.close(self.wake_writer)
         if not self.lease.lost:  # the scheduler stops renewing it before the run releases it
@@ -477,10 +473,8 @@ def _record_finish(lease: Lease, run_id, result: RunResult, *, used: bool) -> No
                 prune_runs(job=lease.job)
             return
         except (Error, RowLocked) as exc:
-            if attempt == 0:
-                # A fault (network cut, server restart) can leave this connection dead while the
-                # database is reachable again: once more on a new one. The statements match on the
-                # token or the run's key, so repeating is harmless.
+            if attempt == 0:  # a fault may leave this connection dead: once more on a new one (harmless:
+                # the statements match on the token or the run's key)
                 connections[router.db_for_write(SyncLock)].close()
                 continue
             logger.warning(

@@ -142,8 +142,7 @@ def once(job: str) -> Callable:
         @functools.wraps(body)
         def guarded(*args, slot: str | None, token: int, **kwargs):
             rows = TaskOutbox.objects.filter(job_name=job, **({"tick": slot} if slot else {"token": token}))
-            using = router.db_for_write(TaskOutbox)
-            with write_transaction(using=using):  # MongoDB's too
+            with write_transaction(using=router.db_for_write(TaskOutbox)):  # MongoDB's too
                 if rows.filter(done_at=None).update(done_at=Now()):
                     return body(*args, slot=slot, token=token, **kwargs)
             if not rows.exists():
