@@ -286,4 +286,4 @@ def traceback_text(exc: BaseException) -> str:
         return text
     cut = len(text) - TRACEBACK_LIMIT
     tail = text[cut:]
-    return f"… ({cut} characters cut)\n{tail[tail.find(chr(10)) + 1 :] if chr(10) in tail else tail}"
+    return f"… ({cut} characters cut)\n{tail[tail.find(chr(10)) + 1 :]}"  # from its first whole line

@@ -260,8 +260,7 @@ def acquire(
             if not create_lock_row(job=job):
                 return Skip(job, tick, "held", "", None, None, locked=True)
             continue  # the row exists now: compete on it
-        skip = _why_not(job, tick, state, horizon=horizon, most=most)
-        if skip is not None:
+        if (skip := _why_not(job, tick, state, horizon=horizon, most=most)) is not None:
             return skip
         time.sleep(pause)  # it looked free: locked by a write in progress, or released meanwhile
     if state is None:

@@ -529,10 +529,9 @@ def run_job(
     job = get_job(name)
     if force and tick is not None:
         raise InvalidTick("force and tick exclude each other: a forced run claims no tick")
-    now = timezone.now()
     if tick is not None:
         tick = job.cron.check(tick)
-    claim, behind = tick or due or job.current_tick(now=now), False
+    claim, behind = tick or due or job.current_tick(now=timezone.now()), False
     # The future bound (rule 3): none for the scheduler's slot, else the tick window before the slot.
     window = job.cron.early_window_before(claim, window=tick_window())
     horizon = timedelta(0) if due is not None and tick is None else window
