@@ -97,9 +97,9 @@ class Skip:
     job: str
     tick: datetime | None
     reason: Literal["held", "tick_claimed", "tick_ahead", "attempts_used", "retry_later", "paused"]
-    holder: str
-    locked_until: datetime | None
-    claimed_tick: datetime | None
+    holder: str = ""
+    locked_until: datetime | None = None
+    claimed_tick: datetime | None = None
     db_now: datetime | None = None
     horizon: timedelta | None = None
     locked: bool = False
@@ -256,9 +256,9 @@ def acquire(
             if tick is not None and horizon is not None:  # refused before its row exists: nothing stored
                 db_now = database_now()
                 if tick > db_now + horizon:
-                    return _ahead(job, tick, horizon, db_now)
+                    return Skip(job, tick, "tick_ahead", db_now=db_now, horizon=horizon)
             if not create_lock_row(job=job):
-                return Skip(job, tick, "held", "", None, None, locked=True)
+                return Skip(job, tick, "held", locked=True)
             continue  # the row exists now: compete on it
         if (skip := _why_not(job, tick, state, horizon=horizon, most=most)) is not None:
             return skip
@@ -385,7 +385,8 @@ def _why_not(job: str, tick: datetime | None, state: dict, *, horizon, most) -> 
     when nothing in it does."""
     db_now = state["db_now"]
     if tick is not None and horizon is not None and tick > db_now + horizon:
-        return _ahead(job, tick, horizon, db_now)  # no skew warning: the run's own names the offset
+        # No skew warning: the run's own names the offset.
+        return Skip(job, tick, "tick_ahead", db_now=db_now, horizon=horizon)
     _warn_on_skew(job=job, db_now=db_now)
     if state["paused_at"] is not None:  # stronger than --force, and than a held lease
         return _skip(job, tick, state, "paused", pause=Pause(*(state[f] for f in PAUSE_FIELDS)))
@@ -411,10 +412,6 @@ def _skip(job: str, tick: datetime | None, state: dict, reason: str, **why) -> S
     why.setdefault("holder", state["holder"])
     row = {"locked_until": state["locked_until"], "claimed_tick": state["tick"], "db_now": state["db_now"]}
     return Skip(job, tick, reason, **row, attempts=state["tick_attempts"], retry_at=state["retry_at"], **why)
-
-
-def _ahead(job: str, tick: datetime, horizon: timedelta, db_now: datetime) -> Skip:
-    return Skip(job, tick, "tick_ahead", "", None, None, db_now=db_now, horizon=horizon)
 
 
 def create_lock_row(*, job: str) -> bool:
