@@ -226,8 +226,7 @@ def replication_settings(*, using: str) -> dict | None:
 
 
 def watch_notices(sender, connection, **kwargs) -> None:
-    """``connection_created`` receiver: keep the last ``SYNC_WAIT_CANCELLED`` WARNING of a PostgreSQL
-    connection (``sync_wait_cancelled``)."""
+    """``connection_created`` receiver: keep a PostgreSQL connection's last ``SYNC_WAIT_CANCELLED``."""
     if connection.vendor != "postgresql":
         return
     connection.sync_wait_cancelled = ""
@@ -241,8 +240,7 @@ def watch_notices(sender, connection, **kwargs) -> None:
 
 
 def sync_wait_cancelled(*, using: str, forget: bool = False) -> str:
-    """The server's ``SYNC_WAIT_CANCELLED`` WARNING on this connection, "" when none came; ``forget``:
-    start listening afresh."""
+    """The server's ``SYNC_WAIT_CANCELLED`` WARNING on this connection, or ""; ``forget``: listen afresh."""
     connection = connections[using]
     said = getattr(connection, "sync_wait_cancelled", "")
     if forget:

@@ -381,8 +381,7 @@ def _retry_claimed(mine, tick: datetime, most: int | None) -> tuple[datetime | N
 
 
 def _why_not(job: str, tick: datetime | None, state: dict, *, horizon, most) -> Skip | None:
-    """Why the lock row ``state`` (read after a claim that did not match) refuses ``tick``; None
-    when nothing in it does."""
+    """Why the lock row ``state``, read after a claim that did not match, refuses ``tick``; None: nothing."""
     db_now = state["db_now"]
     if tick is not None and horizon is not None and tick > db_now + horizon:
         # No skew warning: the run's own names the offset.

@@ -136,8 +136,7 @@ class SyncLockQuerySet(models.QuerySet):
 
 
 class SyncLock(models.Model):
-    """One row per job: the current lease and a summary of the last run (written by ``locks.lease``
-    and ``locks.operator`` only)."""
+    """One row per job: the lease and the last run's summary (written by ``lease`` and ``operator`` only)."""
 
     job_name = models.CharField("job", max_length=100, unique=True)
     holder = models.CharField(
