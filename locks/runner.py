@@ -146,7 +146,7 @@ class _Heartbeat(threading.Thread):
         super().__init__(name=f"heartbeat-{lease.job}", daemon=True)
         self.lease = lease
         self.interval = lease.ttl.total_seconds() / 3
-        self.max_run_time = max_run_time
+        self.overtime = f"ran longer than its maximum run time {max_run_time}"
         self.deadline = started + max_run_time.total_seconds() if max_run_time is not None else None
         self.stopping = threading.Event()
         # Inside fenced(lease) the transaction renewed the lease and holds the lock row: no beat needed.
@@ -165,7 +165,7 @@ class _Heartbeat(threading.Thread):
         try:
             while not self.stopping.wait(self.interval):
                 if self.deadline is not None and time.monotonic() > self.deadline:
-                    return self._lost(f"ran longer than its maximum run time {self.max_run_time}")
+                    return self._lost(self.overtime)
                 if self.lease.writing.is_set() and self.fenced_holds_row:
                     logger.debug(
                         "job=%s heartbeat: its fenced write holds the lock row; not renewing", self.lease.job
@@ -198,7 +198,7 @@ class _Heartbeat(threading.Thread):
             while not self.stopping.is_set():
                 left = None if self.deadline is None else max(self.deadline - time.monotonic(), 0)
                 if not wait_for_any([from_it, self.wake_reader], timeout=left):
-                    self._lost(f"ran longer than its maximum run time {self.max_run_time}")
+                    self._lost(self.overtime)
                     to_it.send(Lost(self.lease.job, self.lease.token, self.lease.lost_reason))
                     return False
                 if self.stopping.is_set():
@@ -254,12 +254,11 @@ def run_locked(
     with _interrupts(hold=True):
         try:
             connections[router.db_for_write(SyncLock)].ensure_connection()
-            got = acquire(job, tick, ttl, holder=result.holder, retry_delays=retry_delays, rules=rules)
+            lease = acquire(job, tick, ttl, holder=result.holder, retry_delays=retry_delays, rules=rules)
         except Error as exc:
             return _unreachable(result, exc, started)
-        if isinstance(got, Skip):
-            return _skipped(result, got, started)
-        lease = got
+        if isinstance(lease, Skip):
+            return _skipped(result, lease, started)
         result.token, result.grant = lease.token, lease.grant
         result.tick = lease.tick  # a forced run that retries a failed slot names it
         run_id = _record_start(lease, requested_by=requested_by)
