@@ -196,25 +196,19 @@ def standby(exc: BaseException) -> bool:
     return _sqlstate(exc) == READ_ONLY_SQL_TRANSACTION or any(text in str(exc) for text in STANDBY_TEXTS)
 
 
-class Timeline(Func):
-    """The server's WAL timeline, which grows at every promotion (a standby raises: ``standby``)."""
-
-    template = "('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint"
-    output_field = BigIntegerField()
-
-
-class SystemId(Func):
-    """The cluster's system identifier: the same on a primary and the standbys made from it."""
-
-    template = "(pg_control_system()).system_identifier"
-    output_field = BigIntegerField()
+# The SQL naming the server's history, by lock-row field: its WAL timeline, which grows at every promotion
+# (a standby raises: ``standby``), and the cluster's system identifier, the same on its standbys.
+HISTORY = {
+    "timeline": "('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint",
+    "system_id": "(pg_control_system()).system_identifier",
+}
 
 
 def history(*, using: str) -> dict:
-    """The expressions naming the server's history by lock-row field (PostgreSQL); elsewhere none."""
+    """The expressions of ``HISTORY`` on PostgreSQL; elsewhere none."""
     if connections[using].vendor != "postgresql":
         return {}
-    return {"timeline": Timeline(), "system_id": SystemId()}
+    return {field: Func(template=sql, output_field=BigIntegerField()) for field, sql in HISTORY.items()}
 
 
 def replication_settings(*, using: str) -> dict | None:
@@ -232,8 +226,7 @@ def replication_settings(*, using: str) -> dict | None:
 
 
 def watch_notices(sender, connection, **kwargs) -> None:
-    """``connection_created`` receiver: keep the last ``SYNC_WAIT_CANCELLED`` WARNING of a PostgreSQL
-    connection (``sync_wait_cancelled``)."""
+    """``connection_created`` receiver: keep a PostgreSQL connection's last ``SYNC_WAIT_CANCELLED``."""
     if connection.vendor != "postgresql":
         return
     connection.sync_wait_cancelled = ""
@@ -247,8 +240,7 @@ def watch_notices(sender, connection, **kwargs) -> None:
 
 
 def sync_wait_cancelled(*, using: str, forget: bool = False) -> str:
-    """The server's ``SYNC_WAIT_CANCELLED`` WARNING on this connection, "" when none came; ``forget``:
-    start listening afresh."""
+    """The server's ``SYNC_WAIT_CANCELLED`` WARNING on this connection, or ""; ``forget``: listen afresh."""
     connection = connections[using]
     said = getattr(connection, "sync_wait_cancelled", "")
     if forget:
@@ -296,4 +288,4 @@ def traceback_text(exc: BaseException) -> str:
         return text
     cut = len(text) - TRACEBACK_LIMIT
     tail = text[cut:]
-    return f"… ({cut} characters cut)\n{tail[tail.find(chr(10)) + 1 :] if chr(10) in tail else tail}"
+    return f"… ({cut} characters cut)\n{tail[tail.find(chr(10)) + 1 :]}"  # from its first whole line

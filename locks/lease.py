@@ -97,9 +97,9 @@ class Skip:
     job: str
     tick: datetime | None
     reason: Literal["held", "tick_claimed", "tick_ahead", "attempts_used", "retry_later", "paused"]
-    holder: str
-    locked_until: datetime | None
-    claimed_tick: datetime | None
+    holder: str = ""
+    locked_until: datetime | None = None
+    claimed_tick: datetime | None = None
     db_now: datetime | None = None
     horizon: timedelta | None = None
     locked: bool = False
@@ -256,12 +256,11 @@ def acquire(
             if tick is not None and horizon is not None:  # refused before its row exists: nothing stored
                 db_now = database_now()
                 if tick > db_now + horizon:
-                    return _ahead(job, tick, horizon, db_now)
+                    return Skip(job, tick, "tick_ahead", db_now=db_now, horizon=horizon)
             if not create_lock_row(job=job):
-                return Skip(job, tick, "held", "", None, None, locked=True)
+                return Skip(job, tick, "held", locked=True)
             continue  # the row exists now: compete on it
-        skip = _why_not(job, tick, state, horizon=horizon, most=most)
-        if skip is not None:
+        if (skip := _why_not(job, tick, state, horizon=horizon, most=most)) is not None:
             return skip
         time.sleep(pause)  # it looked free: locked by a write in progress, or released meanwhile
     if state is None:
@@ -382,25 +381,27 @@ def _retry_claimed(mine, tick: datetime, most: int | None) -> tuple[datetime | N
 
 
 def _why_not(job: str, tick: datetime | None, state: dict, *, horizon, most) -> Skip | None:
-    """Why the lock row ``state`` (read after a claim that did not match) refuses ``tick``; None
-    when nothing in it does."""
+    """Why the lock row ``state``, read after a claim that did not match, refuses ``tick``; None: nothing."""
     db_now = state["db_now"]
     if tick is not None and horizon is not None and tick > db_now + horizon:
-        return _ahead(job, tick, horizon, db_now)  # no skew warning: the run's own names the offset
+        # No skew warning: the run's own names the offset.
+        return Skip(job, tick, "tick_ahead", db_now=db_now, horizon=horizon)
     _warn_on_skew(job=job, db_now=db_now)
     if state["paused_at"] is not None:  # stronger than --force, and than a held lease
         return _skip(job, tick, state, "paused", pause=Pause(*(state[f] for f in PAUSE_FIELDS)))
     if state["locked_until"] is not None and state["locked_until"] >= db_now:
         return _skip(job, tick, state, "held")
     stored = state["tick"]
-    if None in (tick, stored):
+    if None in (tick, stored) or stored < tick:
         return None
-    if stored > tick or (stored == tick and state["tick_done"]):
-        claimant = state["holder"] or _tick_claimant(job=job, tick=stored)
+    if stored > tick or state["tick_done"]:
+        # A released row keeps no holder: the tick's latest run, whatever its status (it releases first).
+        runs = JobRun.objects.for_job(job).filter(tick=stored).order_by("-started_at")
+        claimant = state["holder"] or runs.values_list("holder", flat=True).first() or "an earlier run"
         return _skip(job, tick, state, "tick_claimed", holder=claimant)
-    if stored == tick and most is not None and state["tick_attempts"] >= most:
+    if most is not None and state["tick_attempts"] >= most:
         return _skip(job, tick, state, "attempts_used")
-    if stored == tick and state["retry_at"] is not None and state["retry_at"] > db_now:
+    if state["retry_at"] is not None and state["retry_at"] > db_now:
         return _skip(job, tick, state, "retry_later")
     return None
 
@@ -412,22 +413,9 @@ def _skip(job: str, tick: datetime | None, state: dict, reason: str, **why) -> S
     return Skip(job, tick, reason, **row, attempts=state["tick_attempts"], retry_at=state["retry_at"], **why)
 
 
-def _ahead(job: str, tick: datetime, horizon: timedelta, db_now: datetime) -> Skip:
-    return Skip(job, tick, "tick_ahead", "", None, None, db_now=db_now, horizon=horizon)
-
-
-def _tick_claimant(*, job: str, tick: datetime) -> str:
-    """Who ran ``tick`` last, from its runs (a released row keeps no holder), whatever their status
-    (a run releases its lease before it records its outcome)."""
-    runs = JobRun.objects.for_job(job).filter(tick=tick)
-    holder = runs.order_by("-started_at").values_list("holder", flat=True).first()
-    return holder or "an earlier run"
-
-
 def create_lock_row(*, job: str) -> bool:
-    """First use of a job: insert its row, free (another contender's insert serves as well), created
-    at the database's now (MongoDB cannot insert ``Now()``). False: another contender's INSERT of it
-    has not committed within ``CREATE_WAIT``."""
+    """Insert ``job``'s lock row, free, created at the database's now read first (docs/mongodb.md); False
+    when another contender's INSERT of it has not committed within ``CREATE_WAIT``."""
     using = router.db_for_write(SyncLock)
     table = SyncLock._meta.db_table
     if table not in connections[using].introspection.table_names():  # MongoDB would create it unindexed
@@ -474,12 +462,8 @@ def _renew(lease: Lease, *, rows, values: dict) -> None:
     same = history(using=using) if lease.grant.timeline is not None else {}
     if same:
         rows = rows.filter(Exact(same["timeline"], Value(lease.grant.timeline)))
-    updated = (
-        rows.filter(token=lease.token)
-        .held()
-        .update(locked_until=now_plus(lease.ttl), heartbeat_at=Now(), **values)
-    )
-    if not updated:
+    renewed = {"locked_until": now_plus(lease.ttl), "heartbeat_at": Now(), **values}
+    if not rows.filter(token=lease.token).held().update(**renewed):
         rows = SyncLock.objects.using(using).for_job(lease.job)
         now = rows.annotate(now=same["timeline"]).values_list("now", flat=True).first() if same else None
         reason = _lost_reason(Held(lease.job, lease.token, lease.ttl, lease.grant.timeline), now_timeline=now)
@@ -508,9 +492,8 @@ class Held(NamedTuple):
 
 
 def renew_all(leases: list[Held]) -> dict[Held, str]:
-    """Renew each of ``leases`` by its TTL from the database's now in one statement, which skips a row
-    locked by a write in progress; the ones lost, with why (read in a second statement, only when one
-    was not renewed). docs/architecture.md, "The rules": 5."""
+    """Renew ``leases`` in one statement, which skips a row locked by a write in progress; the ones lost,
+    with why, read in a second only when one was not (docs/architecture.md, "The rules": 5)."""
     using = router.db_for_write(SyncLock)
     same = history(using=using)
     mine, until = [], []
@@ -596,8 +579,7 @@ def fenced(lease: Lease, *, settle: bool = True) -> Iterator[None]:
 def _unconfirmed(lease: Lease, *, using: str, cause: BaseException | None = None) -> None:
     """``CommitUnknown`` when the server said the fenced COMMIT did not wait for its synchronous
     standby: committed here, perhaps not on the standby a failover promotes (rule 15)."""
-    said = sync_wait_cancelled(using=using)
-    if not said:
+    if not (said := sync_wait_cancelled(using=using)):
         return
     lease.unconfirmed = True
     logger.warning("job=%s token=%s the COMMIT of its fenced write: %s", lease.job, lease.token_name, said)
@@ -610,16 +592,20 @@ def _unconfirmed(lease: Lease, *, using: str, cause: BaseException | None = None
 def read_back_commit(lease: Lease) -> bool | None:
     """Whether a fenced write of ``lease`` committed, read from its lock row; None when the row cannot
     tell (unreadable, a later lease committed since, or claimed since in another history: rule 16)."""
-    row = _lock_row(lease.job, seconds=lease.ttl.total_seconds())
+    using = router.db_for_write(SyncLock)
+
+    def read() -> dict:  # the lock row ({}: none)
+        with lease_transaction(using=using):
+            rows = unlocked(SyncLock.objects.using(using).for_job(lease.job), using=using, skip=False)
+            return rows.annotate(db_now=Now()).values().first() or {}
+
+    row = _read_back(read, using=using, seconds=lease.ttl.total_seconds())
     granted_in = (lease.grant.timeline, lease.grant.system_id)
     if row is None or (row.get("timeline"), row.get("system_id")) != granted_in:
         return None
-    committed = row["committed_token"]
-    if committed == lease.token:
-        return True
-    if committed is None or committed < lease.token:
-        return False
-    return None  # a later lease committed since: the row no longer tells about this one
+    if (committed := row["committed_token"]) is not None and committed > lease.token:
+        return None  # a later lease committed since: the row no longer tells about this one
+    return committed == lease.token
 
 
 def read_back_claim(rows, *, holder: str, ttl: timedelta, **history_of) -> dict | None:
@@ -631,18 +617,6 @@ def read_back_claim(rows, *, holder: str, ttl: timedelta, **history_of) -> dict 
         return won and _history_of_win(won, mine, **history_of)
 
     return _read_back(read, using=rows.db, seconds=ttl.total_seconds())
-
-
-def _lock_row(job: str, *, seconds: float) -> dict | None:
-    """The lock row of ``job`` ({}: none), read back (``_read_back``); None when it cannot be read."""
-    using = router.db_for_write(SyncLock)
-
-    def read() -> dict:
-        with lease_transaction(using=using):
-            rows = unlocked(SyncLock.objects.using(using).for_job(job), using=using, skip=False)
-            return rows.annotate(db_now=Now()).values().first() or {}
-
-    return _read_back(read, using=using, seconds=seconds)
 
 
 def _read_back(read: Callable[[], T], *, using: str, seconds: float) -> T | None:
@@ -662,9 +636,8 @@ def _read_back(read: Callable[[], T], *, using: str, seconds: float) -> T | None
 
 
 def release(*, lease: Lease, status: str, error: str = "", used: bool = True) -> bool:
-    """Give the lease back, recording the outcome (``used=False``: its attempt given back); False when
-    it was no longer this lease's. A success whose fenced write the row does not show is released
-    ``failed`` and raises ``NotCommitted``. docs/architecture.md, "The rules": 10, 12, 15, 16."""
+    """Give the lease back with the outcome (``used=False``: its attempt too); False when no longer this
+    lease's; ``NotCommitted``: a success whose fenced write the row does not show (rules 10, 12, 15, 16)."""
     using = router.db_for_write(SyncLock)
     values = {}
     if not used and lease.tick is not None:
@@ -685,13 +658,11 @@ def release(*, lease: Lease, status: str, error: str = "", used: bool = True) ->
     update = dict(
         holder="", locked_until=None, last_finished_at=Now(), last_status=status, last_error=error[:2000]
     )
-    what = f"releasing the lease on {lease.job} (token {lease.token})"
 
     def write(rows, update: dict) -> int:
-        unlocked_rows = unlocked(rows, using=using, skip=False)
-        return without_waiting(
-            lambda: unlocked_rows.update(**update), using=using, within=RELEASE_WAIT, what=what
-        )
+        rows = unlocked(rows, using=using, skip=False)
+        what = f"releasing the lease on {lease.job} (token {lease.token})"
+        return without_waiting(lambda: rows.update(**update), using=using, within=RELEASE_WAIT, what=what)
 
     if write(rows, {**update, **values}):
         return True

@@ -136,8 +136,7 @@ class SyncLockQuerySet(models.QuerySet):
 
 
 class SyncLock(models.Model):
-    """One row per job: the current lease and a summary of the last run (written by ``locks.lease``
-    and ``locks.operator`` only)."""
+    """One row per job: the lease and the last run's summary (written by ``lease`` and ``operator`` only)."""
 
     job_name = models.CharField("job", max_length=100, unique=True)
     holder = models.CharField(
@@ -404,7 +403,13 @@ class TickQuerySet(models.QuerySet):
         connection = connections[self.db]
         if connection.vendor in CLAIM_NOW:
             return self._claim_in_one(connection, asks, holder)
-        self._refuse_a_missing_table(connection)
+        # MongoDB would create the collection on insert, without the unique index that decides; a table
+        # seen once stays (no listCollections on every wake).
+        table = (connection.alias, self.model._meta.db_table)
+        if table not in TICK_TABLES_SEEN:
+            if table[1] not in connection.introspection.table_names():
+                raise ProgrammingError(f"the table {table[1]} is missing: run `manage.py migrate`")
+            TICK_TABLES_SEEN.add(table)
         won, claimable = set(), self.exclude(until=None)  # a tick closed for good: no copy wins it
         for job, tick, ttl in asks:
             mine = claimable.filter(Q(until__lte=Now()) | Q(holder=holder), job_name=job, tick=tick)
@@ -424,16 +429,6 @@ class TickQuerySet(models.QuerySet):
             if mine.update(**claimed, created_at=first):
                 won.add(job)
         return won
-
-    def _refuse_a_missing_table(self, connection) -> None:
-        """MongoDB would create the collection on insert, without the unique index that decides; a
-        table seen once stays (no listCollections on every wake)."""
-        table = (connection.alias, self.model._meta.db_table)
-        if table in TICK_TABLES_SEEN:
-            return
-        if table[1] not in connection.introspection.table_names():
-            raise ProgrammingError(f"the table {table[1]} is missing: run `manage.py migrate`")
-        TICK_TABLES_SEEN.add(table)
 
     def _claim_in_one(self, connection, asks, holder: str) -> set[str]:
         now, plus = CLAIM_NOW[connection.vendor]

@@ -4,7 +4,6 @@ the ``JobRun`` record and ``RunResult``, what it came to and its log line (docs/
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import threading
 import time
@@ -38,6 +37,7 @@ from locks.lease import (
     acquire,
     failover_pause_note,
     iso,
+    logger,
     make_holder,
     read_back_commit,
     release,
@@ -48,9 +48,6 @@ from locks.models import JobRun, Outcome, SyncLock, Tick, now_plus
 from locks.registry import ALL, PAUSE, Job, get_job, prune_every, tick_window
 from locks.schedule import InvalidTick
 from locks.tasks import TaskFailed, run_task
-
-# The name the lock's log lines have always carried (operators filter on it).
-logger = logging.getLogger("locks.api")
 
 # Characters of an expected error's message kept (SyncLock.last_error keeps as many).
 ERROR_LIMIT = 2000
@@ -145,15 +142,14 @@ class Lost(NamedTuple):
 
 
 class _Heartbeat(threading.Thread):
-    """Renews the lease every TTL/3 until the run ends (in a scheduler's worker: the scheduler does,
-    and says when it cannot); when it cannot, or after ``max_run_time``, marks the lease lost (the
-    job's next ``lease.check()`` or ``fenced()`` raises ``LockLost``)."""
+    """Renews the lease every TTL/3 until the run ends (in a scheduler's worker the scheduler does); when
+    it cannot, or after ``max_run_time``, marks it lost (docs/architecture.md, "The rules": 5)."""
 
     def __init__(self, lease: Lease, *, max_run_time: timedelta | None, started: float) -> None:
         super().__init__(name=f"heartbeat-{lease.job}", daemon=True)
         self.lease = lease
         self.interval = lease.ttl.total_seconds() / 3
-        self.max_run_time = max_run_time
+        self.overtime = f"ran longer than its maximum run time {max_run_time}"
         self.deadline = started + max_run_time.total_seconds() if max_run_time is not None else None
         self.stopping = threading.Event()
         # Inside fenced(lease) the transaction renewed the lease and holds the lock row: no beat needed.
@@ -172,7 +168,7 @@ class _Heartbeat(threading.Thread):
         try:
             while not self.stopping.wait(self.interval):
                 if self.deadline is not None and time.monotonic() > self.deadline:
-                    return self._lost(f"ran longer than its maximum run time {self.max_run_time}")
+                    return self._lost(self.overtime)
                 if self.lease.writing.is_set() and self.fenced_holds_row:
                     logger.debug(
                         "job=%s heartbeat: its fenced write holds the lock row; not renewing", self.lease.job
@@ -208,7 +204,7 @@ class _Heartbeat(threading.Thread):
                     if os.getppid() != scheduler:
                         return True  # its scheduler is gone: this thread renews the lease
                     if self.deadline is not None and time.monotonic() >= self.deadline:
-                        self._lost(f"ran longer than its maximum run time {self.max_run_time}")
+                        self._lost(self.overtime)
                         to_it.send(Lost(self.lease.job, self.lease.token, self.lease.lost_reason))
                         return False
                     continue
@@ -228,11 +224,11 @@ class _Heartbeat(threading.Thread):
 
     def stop(self) -> None:
         self.stopping.set()
-        if self.parent is None:
-            self.join(timeout=self.interval + 5)
-            return
-        os.write(self.wake_writer, b"x")
+        if self.parent is not None:
+            os.write(self.wake_writer, b"x")
         self.join(timeout=self.interval + 5)
+        if self.parent is None:
+            return
         os.close(self.wake_reader)
         os.close(self.wake_writer)
         if not self.lease.lost:  # the scheduler stops renewing it before the run releases it
@@ -265,12 +261,11 @@ def run_locked(
     with _interrupts(hold=True):
         try:
             connections[router.db_for_write(SyncLock)].ensure_connection()
-            got = acquire(job, tick, ttl, holder=result.holder, retry_delays=retry_delays, rules=rules)
+            lease = acquire(job, tick, ttl, holder=result.holder, retry_delays=retry_delays, rules=rules)
         except Error as exc:
             return _unreachable(result, exc, started)
-        if isinstance(got, Skip):
-            return _skipped(result, got, started)
-        lease = got
+        if isinstance(lease, Skip):
+            return _skipped(result, lease, started)
         result.token, result.grant = lease.token, lease.grant
         result.tick = lease.tick  # a forced run that retries a failed slot names it
         run_id = _record_start(lease, requested_by=requested_by)
@@ -484,10 +479,8 @@ def _record_finish(lease: Lease, run_id, result: RunResult, *, used: bool) -> No
                 prune_runs(job=lease.job)
             return
         except (Error, RowLocked) as exc:
-            if attempt == 0:
-                # A fault (network cut, server restart) can leave this connection dead while the
-                # database is reachable again: once more on a new one. The statements match on the
-                # token or the run's key, so repeating is harmless.
+            if attempt == 0:  # a fault may leave this connection dead: once more on a new one (harmless:
+                # the statements match on the token or the run's key)
                 connections[router.db_for_write(SyncLock)].close()
                 continue
             logger.warning(
@@ -542,10 +535,9 @@ def run_job(
     job = get_job(name)
     if force and tick is not None:
         raise InvalidTick("force and tick exclude each other: a forced run claims no tick")
-    now = timezone.now()
     if tick is not None:
         tick = job.cron.check(tick)
-    claim, behind = tick or due or job.current_tick(now=now), False
+    claim, behind = tick or due or job.current_tick(now=timezone.now()), False
     # The future bound (rule 3): none for the scheduler's slot, else the tick window before the slot.
     window = job.cron.early_window_before(claim, window=tick_window())
     horizon = timedelta(0) if due is not None and tick is None else window

@@ -81,29 +81,24 @@ def run_task(lease: Lease, *, task_path: str, wait: timedelta | None) -> dict:
 def _enqueue(lease: Lease, task):
     """The slot's task, enqueued in the fenced transaction, or (a backend outside the database)
     through the slot's outbox row written in it and sent once it commits."""
-    outside = not any(cls.__name__ in IN_TRANSACTION for cls in type(task.get_backend()).__mro__)
+    inside = any(cls.__name__ in IN_TRANSACTION for cls in type(task.get_backend()).__mro__)
     with fenced(lease, settle=False):
-        if not outside:  # its enqueue is in the transaction: committed with it
+        if inside:  # its enqueue is in the transaction: committed with it
             result = task.enqueue(slot=iso(lease.tick), token=lease.token)
             JobRun.objects.for_job(lease.job).filter(token=lease.token).update(stats={"task": str(result.id)})
             return result
-        _arm(lease)
+        rows = TaskOutbox.objects.filter(job_name=lease.job, tick=lease.tick)
+        if lease.tick is None or not rows.exists():
+            TaskOutbox.objects.create(job_name=lease.job, tick=lease.tick, token=lease.token)
+        else:  # taken over for this attempt unless it is being sent or done
+            free = ~Q(task_id="") | Q(claimed_at=None) | Q(claimed_at__lt=now_plus(-lease.ttl))
+            rows.filter(free, done_at=None).update(token=lease.token, claimed_at=None, task_id="")
     sent = dispatch(lease.job, task, stale=lease.ttl)
     if lease.token in sent:
         return sent[lease.token]
-    if TaskOutbox.objects.filter(job_name=lease.job, tick=lease.tick).exclude(done_at=None).exists():
+    if rows.exclude(done_at=None).exists():
         return None  # its body committed (locks.once) under an earlier attempt
     raise TaskUnfinished(f"slot {iso(lease.tick)}: its outbox row is being sent by another run")
-
-
-def _arm(lease: Lease) -> None:
-    """The slot's outbox row, written, or taken over for this attempt unless it is being sent or done."""
-    rows = TaskOutbox.objects.filter(job_name=lease.job, tick=lease.tick)
-    if lease.tick is None or not rows.exists():
-        TaskOutbox.objects.create(job_name=lease.job, tick=lease.tick, token=lease.token)
-        return
-    free = ~Q(task_id="") | Q(claimed_at=None) | Q(claimed_at__lt=now_plus(-lease.ttl))
-    rows.filter(free, done_at=None).update(token=lease.token, claimed_at=None, task_id="")
 
 
 def dispatch(job: str, task, *, stale: timedelta) -> dict:
@@ -142,8 +137,7 @@ def once(job: str) -> Callable:
         @functools.wraps(body)
         def guarded(*args, slot: str | None, token: int, **kwargs):
             rows = TaskOutbox.objects.filter(job_name=job, **({"tick": slot} if slot else {"token": token}))
-            using = router.db_for_write(TaskOutbox)
-            with write_transaction(using=using):  # MongoDB's too
+            with write_transaction(using=router.db_for_write(TaskOutbox)):  # MongoDB's too
                 if rows.filter(done_at=None).update(done_at=Now()):
                     return body(*args, slot=slot, token=token, **kwargs)
             if not rows.exists():
