@@ -106,7 +106,7 @@ def test_a_commit_that_never_reached_the_server_fails_and_the_tick_is_retried(pr
     )
 
 
-# The read-back's own statement (locks.lease._lock_row, for read_back_commit):
+# The read-back's own statement (read_back_commit's read through locks.db.unlocked):
 # the one SELECT that takes the row FOR UPDATE NOWAIT (an UPDATE through db.unlocked has no ORDER BY).
 READ_BACK = b"FOR UPDATE NOWAIT)) ORDER BY"
 
