@@ -87,8 +87,9 @@ def _enqueue(lease: Lease, task):
             result = task.enqueue(slot=iso(lease.tick), token=lease.token)
             JobRun.objects.for_job(lease.job).filter(token=lease.token).update(stats={"task": str(result.id)})
             return result
-        rows = TaskOutbox.objects.filter(job_name=lease.job, tick=lease.tick)
-        if lease.tick is None or not rows.exists():
+        key = {"tick": lease.tick} if lease.tick is not None else {"token": lease.token}  # forced: its own
+        rows = TaskOutbox.objects.filter(job_name=lease.job, **key)
+        if not rows.exists():
             TaskOutbox.objects.create(job_name=lease.job, tick=lease.tick, token=lease.token)
         else:  # taken over for this attempt unless it is being sent or done
             free = ~Q(task_id="") | Q(claimed_at=None) | Q(claimed_at__lt=now_plus(-lease.ttl))
@@ -98,7 +99,7 @@ def _enqueue(lease: Lease, task):
         return sent[lease.token]
     if rows.exclude(done_at=None).exists():
         return None  # its body committed (locks.once) under an earlier attempt
-    raise TaskUnfinished(f"slot {iso(lease.tick)}: its outbox row is being sent by another run")
+    raise TaskUnfinished(f"slot {iso(lease.tick) or 'forced'}: its outbox row is being sent by another run")
 
 
 def dispatch(job: str, task, *, stale: timedelta) -> dict:

@@ -9,6 +9,8 @@ import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from django.db import connection
+from django.db.models.functions import Now
 
 from locks import Outcome, once, run_job
 from locks.models import JobRun, SyncLock, TaskOutbox
@@ -83,6 +85,32 @@ def test_a_row_a_crash_left_unsent_is_sent_by_the_jobs_next_run_and_one_sent_lon
         earlier,
         SLOT,
     ]  # past retention: gone
+
+
+def test_a_forced_run_whose_row_another_dispatcher_sends_does_not_take_an_earlier_forced_rows_done_mark(
+    outside,
+):
+    """A forced run's row is its own (by token): another dispatcher (the scheduler's sweep) claims it
+    between its commit and the run's own send, so the run cannot follow it and says so; an earlier
+    forced run's row, done, is not this one's (it answered "task_done_earlier", a success, before)."""
+    earlier = datetime.now(UTC) - timedelta(minutes=5)
+    TaskOutbox.objects.create(
+        job_name="outbox_task", tick=None, token=99, task_id="x", claimed_at=earlier, done_at=earlier
+    )
+    claimed = []
+
+    def another_dispatcher(execute, sql, params, many, context):
+        if not claimed and sql.startswith("UPDATE") and "taskoutbox" in sql and "claimed_at" in sql:
+            claimed.append(0)  # before its own UPDATE comes through here
+            claimed[0] = TaskOutbox.objects.filter(task_id="", done_at=None).update(claimed_at=Now())
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(another_dispatcher):
+        forced = run_job(name="outbox_task", force=True)
+
+    assert claimed == [1] and outside() == []
+    assert forced.outcome == Outcome.UNKNOWN, forced.describe()  # its task's fate is not known here
+    assert forced.failure.error.endswith("slot forced: its outbox row is being sent by another run")
 
 
 def test_once_refuses_a_task_with_no_outbox_row(db):
