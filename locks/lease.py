@@ -601,7 +601,7 @@ def read_back_commit(lease: Lease) -> bool | None:
 
     row = _read_back(read, using=using, seconds=lease.ttl.total_seconds())
     granted_in = (lease.grant.timeline, lease.grant.system_id)
-    if row is None or (row.get("timeline"), row.get("system_id")) != granted_in:
+    if not row or (row["timeline"], row["system_id"]) != granted_in:  # {}: the row is gone
         return None
     if (committed := row["committed_token"]) is not None and committed > lease.token:
         return None  # a later lease committed since: the row no longer tells about this one

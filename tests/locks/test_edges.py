@@ -142,6 +142,15 @@ def test_a_lease_of_the_old_history_neither_releases_nor_reads_back_the_new_hold
     assert read_back_commit(old) is None  # the row no longer tells about the old history's token 1
 
 
+def test_a_commit_read_back_of_a_lock_row_that_is_gone_cannot_tell():
+    """A lost COMMIT answer, then the row deleted (an operator's DELETE, a restore): the read-back says
+    it cannot tell (None: the run is unknown), where it raised KeyError without a timeline (SQLite)."""
+    lease = acquire(job="job", tick=TICK, ttl=TTL)
+    SyncLock.objects.filter(job_name="job").delete()
+
+    assert read_back_commit(lease) is None
+
+
 def test_a_failover_pause_whose_run_was_interrupted_still_binds_the_next_run(timeline):
     """Issue 35, item 2: on_failover "pause" after a failover whose first run never committed its
     pause (a SIGTERM before its body, a database error, a crash). Was: only that run saw the failover
