@@ -65,12 +65,12 @@ def run_due(*names: str, log_dir: str) -> None:
     children = {name: _start(name, Path(log_dir)) for name in due}
     codes = {name: os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for name, pid in children.items()}
     status = max(codes.values(), default=0)
-    if holder is not None:  # each run recorded how it went; the claims last their TTL (no pass asks again),
+    if holder is not None:  # each run recorded how it went; a claim lasts its TTL (no pass asks again)...
         from django.db.models.functions import Now
 
         from locks.models import Tick
 
-        with contextlib.suppress(DatabaseError):  # a failed run's ends: a scheduler beside it may retry
+        with contextlib.suppress(DatabaseError):  # ...but a failed run's ends now, for a scheduler to retry
             Tick.objects.filter(holder=holder).update(status="asked")
             failed = [name for name, code in codes.items() if code]
             Tick.objects.filter(holder=holder, job_name__in=failed).update(until=Now())
