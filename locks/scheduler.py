@@ -514,6 +514,7 @@ class Scheduler:
         ends = [end for plan, outcome in finished if (end := self._settle(plan, outcome))]
         if not ends:
             return
+        _reuse_connections()  # not one the server closed while the runs went on
         try:
             Tick.objects.close(ends, holder=self.holder)
         except DBError as exc:  # each claim ends at its own time

@@ -219,7 +219,7 @@ def test_on_postgresql_a_workers_connection_the_server_ended_is_replaced_before_
             backends = [pid for (pid,) in cursor.fetchall()]
             assert len(backends) == 2, backends  # the worker's, and the scheduler's own (its claims)
             for pid in backends:
-                cursor.execute("SELECT pg_terminate_backend(%s)", [pid])
+                cursor.execute("SELECT pg_terminate_backend(%s, 5000)", [pid])  # once it has ended
         ended = succeeded_ticks("write_slot")[-1]
         wait_for(lambda: len(succeeded_ticks("write_slot")) >= 3, timeout=30, what="two more slots")
     finally:
