@@ -727,6 +727,14 @@ def test_a_task_jobs_outbox_row_is_sent_once_and_a_task_delivered_again_does_not
     assert result["logged"] == []
 
 
+def test_forced_outbox_rows_of_one_job_are_not_refused_by_the_unique_index(mongo):
+    """A forced run's outbox row has no slot; two of one job are two rows, as on SQL (NULLs are
+    distinct there), while a second row of one slot is still refused."""
+    result = step(mongo, "forced_outbox_rows")
+
+    assert result == {"forced": 2, "second_slot": "IntegrityError"}, result
+
+
 def deploy_check(url: str) -> subprocess.CompletedProcess:
     return manage("check", "--deploy", "--database", "default", env=project_env(DATABASE_URL=url))
 
@@ -1422,6 +1430,27 @@ def step_job_runs() -> dict:
             job_name="backfill", holder=f"h{token}", token=token, tick=tick, started_at=started, status=status
         )
     return {}
+
+
+def step_forced_outbox_rows() -> dict:
+    from django.db import IntegrityError, transaction
+
+    from locks.models import TaskOutbox
+
+    for token in (1, 2):
+        TaskOutbox.objects.create(job_name="forced_outbox", tick=None, token=token)
+    TaskOutbox.objects.create(job_name="forced_outbox", tick=ONCE_SLOT, token=3)
+    try:
+        with transaction.atomic():
+            TaskOutbox.objects.create(job_name="forced_outbox", tick=ONCE_SLOT, token=4)
+    except IntegrityError as exc:
+        second = type(exc).__name__
+    else:
+        second = "accepted"
+    return {
+        "forced": TaskOutbox.objects.filter(job_name="forced_outbox", tick=None).count(),
+        "second_slot": second,
+    }
 
 
 def main() -> None:
