@@ -50,6 +50,7 @@ BUSY, BUSY_MOST = 1.0, 10.0
 INTERRUPTED_WAIT = 10.0
 EARLIEST = datetime.min.replace(tzinfo=UTC)
 NO_SLOT = "scheduler: job=%s outcome=failed: its schedule %r has no slot that can be computed (%s: %s); the other jobs go on"
+CLAIMED_ELSEWHERE = "scheduler: job=%s tick=%s holder=%s outcome=skipped reason=claimed by another copy"
 
 
 def _broke(name: str, due: datetime | None, why: str) -> RunResult:
@@ -69,6 +70,7 @@ class _Plan:
     running: bool = False
     paused: bool = False  # its last ask was skipped for a pause: look for a resume first
     claimed: bool = False  # its tick's row names this copy (claim before spawn)
+    refused: datetime | None = None  # the tick whose claim another copy held when last asked (told once)
     # When to look at it next; None: its slots cannot be computed, so only once the clock goes back.
     look_at: datetime | None = EARLIEST
 
@@ -420,13 +422,9 @@ class Scheduler:
         now = self.now()
         for plan in plans:
             plan.claimed = plan.job.name in won
-            if not plan.claimed:
-                logger.info(
-                    "scheduler: job=%s tick=%s holder=%s outcome=skipped reason=claimed by another copy",
-                    plan.job.name,
-                    plan.tick.isoformat(),
-                    self.holder,
-                )
+            if not plan.claimed:  # INFO once a tick: a loser looks again until the slot is over
+                level, plan.refused = logging.DEBUG if plan.refused == plan.tick else logging.INFO, plan.tick
+                logger.log(level, CLAIMED_ELSEWHERE, plan.job.name, plan.tick.isoformat(), self.holder)
                 wait = min((plan.job.ttl, *plan.job.retry_delays[:1]))  # a crontab pass asks once only
                 plan.again_at = self._within_chance(plan, now + wait + timedelta(seconds=1))
                 self._queue(plan, now)

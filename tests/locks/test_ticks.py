@@ -6,6 +6,7 @@ Real database (SQLite, PostgreSQL, MongoDB in tests/test_mongodb.py), autocommit
 
 from __future__ import annotations
 
+import logging
 import subprocess
 import sys
 import time
@@ -206,6 +207,31 @@ def test_a_loser_looks_again_after_the_claims_ttl_and_takes_a_dead_winners_tick(
 
     assert [tick for _when, tick in alive_runs.asked] == [TICK] and dead_runs.asked == []
     assert Tick.objects.values_list("holder", "status").get() == (alive.holder, "succeeded")
+
+
+def test_a_loser_that_looks_again_within_the_slot_says_claimed_by_another_copy_once(caplog):
+    """A losing copy asks again after the first retry delay, one statement each time (a crontab
+    winner may have failed), and logs the refusal at INFO for the tick's first ask only."""
+    clock = FakeClock(TICK)
+    ((loser, runs),) = replicas(clock, [HOURLY], count=1)
+    held = [("hourly", tick, timedelta(hours=3)) for tick in (TICK, TICK + timedelta(hours=1))]
+    Tick.objects.claim(held, holder="other:1:aaaaaa")  # held for the whole of both slots
+    statements = []
+    with caplog.at_level(logging.DEBUG, logger="locks.scheduler"):
+        for _ in range(3):
+            statements += statements_of_a_wake([loser])
+            clock.at = loser.plans[0].again_at
+        clock.at = TICK + timedelta(hours=1)
+        statements += statements_of_a_wake([loser])
+
+    refused = [r for r in caplog.records if "reason=claimed by another copy" in r.getMessage()]
+    assert [(r.levelname, TICK.isoformat() in r.getMessage()) for r in refused] == [
+        ("INFO", True),
+        ("DEBUG", True),
+        ("DEBUG", True),
+        ("INFO", False),  # the next slot's first refusal
+    ]
+    assert statements == [1, 1, 1, 1] and runs.asked == []
 
 
 def test_a_tick_done_by_a_run_that_outlived_its_claim_reads_succeeded():
