@@ -7,7 +7,7 @@ WHEEL_VENVS := var/wheel
 PYTHON312 ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.12.*/bin/python $(PYENV_ROOT)/versions/3.12.*/bin/python /root/.pyenv/versions/3.12.*/bin/python) python3.12)
 export DJANGO_DEBUG ?= 1
 
-.PHONY: model model-sqlite model-postgres setup run test test-sqlite test-postgres test-soak wheel test-wheel-django52 test-wheel-django61 faults-table soak soak-mongodb soak-table soak-mongodb-table soak-failover-table lint demo clean bench compare-periodic requirements
+.PHONY: model model-sqlite model-postgres setup run test test-sqlite test-postgres test-sqlite-project test-sqlite-host test-postgres-project test-postgres-host test-soak wheel test-wheel-django52 test-wheel-django61 faults-table soak soak-mongodb soak-table soak-mongodb-table soak-failover-table lint demo clean bench compare-periodic requirements
 
 # Two stamps: running the product installs the runtime only (requirements.txt);
 # lint, tests and benchmarks install the development tools too (requirements-dev.txt).
@@ -57,18 +57,20 @@ lint: $(BIN)/.installed-dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-# The whole suite in two halves at the same time (one core each): on the SQLite default and on a
-# throwaway PostgreSQL cluster. Each time two runs: the project's own tests, then tests/locks
-# under a project that installs only the locks app (tests/hostproject/settings.py), on the
-# installed wheel (scripts/test-wheel.sh): under Django 6.1 on SQLite, under Django 5.2 LTS (the
-# project's own) on PostgreSQL. tests/locks runs there only, not in the project's runs: once per
-# database, each time on the app as a user installs it. The two share nothing: their own databases
-# and temporary directories, the crontab tests one at a time (a lock file). Each one's output is
-# printed when it ends. The MongoDB suite (tests/test_mongodb.py) and the README's commands
-# (tests/test_readme.py) run once, in the SQLite half: without MONGODB_URI the MongoDB suite starts
-# its own SecantusDB server (tests/mongo_server.py, docs/mongodb.md), with it it uses that mongod.
-# Beside the halves, on a cluster of its own, the short soak (tests/soak/test_soak.py: about two
-# minutes, mostly waiting for its slots), which restarts its server.
+# The whole suite in four runs at the same time, two on the SQLite default and two on throwaway
+# PostgreSQL clusters (one each): on each database the project's own tests, and tests/locks under a
+# project that installs only the locks app (tests/hostproject/settings.py), on the installed wheel
+# (scripts/test-wheel.sh): under Django 6.1 on SQLite, under Django 5.2 LTS (the project's own) on
+# PostgreSQL. tests/locks runs there only, not in the project's runs: once per database, each time
+# on the app as a user installs it. Most of their time is spent waiting for real slots and
+# processes, not on the two cores, so four at once take little longer than the longest alone. The
+# runs share nothing: their own databases, clusters and temporary directories, the crontab tests
+# one at a time (a lock file). Each one's output is printed when it ends. The MongoDB suite
+# (tests/test_mongodb.py) and the README's commands (tests/test_readme.py) run once, in the
+# project's SQLite run: without MONGODB_URI the MongoDB suite starts its own SecantusDB server
+# (tests/mongo_server.py, docs/mongodb.md), with it it uses that mongod. Beside them, on a cluster
+# of its own, the short soak (tests/soak/test_soak.py: about two minutes, mostly waiting for its
+# slots), which restarts its server. `make test-sqlite` / `make test-postgres`: one database's two.
 # The host suite on this checkout's locks/ instead: $(PYTEST) --ds tests.hostproject.settings.
 PYTEST := $(BIN)/python -m pytest
 HOST := --ds tests.hostproject.settings
@@ -76,16 +78,25 @@ ONCE := --ignore=tests/locks --ignore=tests/test_mongodb.py --ignore=tests/test_
 SOAK := tests/soak/test_soak.py
 
 test: lint
-	$(MAKE) --no-print-directory -j3 --output-sync=target test-sqlite test-postgres test-soak
+	$(MAKE) --no-print-directory -j5 --output-sync=target \
+		test-postgres-host test-sqlite-host test-postgres-project test-sqlite-project test-soak
 
-# Each run ends with its 15 slowest tests (--durations): where the halves' time goes, to balance them.
+# Each run ends with its 15 slowest tests (--durations): where the runs' time goes, to balance them.
 SLOWEST := --durations=15
-test-sqlite: $(BIN)/.installed-dev wheel $(WHEEL_VENVS)/django61/bin/.installed
+test-sqlite: test-sqlite-project test-sqlite-host
+test-postgres: test-postgres-project test-postgres-host
+
+test-sqlite-project: $(BIN)/.installed-dev
 	env -u DATABASE_URL $(PYTEST) $(SLOWEST) --ignore=tests/locks --ignore=$(SOAK)
+
+test-sqlite-host: $(BIN)/.installed-dev wheel $(WHEEL_VENVS)/django61/bin/.installed
 	env -u DATABASE_URL scripts/test-wheel.sh $(WHEEL_VENVS)/django61 $(SLOWEST)
 
-test-postgres: $(BIN)/.installed-dev wheel $(WHEEL_VENVS)/django52/bin/.installed
-	scripts/with-postgres.sh sh -c '$(PYTEST) $(SLOWEST) $(ONCE) --ignore=$(SOAK) && scripts/test-wheel.sh $(WHEEL_VENVS)/django52 $(SLOWEST)'
+test-postgres-project: $(BIN)/.installed-dev
+	scripts/with-postgres.sh $(PYTEST) $(SLOWEST) $(ONCE) --ignore=$(SOAK)
+
+test-postgres-host: $(BIN)/.installed-dev wheel $(WHEEL_VENVS)/django52/bin/.installed
+	scripts/with-postgres.sh scripts/test-wheel.sh $(WHEEL_VENVS)/django52 $(SLOWEST)
 
 test-soak: $(BIN)/.installed-dev
 	scripts/with-postgres.sh $(PYTEST) $(SOAK)
@@ -95,8 +106,8 @@ test-soak: $(BIN)/.installed-dev
 # pinned setuptools of requirements-dev.txt (no build isolation: nothing fetched, nothing unpinned).
 # The host suite runs on it installed in a venv of its own that holds nothing else but the wheel's
 # dependencies and the test tools (requirements-wheel-django*.txt, pinned with hashes), from a copy
-# of tests/ (scripts/test-wheel.sh): Django 6.1 on Python 3.12 in test-sqlite, Django 5.2 LTS on
-# Python 3.11 in test-postgres. The venvs live in var/wheel/, rebuilt when their pins change.
+# of tests/ (scripts/test-wheel.sh): Django 6.1 on Python 3.12 in test-sqlite-host, Django 5.2 LTS
+# on Python 3.11 in test-postgres-host. The venvs live in var/wheel/, rebuilt when their pins change.
 wheel: $(BIN)/.installed-dev
 	rm -rf build dist *.egg-info
 	$(BIN)/python -m pip wheel --disable-pip-version-check -q --no-deps --no-build-isolation -w dist .
@@ -112,7 +123,7 @@ $(WHEEL_VENVS)/django61/bin/.installed: requirements-wheel-django61.txt
 	$(@D)/pip install --disable-pip-version-check -q --require-hashes -r $<
 	touch $@
 
-# One of the two alone, on SQLite (make test runs each once, in test-sqlite and test-postgres).
+# One of the two alone, on SQLite (make test runs each once, in test-sqlite-host and test-postgres-host).
 test-wheel-django52 test-wheel-django61: test-wheel-%: wheel $(WHEEL_VENVS)/%/bin/.installed
 	env -u DATABASE_URL scripts/test-wheel.sh $(WHEEL_VENVS)/$*
 

@@ -32,8 +32,10 @@ def test_the_wheel_name_check_can_fail():
 
 def test_make_test_runs_the_host_suite_on_the_wheel_under_each_django():
     makefile = (ROOT / "Makefile").read_text()
-    sqlite = makefile.split("\ntest-sqlite:", 1)[1].split("\n\n", 1)[0]
-    postgres = makefile.split("\ntest-postgres:", 1)[1].split("\n\n", 1)[0]
+    sqlite = makefile.split("\ntest-sqlite-host:", 1)[1].split("\n\n", 1)[0]
+    postgres = makefile.split("\ntest-postgres-host:", 1)[1].split("\n\n", 1)[0]
+    test = makefile.split("\ntest:", 1)[1].split("\n\n", 1)[0]
+    assert "test-sqlite-host" in test and "test-postgres-host" in test
     assert "scripts/test-wheel.sh $(WHEEL_VENVS)/django61" in sqlite
     assert "scripts/test-wheel.sh $(WHEEL_VENVS)/django52" in postgres
     assert "--ds tests.hostproject.settings" not in sqlite + postgres  # no run on the source tree
