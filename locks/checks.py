@@ -65,6 +65,7 @@ NO_SLOT_HINT = (
     "fix the day of month, month or day of week."
 )
 SAME_TOKENS = "LOCKS_HEALTHZ_TOKEN is the same as LOCKS_TRIGGER_TOKEN."
+NO_SUMMARY_JOB = "LOCKS_HEALTHZ_JOB is {value!r}, which is not a job of LOCKS_JOBS ({names})."
 NOT_REPLICATED = (
     "PostgreSQL commits here {how}: a failover can lose acknowledged ticks: exactly once then holds "
     "per database history; see docs/faults.md."
@@ -101,11 +102,13 @@ def check_lock_settings(app_configs=None, **kwargs) -> list[Error]:
 
 @register(SCHEDULE_TAG)
 def check_schedules(app_configs=None, **kwargs) -> list[Error]:
-    """Each job's schedule has a slot within ``SLOT_HORIZON_YEARS`` (``0 0 31 2 *`` has none)."""
+    """Each job's schedule has a slot within ``SLOT_HORIZON_YEARS``; ``LOCKS_HEALTHZ_JOB`` names a job."""
     entries = job_settings()
     if job_setting_errors(entries):
         return []  # check_jobs_setting reports them; a schedule is judged once it is well formed
-    now, errors = timezone.now(), []
+    now, errors, summary = timezone.now(), [], settings.LOCKS_HEALTHZ_JOB
+    if summary and summary not in entries:  # /healthz would repeat no job's fields, but name it when down
+        errors.append(Error(NO_SUMMARY_JOB.format(value=summary, names=", ".join(entries)), id="locks.E038"))
     for name, entry in entries.items():
         try:
             upcoming = Schedule(entry["schedule"], entry.get("timezone", DEFAULT_TIMEZONE)).next_slot(now)

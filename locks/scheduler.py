@@ -51,6 +51,7 @@ INTERRUPTED_WAIT = 10.0
 EARLIEST = datetime.min.replace(tzinfo=UTC)
 NO_SLOT = "scheduler: job=%s outcome=failed: its schedule %r has no slot that can be computed (%s: %s); the other jobs go on"
 CLAIMED_ELSEWHERE = "scheduler: job=%s tick=%s holder=%s outcome=skipped reason=claimed by another copy"
+ASKING_AGAIN = "scheduler: job=%s tick=%s outcome=%s; asking again at %s"
 
 
 def _broke(name: str, due: datetime | None, why: str) -> RunResult:
@@ -529,13 +530,8 @@ class Scheduler:
         plan.again_at = None if delay is None else self._within_chance(plan, self.now() + delay)
         self._queue(plan, self.now())
         if plan.again_at is not None:
-            logger.info(
-                "scheduler: job=%s tick=%s outcome=%s; asking again at %s",
-                plan.job.name,
-                plan.tick.isoformat(),
-                outcome.outcome.recorded,
-                plan.again_at.isoformat(timespec="seconds"),
-            )
+            again = plan.again_at.isoformat(timespec="seconds")
+            logger.info(ASKING_AGAIN, plan.job.name, plan.tick.isoformat(), outcome.outcome.recorded, again)
         return self._end(plan, outcome) if plan.claimed else None
 
     def _end(self, plan: _Plan, outcome: RunResult) -> tuple:
