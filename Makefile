@@ -62,8 +62,8 @@ lint: $(BIN)/.installed-dev
 # project that installs only the locks app (tests/hostproject/settings.py), on the installed wheel
 # (scripts/test-wheel.sh): under Django 6.1 on SQLite, under Django 5.2 LTS (the project's own) on
 # PostgreSQL. tests/locks runs there only, not in the project's runs: once per database, each time
-# on the app as a user installs it. Most of their time is spent waiting for real slots and
-# processes, not on the two cores, so four at once take little longer than the longest alone. The
+# on the app as a user installs it. Much of their time is spent waiting for real slots and
+# processes, not on the two cores: on one 2-core machine, CI took 25 min this way, 30 in two halves. The
 # runs share nothing: their own databases, clusters and temporary directories, the crontab tests
 # one at a time (a lock file). Each one's output is printed when it ends. The MongoDB suite
 # (tests/test_mongodb.py) and the README's commands (tests/test_readme.py) run once, in the
