@@ -307,3 +307,36 @@ def test_a_run_whose_scheduler_was_killed_renews_its_lease_itself_and_succeeds(d
         scheduler.communicate(timeout=30)
 
     assert runs.values_list("pk", "status", "error").get() == (run.pk, "succeeded", "")
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a pool's worker that died while idle (the OOM killer) is found only by the next ask's send, whose "
+    "BrokenPipeError raises out of Pool._dispatch and Scheduler.step: run_scheduler ends with a traceback",
+)
+def test_a_worker_that_died_while_idle_is_replaced_at_the_next_ask():
+    """The docs: "a worker that dies mid-ask (SIGKILL, a crash) is reported like a child that ended
+    without an answer, and a new one is forked for a later ask". One that dies between two asks (the OOM
+    killer picks the largest process: a worker keeps the memory of the big runs it made) is in the idle
+    list, whose pipes no one watches; the next ask is sent to it, and the send to a pipe with no reader
+    raises out of ``_dispatch``, through ``Scheduler.step``, ending the loop, every other job's slots
+    with it (and its claims stand for their TTL)."""
+    due = datetime(2030, 1, 1, tzinfo=UTC)
+    pool = Pool(sleepy, 1)
+    try:
+        pool.start(_Plan(job=SimpleNamespace(name="first"), index=0), due=due)
+        first, deadline = [], time.monotonic() + 30
+        while not first and time.monotonic() < deadline:
+            first += pool.collect(1.0)
+        ((worker, _pipe),) = pool.idle
+        os.kill(worker.pid, signal.SIGKILL)  # while it waits for its next ask
+        worker.join(timeout=10)
+
+        pool.start(_Plan(job=SimpleNamespace(name="second"), index=1), due=due)
+        second = []
+        while not second and time.monotonic() < deadline:
+            second += pool.collect(1.0)
+    finally:
+        pool.retire()
+
+    assert [(plan.job.name, outcome.outcome) for plan, outcome in second] == [("second", Outcome.SUCCEEDED)]
