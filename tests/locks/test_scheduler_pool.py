@@ -7,6 +7,7 @@ replica opens about that many connections, not one per slot.
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import subprocess
@@ -19,13 +20,15 @@ from types import SimpleNamespace
 
 import pytest
 from django.db import connection
+from django.db.models.functions import Now
 
-from locks.models import JobRun, Outcome, SyncLock, database_now
+from locks.models import JobRun, Outcome, SyncLock, Tick, database_now
 from locks.operator import force_release
 from locks.runner import RunResult
-from locks.scheduler import Pool, _Plan
+from locks.scheduler import Pool, Scheduler, _Plan
 from tests.conftest import project_env
 from tests.locks.conftest import wait_for
+from tests.locks.test_scheduler import HOURLY, FakeClock
 from tests.locks.test_scheduler_processes import parent_of, start, succeeded_ticks
 
 EVERY_2_S = "* * * * * */2"  # croniter's sixth field: seconds
@@ -340,3 +343,37 @@ def test_a_worker_that_died_while_idle_is_replaced_at_the_next_ask():
         pool.retire()
 
     assert [(plan.job.name, outcome.outcome) for plan, outcome in second] == [("second", Outcome.SUCCEEDED)]
+
+
+def cannot_fork(*_args, **_kwargs) -> SimpleNamespace:
+    """A process that cannot start: the host's pid limit reached (EAGAIN)."""
+
+    def start() -> None:
+        raise BlockingIOError(errno.EAGAIN, "Resource temporarily unavailable")
+
+    return SimpleNamespace(start=start)
+
+
+@pytest.mark.django_db(transaction=True)
+@EACH_EXECUTOR
+@pytest.mark.xfail(
+    strict=True,
+    reason="a fork that fails (EAGAIN: the pid limit; EMFILE) raises out of Scheduler.step, so run_scheduler "
+    "ends with a traceback, its runs orphaned and its claims standing for their TTL (Forked._fork unguarded)",
+)
+def test_a_fork_that_fails_is_an_ask_that_broke_and_the_loop_goes_on(workers):
+    """A container at its pid limit: the ask cannot get a process (a child of its own, or a pool's worker).
+    That ask came to no run, as one whose process died does ("broke": asked again after a backoff,
+    its claim ended at once for any copy to take); the loop goes on for the other jobs. It raised out of
+    ``step()`` instead, which ends ``run_forever`` and the command: the runs still going get no grace, and
+    its claims stand for their TTL, so a copy restarted in time, or one beside it, is told "claimed by
+    another copy" (with a TTL as long as the period, as send_reminders', for the whole slot)."""
+    clock = FakeClock(datetime(2030, 1, 1, 14, tzinfo=UTC))
+    scheduler = Scheduler(jobs=[HOURLY], now=clock.now, workers=int(workers), claim=True)
+    scheduler.executor.context = SimpleNamespace(Pipe=scheduler.executor.context.Pipe, Process=cannot_fork)
+
+    scheduler.step()
+
+    plan = scheduler.plans[0]
+    assert plan.again_at is not None and not plan.running
+    assert Tick.objects.filter(job_name="hourly", until__lte=Now()).exists()  # open to every copy
