@@ -5,6 +5,7 @@ the run history and the pause history. ``build_ledger`` is judged with an inject
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from io import StringIO
@@ -299,3 +300,43 @@ def test_the_ledgers_window_of_runs_is_read_from_an_index_not_the_jobs_whole_his
         cursor.execute(f"EXPLAIN {'QUERY PLAN ' if connection.vendor == 'sqlite' else ''}{runs}")
         plan = "\n".join(str(row) for row in cursor.fetchall())
     assert "jobrun_job_tick" in plan, plan
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.xfail(
+    strict=True,
+    reason="the ledger counts a slot's runs as its attempts (status._slot, Slot.attempts): a run interrupted "
+    "before its body gave its attempt back, yet a job without retries reads failed while the lease row runs it",
+)
+def test_a_run_interrupted_before_its_body_is_no_attempt_to_the_ledger(settings, monkeypatch):
+    """Rule 12: "an attempt is used by a body that started: a run interrupted between its lease and its body
+    gives its attempt back" (a SIGTERM of a rolling deploy while ``run_job`` takes its lease). A job
+    without retries has one attempt a slot: that slot still has it, and the lease row runs it for the
+    next copy that asks. The ledger counts the slot's runs instead, so ``locks ticks``, /metrics and
+    check_jobs (two failed slots in a row open an incident) call the slot failed, its chance over."""
+    from locks import runner
+
+    register(settings, once={"schedule": "0 * * * *", "callable": "tests.jobsapp.jobs.record", "ttl": 60})
+    once, now = get_job("once"), database_now()
+    if once.cron.next_slot(now) - now < timedelta(seconds=60):  # the slot's chance well ahead of the test
+        time.sleep((once.cron.next_slot(now) - now).total_seconds() + 1)
+    slot = once.cron.slot_at_or_before(database_now())
+    started = runner._record_start
+
+    def signalled_as_it_starts(lease, **kwargs):  # the SIGTERM lands while the run records its lease
+        run_id = started(lease, **kwargs)
+        runner.interrupt(SystemExit(143))  # held back until the body would begin
+        return run_id
+
+    monkeypatch.setattr(runner, "_record_start", signalled_as_it_starts)
+    with pytest.raises(SystemExit):
+        run_job(name="once", tick=slot)
+    monkeypatch.undo()
+    run = JobRun.objects.get(job_name="once")
+    assert (run.tick, run.status) == (slot, "failed") and "its attempt is not used" in run.error
+    lock = SyncLock.objects.get(job_name="once")
+    assert (lock.tick, lock.tick_done, lock.tick_attempts, lock.locked_until) == (slot, False, 0, None)
+
+    (ledger_slot,) = [s for s in job_ledgers(jobs=[once])["once"].slots if s.tick == slot]
+
+    assert ledger_slot.outcome == "pending", (ledger_slot.outcome, ledger_slot.attempts)

@@ -7,6 +7,7 @@ replica opens about that many connections, not one per slot.
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import subprocess
@@ -19,13 +20,15 @@ from types import SimpleNamespace
 
 import pytest
 from django.db import connection
+from django.db.models.functions import Now
 
-from locks.models import JobRun, Outcome, SyncLock, database_now
+from locks.models import JobRun, Outcome, SyncLock, Tick, database_now
 from locks.operator import force_release
 from locks.runner import RunResult
-from locks.scheduler import Pool, _Plan
+from locks.scheduler import Pool, Scheduler, _Plan
 from tests.conftest import project_env
 from tests.locks.conftest import wait_for
+from tests.locks.test_scheduler import HOURLY, FakeClock
 from tests.locks.test_scheduler_processes import parent_of, start, succeeded_ticks
 
 EVERY_2_S = "* * * * * */2"  # croniter's sixth field: seconds
@@ -307,3 +310,70 @@ def test_a_run_whose_scheduler_was_killed_renews_its_lease_itself_and_succeeds(d
         scheduler.communicate(timeout=30)
 
     assert runs.values_list("pk", "status", "error").get() == (run.pk, "succeeded", "")
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a pool's worker that died while idle (the OOM killer) is found only by the next ask's send, whose "
+    "BrokenPipeError raises out of Pool._dispatch and Scheduler.step: run_scheduler ends with a traceback",
+)
+def test_a_worker_that_died_while_idle_is_replaced_at_the_next_ask():
+    """The docs: "a worker that dies mid-ask (SIGKILL, a crash) is reported like a child that ended
+    without an answer, and a new one is forked for a later ask". One that dies between two asks (the OOM
+    killer picks the largest process: a worker keeps the memory of the big runs it made) is in the idle
+    list, whose pipes no one watches; the next ask is sent to it, and the send to a pipe with no reader
+    raises out of ``_dispatch``, through ``Scheduler.step``, ending the loop, every other job's slots
+    with it (and its claims stand for their TTL)."""
+    due = datetime(2030, 1, 1, tzinfo=UTC)
+    pool = Pool(sleepy, 1)
+    try:
+        pool.start(_Plan(job=SimpleNamespace(name="first"), index=0), due=due)
+        first, deadline = [], time.monotonic() + 30
+        while not first and time.monotonic() < deadline:
+            first += pool.collect(1.0)
+        ((worker, _pipe),) = pool.idle
+        os.kill(worker.pid, signal.SIGKILL)  # while it waits for its next ask
+        worker.join(timeout=10)
+
+        pool.start(_Plan(job=SimpleNamespace(name="second"), index=1), due=due)
+        second = []
+        while not second and time.monotonic() < deadline:
+            second += pool.collect(1.0)
+    finally:
+        pool.retire()
+
+    assert [(plan.job.name, outcome.outcome) for plan, outcome in second] == [("second", Outcome.SUCCEEDED)]
+
+
+def cannot_fork(*_args, **_kwargs) -> SimpleNamespace:
+    """A process that cannot start: the host's pid limit reached (EAGAIN)."""
+
+    def start() -> None:
+        raise BlockingIOError(errno.EAGAIN, "Resource temporarily unavailable")
+
+    return SimpleNamespace(start=start)
+
+
+@pytest.mark.django_db(transaction=True)
+@EACH_EXECUTOR
+@pytest.mark.xfail(
+    strict=True,
+    reason="a fork that fails (EAGAIN: the pid limit; EMFILE) raises out of Scheduler.step, so run_scheduler "
+    "ends with a traceback, its runs orphaned and its claims standing for their TTL (Forked._fork unguarded)",
+)
+def test_a_fork_that_fails_is_an_ask_that_broke_and_the_loop_goes_on(workers):
+    """A container at its pid limit: the ask cannot get a process (a child of its own, or a pool's worker).
+    That ask came to no run, as one whose process died does ("broke": asked again after a backoff,
+    its claim ended at once for any copy to take); the loop goes on for the other jobs. It raised out of
+    ``step()`` instead, which ends ``run_forever`` and the command: the runs still going get no grace, and
+    its claims stand for their TTL, so a copy restarted in time, or one beside it, is told "claimed by
+    another copy" (with a TTL as long as the period, as send_reminders', for the whole slot)."""
+    clock = FakeClock(datetime(2030, 1, 1, 14, tzinfo=UTC))
+    scheduler = Scheduler(jobs=[HOURLY], now=clock.now, workers=int(workers), claim=True)
+    scheduler.executor.context = SimpleNamespace(Pipe=scheduler.executor.context.Pipe, Process=cannot_fork)
+
+    scheduler.step()
+
+    plan = scheduler.plans[0]
+    assert plan.again_at is not None and not plan.running
+    assert Tick.objects.filter(job_name="hourly", until__lte=Now()).exists()  # open to every copy

@@ -227,3 +227,44 @@ def test_a_run_killed_following_its_task_takes_the_tasks_outcome_at_the_next_slo
         (today, Outcome.UNKNOWN),
         (today - timedelta(days=1), Outcome.SUCCEEDED),
     ]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a task run that stopped following its task (unknown) is resolved failed by the next lease "
+    "(runner._settle_earlier: the enqueue's fenced block does not settle, so committed_token never names it) "
+    "before tasks._settle_outlived gives it its task's outcome",
+)
+def test_a_slot_whose_last_attempt_stopped_following_its_task_takes_the_tasks_outcome(settings, db_url):
+    """The unknown twin of ``test_a_run_killed_following_its_task_takes_the_tasks_outcome_...``: yesterday's
+    slot (one attempt) follows its task for its max_run_time, no worker runs it, and the run ends
+    ``unknown`` ("a later attempt follows it": none comes, its chance is over). A worker then runs the task,
+    which succeeds; today's run settles the earlier runs that stopped following their task
+    (``_settle_outlived``: abandoned or unknown). Its lease first resolves the unknown runs of earlier
+    tokens from the lock row's committed token (rule 10), which a task's enqueue never sets: yesterday's
+    run is recorded failed ("the lock row shows its fenced write did not commit") and the ledger says
+    yesterday failed, its task done."""
+    from datetime import timedelta
+
+    from locks.registry import get_job
+    from locks.status import job_ledgers
+
+    daily = {**TASK, "schedule": "0 0 * * *", "max_run_time": 1, "retry": {"delays": []}}
+    register(settings, slot_task=daily)  # no worker yet
+    today = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    yesterday = today - timedelta(days=1)
+    unknown = run_job(name="slot_task", tick=yesterday)
+    assert unknown.outcome == Outcome.UNKNOWN, unknown.describe()
+    ran = manage(
+        "db_worker", "--batch", "--no-startup-delay", "--no-reload", env=project_env(DATABASE_URL=db_url)
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert [t.status for t in tasks()] == ["SUCCESSFUL"]
+
+    run_job(name="slot_task")  # today's run (no worker now: its own task stays READY)
+
+    run = JobRun.objects.get(token=unknown.token)
+    after = f"its task {run.stats['task']} finished after the run stopped following it"
+    assert (run.status, run.error) == (Outcome.SUCCEEDED, after)
+    ledger = job_ledgers(jobs=[get_job("slot_task")], slots=2)["slot_task"]
+    assert [(slot.tick, slot.outcome) for slot in ledger.slots][1] == (yesterday, Outcome.SUCCEEDED)

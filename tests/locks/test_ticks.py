@@ -18,7 +18,7 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models.functions import Now
 from django.test.utils import CaptureQueriesContext
 
-from locks.lease import Grant, Skip
+from locks.lease import Grant, Skip, acquire, release
 from locks.models import JobRun, SyncLock, Tick
 from locks.operator import force_release, reset_tick
 from locks.registry import Job, jobs
@@ -461,6 +461,100 @@ def test_a_slot_an_operators_reset_reopened_is_run_by_a_scheduler_started_within
     assert Tick.objects.values_list("status", "until").get(tick=slot) == ("succeeded", None)
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="a reset that lands between an ask's answer and its close is undone: operator._reset reopens only "
+    "rows closed for good, so the claim still open then is closed for good afterwards (Tick.close) from the answer",
+)
+def test_a_reset_that_lands_while_an_ask_is_answered_still_reopens_the_slot(settings):
+    """The reset of ``test_a_slot_an_operators_reset_reopened_is_run_by_a_scheduler_started_...``, but the
+    operator's click lands while the ask for the slot is on its way back: the lease row has told the run
+    "a later tick was claimed", the reset gives the slot back but leaves its tick row alone (it reopens
+    rows closed for good, and this one is still this copy's open claim); then the copy closes its claim
+    for good, as it decided from the answer. A copy started afresh within the slot's chance is told "claimed by another
+    copy" (the row is closed for good) while the lease row would run the slot."""
+    slot = the_slot_of_now()
+    register(settings, blocked={**RECORD, "schedule": "0 * * * *"})
+    blocked, far = jobs()["blocked"], slot + 400 * 24 * HOUR
+
+    def run(*, name: str, due: datetime) -> RunResult:
+        result = run_job(name=name, due=due)
+        if due == slot:  # the operator's reset, before the answer reaches the scheduler
+            assert reset_tick(job="blocked", expected_tick=far, by="cli:ops").changed
+        return result
+
+    clock = FakeClock(slot - HOUR + timedelta(seconds=5))
+    scheduler = Scheduler(jobs=[blocked], now=clock.now, run=run, claim=True)
+    scheduler.step()  # the slot before: it succeeds
+    assert run_locked("blocked", far, blocked.ttl, lambda lease: None).outcome == "succeeded"
+    clock.at = slot + timedelta(seconds=5)
+    scheduler.step()
+    assert ledger_of(blocked, slot) == ("pending", 0)  # the lease row gives the slot back
+    clock.at = slot + timedelta(minutes=10)
+    Scheduler(jobs=[blocked], now=clock.now, claim=True).step()  # restarted within the slot's chance
+
+    assert JobRun.objects.filter(job_name="blocked", tick=slot, status="succeeded").count() == 1
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a running scheduler never asks again for a slot an operator's reset reopened: its ask was told "
+    "'a later tick was claimed', which leaves no time to ask again (Scheduler._delay); only a restarted copy asks",
+)
+def test_a_slot_an_operators_reset_reopened_is_run_by_the_scheduler_running_beside_it(settings):
+    """The reset of ``test_a_slot_an_operators_reset_reopened_is_run_by_a_scheduler_started_...``, with
+    no restart: the copies of run_scheduler go on running, as they do in production. The lease row would
+    run the slot (the ledger says pending) and its tick row reads "reset", open to every copy ("so a copy
+    asks for them again", docs/architecture.md); but the copy that was told "a later tick was claimed"
+    closed its plan for the slot (no time to ask again) and looks next at the next slot: the slot passes
+    unasked and the ledger calls it missed."""
+    slot = the_slot_of_now()
+    blocked, clock, scheduler = blocked_by_a_far_tick(settings, slot=slot)
+    assert ledger_of(blocked, slot) == ("pending", 0)
+    clock.end, scheduler.stop = slot + HOUR - timedelta(seconds=1), clock.stop
+
+    scheduler.run_forever(wait=clock.wait)  # the rest of the slot's chance
+
+    assert JobRun.objects.filter(job_name="blocked", tick=slot, status="succeeded").count() == 1
+
+
+def outlives_its_claim(admin_client, seen: dict):
+    """A run longer than its TTL (its heartbeat renews the lease), which reads the admin's list of
+    claimed ticks while it goes on."""
+
+    def body(lease) -> dict:
+        time.sleep(2.5)  # the claim's ``until`` (its TTL, 1 s) has passed; the lease is renewed
+        lease.check()  # still this run's
+        seen["page"] = admin_client.get("/admin/locks/tick/").content.decode()
+        return {"ran": 1}
+
+    return body
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the admin lists the claim of a run that outlives its TTL (its copy alive, its lease renewed) as "
+    "'claim ended unanswered': nothing renews a claim's until while its ask goes on",
+)
+def test_a_claim_whose_run_outlives_its_ttl_is_not_listed_as_ended_unanswered_while_it_runs(admin_client):
+    """A run may last longer than its TTL: its heartbeat renews the lease (rule 5). Its claim lasts the
+    TTL from the claim and nothing renews it, so while the run goes on, its copy alive and asking nothing
+    else, the admin's list says the claim "ended unanswered", the words for a copy killed while its run
+    went on (``TickAdmin.tick_status``: "its copy stopped meanwhile"). (Another copy may also claim the
+    tick then and fork an ask, told the lease is held: a fork, never a second run.)"""
+    long = replace(HOURLY, name="long", ttl=timedelta(seconds=1))
+    seen: dict = {}
+
+    def run(*, name: str, due: datetime) -> RunResult:
+        return run_locked(name, due, long.ttl, outlives_its_claim(admin_client, seen))
+
+    clock = FakeClock(TICK)
+    Scheduler(jobs=[long], now=clock.now, run=run, claim=True).step()
+
+    assert JobRun.objects.values_list("status", flat=True).get(job_name="long") == "succeeded"
+    assert 'data-kind="unanswered"' not in seen["page"] and 'data-kind="claimed"' in seen["page"]
+
+
 @pytest.mark.slow
 @EACH_EXECUTOR
 def test_a_claim_whose_scheduler_died_while_its_run_succeeded_is_not_listed_as_claimed(
@@ -543,6 +637,46 @@ def test_a_slot_a_crontab_pass_won_and_failed_gets_its_retry_from_a_scheduler_be
     scheduler.run_forever(wait=clock.wait)  # the rest of the slot's chance
 
     assert list(JobRun.objects.order_by("attempt").values_list("tick", "attempt")) == [(slot, 1), (slot, 2)]
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(
+    strict=True,
+    reason="a crontab pass's run that skipped with exit 0 (held, paused, unreachable) keeps its claim for "
+    "its TTL (crontab.run_due ends only a nonzero exit's), so a scheduler beside it never asks the slot",
+)
+def test_a_slot_a_crontab_pass_won_but_could_not_run_is_asked_for_by_a_scheduler_beside_it(
+    db_url, tmp_path, settings
+):
+    """The pass of ``test_a_slot_a_crontab_pass_won_and_failed_...``, but its run is skipped, not failed:
+    an operator's Run now holds the lease at the minute (the same goes for a pause resumed within the
+    slot, or the database unreachable for a moment at :00: rule 12's "a 0.2 s restart at :00 does not
+    lose the hour"). ``run_job`` exits 0 for each of those skips, so the pass keeps its claim for the
+    TTL (120 s, longer than the period); the lease row would run the slot once the forced run ends
+    (the ledger says pending), and a scheduler alone would have asked again, but the one beside the pass
+    is told "claimed by another copy" through the slot's whole chance: nobody runs it."""
+    now = datetime.now(UTC)
+    if now.second > 20:  # the pass names the slot of now: well before the next one's window
+        time.sleep(61 - now.second)
+    register(settings, refuse={**settings.LOCKS_JOBS["refuse"], "schedule": "* * * * *", "ttl": 120})
+    refuse = jobs()["refuse"]
+    forced = acquire("refuse", None, refuse.ttl, holder="runnow:1:aaaaaa")  # an operator's Run now
+    assert not isinstance(forced, Skip)
+    env, code = cron_pass(db_url, tmp_path, "refuse", REFUSE_SCHEDULE="* * * * *", REFUSE_TTL="120")
+    ran = subprocess.run(
+        [sys.executable, *code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert "reason=held by runnow:1:aaaaaa" in (tmp_path / "log" / "refuse.log").read_text()
+    slot = Tick.objects.get(job_name="refuse").tick
+    assert release(lease=forced, status="succeeded")  # the forced run ended: the slot may run now
+    assert ledger_of(refuse, slot) == ("pending", 0)
+
+    clock = FakeClock(datetime.now(UTC), end=slot + timedelta(seconds=59))
+    scheduler = Scheduler(jobs=[refuse], now=clock.now, stop=clock.stop, claim=True)
+    scheduler.run_forever(wait=clock.wait)  # the rest of the slot's chance
+
+    assert JobRun.objects.filter(job_name="refuse", tick=slot).exists(), Tick.objects.values().get()
 
 
 def test_under_catch_up_all_a_slot_reopened_after_its_tick_row_closed_is_caught_up_by_the_next_slots_claim(
