@@ -246,10 +246,13 @@ class Pool(Forked):
                 self.workers.add(worker)
                 self.idle.append((worker, pipe))
             if self.idle:
-                plan, due, _since = self.waiting.pop(0)
-                worker, pipe = self.idle.pop()
-                pipe.send((plan.job.name, due))
-                self.children[pipe.fileno()] = (plan, worker, pipe)
+                (plan, due, _since), (worker, pipe) = self.waiting[0], self.idle.pop()
+                try:
+                    pipe.send((plan.job.name, due))
+                except OSError:  # it died while idle (the OOM killer): dropped, the ask waits on
+                    self._done(worker, pipe, answered=False)
+                    continue
+                self.children[pipe.fileno()] = (self.waiting.pop(0)[0], worker, pipe)
             elif self._patience() <= 0:
                 plan, due, _since = self.waiting.pop(0)
                 super().start(plan, due=due)

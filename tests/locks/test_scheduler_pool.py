@@ -312,18 +312,11 @@ def test_a_run_whose_scheduler_was_killed_renews_its_lease_itself_and_succeeds(d
     assert runs.values_list("pk", "status", "error").get() == (run.pk, "succeeded", "")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a pool's worker that died while idle (the OOM killer) is found only by the next ask's send, whose "
-    "BrokenPipeError raises out of Pool._dispatch and Scheduler.step: run_scheduler ends with a traceback",
-)
 def test_a_worker_that_died_while_idle_is_replaced_at_the_next_ask():
-    """The docs: "a worker that dies mid-ask (SIGKILL, a crash) is reported like a child that ended
-    without an answer, and a new one is forked for a later ask". One that dies between two asks (the OOM
-    killer picks the largest process: a worker keeps the memory of the big runs it made) is in the idle
-    list, whose pipes no one watches; the next ask is sent to it, and the send to a pipe with no reader
-    raises out of ``_dispatch``, through ``Scheduler.step``, ending the loop, every other job's slots
-    with it (and its claims stand for their TTL)."""
+    """A worker that dies between two asks (the OOM killer picks the largest process: a worker keeps the
+    memory of the big runs it made) is in the idle list, whose pipes no one watches: the next ask's send
+    to it fails, and the ask goes to a new worker. Before, that BrokenPipeError raised out of
+    ``_dispatch`` and ``Scheduler.step``, ending run_scheduler and every other job's slots with it."""
     due = datetime(2030, 1, 1, tzinfo=UTC)
     pool = Pool(sleepy, 1)
     try:
