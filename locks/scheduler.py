@@ -59,6 +59,12 @@ def _broke(name: str, due: datetime | None, why: str) -> RunResult:
     return RunResult(job=name, tick=due, holder="", outcome=Outcome.BROKE, failure=Failure(why))
 
 
+def _unstarted(plan: _Plan, due: datetime, exc: OSError) -> RunResult:
+    why = f"no process could be started for its run ({error_text(exc)})"
+    logger.warning("scheduler: job=%s: %s", plan.job.name, why)
+    return _broke(plan.job.name, due, why)
+
+
 @dataclass
 class _Plan:
     """What the scheduler knows of one job: the slot it last asked for, when to ask again."""
@@ -125,10 +131,15 @@ class Forked:
         self.leases: dict[int, Held] = {}  # by the reader's fileno: the lease its run holds
         self.beat_at = 0.0  # when to renew them next (time.monotonic())
 
-    def start(self, plan: _Plan, *, due: datetime) -> None:
+    def start(self, plan: _Plan, *, due: datetime) -> RunResult | None:
+        """None once its run is started; an ask that came to no run if no process could be started."""
         reader, writer = self.context.Pipe(duplex=False)
-        child = self._fork(_child, reader, writer, plan.job.name, due, name=f"run-{plan.job.name}")
+        try:
+            child = self._fork(_child, reader, writer, plan.job.name, due, name=f"run-{plan.job.name}")
+        except OSError as exc:
+            return _unstarted(plan, due, exc)
         self.children[reader.fileno()] = (plan, child, reader)
+        return None
 
     def _fork(self, target, ours, theirs, *args, name: str) -> multiprocessing.Process:
         """``target(run, *args, pipes)``, forked; ``self.tell[ours]`` tells it of a lease lost."""
@@ -136,7 +147,12 @@ class Forked:
         connections.close_all()  # no connection of this process is shared with the child
         pipes = (theirs, told, os.getpid())  # to and from the scheduler, and its pid
         process = self.context.Process(target=target, args=(self.run, *args, pipes), name=name)
-        process.start()
+        try:
+            process.start()
+        except OSError:  # the pid limit (EAGAIN), no memory
+            for end in (ours, theirs, told, tell):
+                end.close()
+            raise
         theirs.close()
         told.close()
         self.tell[ours.fileno()] = tell
@@ -231,18 +247,27 @@ class Pool(Forked):
         self.idle: list[tuple[multiprocessing.Process, object]] = []
         self.waiting: list[tuple[_Plan, datetime, float]] = []  # (plan, due, since): oldest first
         self.answered = 0.0  # when a worker last answered (time.monotonic())
+        self.unstarted: list[tuple[_Plan, RunResult]] = []  # asks no process could be started for
         atexit.register(self.retire)
 
-    def start(self, plan: _Plan, *, due: datetime) -> None:
+    def start(self, plan: _Plan, *, due: datetime) -> RunResult | None:
         self.waiting.append((plan, due, time.monotonic()))
         self._dispatch()
+        if self.unstarted and self.unstarted[-1][0] is plan:
+            return self.unstarted.pop()[1]
+        return None
 
     def _dispatch(self) -> None:
         """The waiting asks to idle workers (forked up to ``size``), or out of patience to children."""
         while self.waiting:
             if not self.idle and len(self.workers) < self.size:
                 pipe, theirs = self.context.Pipe()
-                worker = self._fork(_worker, pipe, theirs, name="worker")
+                try:
+                    worker = self._fork(_worker, pipe, theirs, name="worker")
+                except OSError as exc:
+                    plan, due, _since = self.waiting.pop(0)
+                    self.unstarted.append((plan, _unstarted(plan, due, exc)))
+                    continue
                 self.workers.add(worker)
                 self.idle.append((worker, pipe))
             if self.idle:
@@ -255,15 +280,17 @@ class Pool(Forked):
                 self.children[pipe.fileno()] = (self.waiting.pop(0)[0], worker, pipe)
             elif self._patience() <= 0:
                 plan, due, _since = self.waiting.pop(0)
-                super().start(plan, due=due)
+                if outcome := super().start(plan, due=due):
+                    self.unstarted.append((plan, outcome))
             else:
                 return
 
     def collect(self, seconds: float, *, wake: int | None = None) -> list[tuple[_Plan, RunResult]]:
         if self.waiting:  # back by the time the oldest waiting ask may have a child of its own
             seconds = min(seconds, self._patience())
-        finished = super().collect(seconds, wake=wake)
+        finished = super().collect(0 if self.unstarted else seconds, wake=wake)
         self._dispatch()
+        finished, self.unstarted = self.unstarted + finished, []
         return finished
 
     def _patience(self) -> float:

@@ -349,18 +349,12 @@ def cannot_fork(*_args, **_kwargs) -> SimpleNamespace:
 
 @pytest.mark.django_db(transaction=True)
 @EACH_EXECUTOR
-@pytest.mark.xfail(
-    strict=True,
-    reason="a fork that fails (EAGAIN: the pid limit; EMFILE) raises out of Scheduler.step, so run_scheduler "
-    "ends with a traceback, its runs orphaned and its claims standing for their TTL (Forked._fork unguarded)",
-)
 def test_a_fork_that_fails_is_an_ask_that_broke_and_the_loop_goes_on(workers):
     """A container at its pid limit: the ask cannot get a process (a child of its own, or a pool's worker).
     That ask came to no run, as one whose process died does ("broke": asked again after a backoff,
     its claim ended at once for any copy to take); the loop goes on for the other jobs. It raised out of
-    ``step()`` instead, which ends ``run_forever`` and the command: the runs still going get no grace, and
-    its claims stand for their TTL, so a copy restarted in time, or one beside it, is told "claimed by
-    another copy" (with a TTL as long as the period, as send_reminders', for the whole slot)."""
+    ``step()`` before, which ended ``run_forever`` and the command: the runs still going got no grace, and
+    its claims stood for their TTL."""
     clock = FakeClock(datetime(2030, 1, 1, 14, tzinfo=UTC))
     scheduler = Scheduler(jobs=[HOURLY], now=clock.now, workers=int(workers), claim=True)
     scheduler.executor.context = SimpleNamespace(Pipe=scheduler.executor.context.Pipe, Process=cannot_fork)
