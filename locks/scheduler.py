@@ -598,8 +598,9 @@ class Scheduler:
             return result.grant.retry_delay  # None: the tick had its last attempt
         if skip is None:
             return None  # succeeded
-        if skip.reason == "held" and skip.wait is not None:  # once its lease expires, in case its holder died
-            return skip.wait + timedelta(seconds=1)
+        if skip.reason == "held" and skip.wait is not None:  # once its lease expires (its holder died), or
+            # after the first retry delay if sooner: a Run now that holds it may end well before its TTL
+            return min((skip.wait, *plan.job.retry_delays[:1])) + timedelta(seconds=1)
         if skip.reason == "retry_later":
             return skip.wait  # another copy's attempt failed: the next one, when it may start
         if skip.reason == "tick_ahead":  # this host's clock is fast: ask once the database's reaches the slot

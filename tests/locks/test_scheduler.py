@@ -91,10 +91,10 @@ def at(hour: int, minute: int = 0, second: int = 0) -> datetime:
     return datetime(2026, 12, 2, hour, minute, second, tzinfo=UTC)
 
 
-def loop(start: datetime, outcomes=None, *, until: datetime) -> Runs:
+def loop(start: datetime, outcomes=None, *, until: datetime, job: Job = HOURLY) -> Runs:
     clock = FakeClock(start, until)
     runs = Runs(clock, outcomes)
-    Scheduler(jobs=[HOURLY], now=clock.now, run=runs, stop=clock.stop).run_forever(wait=clock.wait)
+    Scheduler(jobs=[job], now=clock.now, run=runs, stop=clock.stop).run_forever(wait=clock.wait)
     return runs
 
 
@@ -139,9 +139,16 @@ def test_a_success_or_a_tick_done_elsewhere_is_not_asked_again():
 def test_a_lease_held_elsewhere_is_looked_at_again_once_it_would_have_expired():
     # The database's clock is a minute behind this host's: the lease ends 10 minutes from now.
     held = Skip("hourly", at(10), "held", "other:1:abc", at(10, 9), at(10), db_now=at(9, 59))
-    runs = loop(at(10), [held, "succeeded"], until=at(10, 30))
+    runs = loop(at(10), [held, "succeeded"], until=at(10, 30), job=replace(HOURLY, retry_delays=()))
 
     assert runs.asked == [(at(10), at(10)), (at(10, 10, 1), at(10))]
+
+
+def test_a_lease_held_elsewhere_is_looked_at_again_after_the_first_retry_delay_if_sooner():
+    held = Skip("hourly", at(10), "held", "other:1:abc", at(10, 9), at(10), db_now=at(9, 59))
+    runs = loop(at(10), [held, "succeeded"], until=at(10, 30))
+
+    assert runs.asked == [(at(10), at(10)), (at(10, 1, 1), at(10))]  # HOURLY's first retry: 1 min
 
 
 # send_reminders' schedule, TTL and retry (config/settings.py): a lease that outlasts the slot's chance.
@@ -154,12 +161,6 @@ MINUTELY = replace(
 )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a lease held elsewhere whose TTL outlasts the slot's chance is looked at again only past it "
-    "(Scheduler._delay: its expiry; _within_chance: None), so a lone scheduler never asks the slot again once "
-    "a short Run now that held the lease ends",
-)
 def test_a_slot_held_by_a_run_now_longer_than_its_chance_is_asked_again_within_it():
     """The operator's Run now of send_reminders at the minute (a forced run: it claims no slot) holds the
     lease for its TTL, 120 s, renewed while it runs its few seconds. The scheduler's ask for the slot is told
