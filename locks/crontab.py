@@ -11,7 +11,7 @@ import shlex
 import stat
 import sys
 from collections.abc import Iterable, Mapping
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from locks.registry import with_builtin_jobs
@@ -65,23 +65,27 @@ def run_due(*names: str, log_dir: str) -> None:
     children = {name: _start(name, Path(log_dir)) for name in due}
     codes = {name: os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for name, pid in children.items()}
     status = max(codes.values(), default=0)
-    if holder is not None:  # each run recorded how it went; a claim lasts its TTL (no pass asks again)...
+    if holder is not None:  # each run recorded how it went; the claim of a slot it settled lasts its TTL...
         from django.db.models.functions import Now
 
-        from locks.models import Tick
+        from locks.models import SyncLock, Tick
 
-        with contextlib.suppress(DatabaseError):  # ...but a failed run's ends now, for a scheduler to retry
+        with contextlib.suppress(DatabaseError):  # ...any other's ends now (failed, or skipped: held, paused,
+            # unreachable), for a scheduler to ask again: no pass does
+            settled = SyncLock.objects.filter(job_name__in=due, tick_done=True).values_list(
+                "job_name", "tick"
+            )
+            done = [name for name, tick in settled if tick == due[name]]
             Tick.objects.filter(holder=holder).update(status="asked")
-            failed = [name for name, code in codes.items() if code]
-            Tick.objects.filter(holder=holder, job_name__in=failed).update(until=Now())
+            Tick.objects.filter(holder=holder).exclude(job_name__in=done).update(until=Now())
     if status:
         os._exit(status if status > 0 else 1)  # not SystemExit: django-crontab would log a traceback
 
 
-def _claimed(names: Iterable[str], *, now) -> tuple[list[str], str | None]:
+def _claimed(names: Iterable[str], *, now) -> tuple[dict[str, datetime], str | None]:
     """Those of ``names`` due at ``now`` (a slot in (``now`` - PASS, ``now``]) whose slot this pass
-    claimed (locks.models.Tick, one statement), and its holder; every due one, and None, when the
-    claim cannot be made (their leases decide)."""
+    claimed (locks.models.Tick, one statement), each with its slot, and its holder; every due one, and
+    None, when the claim cannot be made (their leases decide)."""
     from django.db import DatabaseError
 
     from locks.lease import make_holder
@@ -91,16 +95,17 @@ def _claimed(names: Iterable[str], *, now) -> tuple[list[str], str | None]:
     holder, registered = make_holder(), jobs()
     slots = {name: registered[name].cron.slot_at_or_before(now) for name in names if name in registered}
     ticks = {name: tick for name, tick in slots.items() if now - timedelta(seconds=PASS) < tick}
-    due = list(ticks)
     try:
-        won = Tick.objects.claim([(name, ticks[name], registered[name].ttl) for name in due], holder=holder)
+        won = Tick.objects.claim(
+            [(name, tick, registered[name].ttl) for name, tick in ticks.items()], holder=holder
+        )
     except DatabaseError:
-        return due, None
-    for name in sorted(set(due) - won):
+        return ticks, None
+    for name in sorted(set(ticks) - won):
         print(
             f"job={name} tick={ticks[name].isoformat()} holder={holder} outcome=skipped reason=claimed by another copy"
         )
-    return [name for name in due if name in won], holder
+    return {name: tick for name, tick in ticks.items() if name in won}, holder
 
 
 def _start(name: str, log_dir: Path) -> int:

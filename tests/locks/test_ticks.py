@@ -640,11 +640,6 @@ def test_a_slot_a_crontab_pass_won_and_failed_gets_its_retry_from_a_scheduler_be
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,
-    reason="a crontab pass's run that skipped with exit 0 (held, paused, unreachable) keeps its claim for "
-    "its TTL (crontab.run_due ends only a nonzero exit's), so a scheduler beside it never asks the slot",
-)
 def test_a_slot_a_crontab_pass_won_but_could_not_run_is_asked_for_by_a_scheduler_beside_it(
     db_url, tmp_path, settings
 ):
@@ -652,9 +647,9 @@ def test_a_slot_a_crontab_pass_won_but_could_not_run_is_asked_for_by_a_scheduler
     an operator's Run now holds the lease at the minute (the same goes for a pause resumed within the
     slot, or the database unreachable for a moment at :00: rule 12's "a 0.2 s restart at :00 does not
     lose the hour"). ``run_job`` exits 0 for each of those skips, so the pass keeps its claim for the
-    TTL (120 s, longer than the period); the lease row would run the slot once the forced run ends
-    (the ledger says pending), and a scheduler alone would have asked again, but the one beside the pass
-    is told "claimed by another copy" through the slot's whole chance: nobody runs it."""
+    TTL (120 s, longer than the period) before; the lease row would run the slot once the forced run
+    ends (the ledger says pending), but the scheduler beside the pass was told "claimed by another copy"
+    through the slot's whole chance. A pass now ends the claim of every slot its run did not settle."""
     now = datetime.now(UTC)
     if now.second > 20:  # the pass names the slot of now: well before the next one's window
         time.sleep(61 - now.second)
