@@ -120,6 +120,15 @@ class Skip:
         return SKIPS["tick_done" if done else self.reason].format(self, **times)
 
     @property
+    def later(self) -> bool:
+        """A later tick than the one asked for was claimed: until an operator's reset gives this one back."""
+        return (
+            self.reason == "tick_claimed"
+            and None not in (self.tick, self.claimed_tick)
+            and self.claimed_tick > self.tick
+        )
+
+    @property
     def wait(self) -> timedelta | None:
         """How long until a held lease ends or the next attempt may start; None: not by waiting."""
         if self.db_now is None:

@@ -266,8 +266,8 @@ def _reset(job: str, rows, locked, shown: dict, by: str) -> Change:
     # Compare-and-set on what was read, the lease free (the row is locked meanwhile where it can be).
     if not rows.filter(token=row["token"], tick=tick, tick_done=done).free().update(**cleared):
         return Change(job, False, "the lock row changed meanwhile; nothing reset", **seen)
-    # The slots it reopened that run_scheduler's claims closed for good (not succeeded): asked for again.
-    reopened = Tick.objects.using(rows.db).filter(job_name=job, until=None).exclude(status=Outcome.SUCCEEDED)
+    # The tick rows of the slots it reopened (not succeeded): open to every copy of run_scheduler again.
+    reopened = Tick.objects.using(rows.db).filter(job_name=job).exclude(status=Outcome.SUCCEEDED)
     (reopened.filter(tick__gt=last) if last is not None else reopened).update(until=Now(), status="reset")
     logger.warning("job=%s claimed tick reset by %s; it was %s (%s)", job, by, iso(tick), state)
     return Change(job, True, **seen)

@@ -569,7 +569,9 @@ class Scheduler:
         copy need ask for the tick again."""
         plan.claimed = False
         skip, recorded = outcome.skip, outcome.outcome.recorded
-        final = skip.reason in SETTLED if skip is not None else recorded == Outcome.SUCCEEDED
+        final = (
+            skip.reason in SETTLED and not skip.later if skip is not None else recorded == Outcome.SUCCEEDED
+        )
         final = final or (recorded in RETRIED and plan.again_at is None)
         # Under catch_up "all" the run may have been of an earlier slot, with this one still to come.
         final = final and outcome.tick == plan.tick and not outcome.next_due_now
@@ -607,6 +609,8 @@ class Scheduler:
             return skip.tick - skip.db_now + timedelta(seconds=1)
         if skip.reason == "paused":
             return PAUSED_POLL  # its lock row is read until a resume, then it is asked at once
+        if skip.later:  # looked at within the slot's chance, in case an operator's reset gives it back
+            return min((plan.job.ttl, *plan.job.retry_delays[:1]))
         return None  # done elsewhere, a later tick claimed, or no attempt left
 
     def _finish(self) -> None:

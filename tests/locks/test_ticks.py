@@ -425,8 +425,9 @@ def test_a_force_released_attempt_leaves_the_slot_to_be_asked_for_again_while_it
 
 def blocked_by_a_far_tick(settings, *, slot: datetime, catch_up: str = "latest") -> tuple:
     """An hourly job whose slot before ``slot`` succeeded, then a tick far ahead claimed (a caller of
-    run_locked with no horizon), so the scheduler's ask for ``slot`` closed its tick row for good as
-    tick_claimed; then the operator reset the far tick. The job, the scheduler's clock, the scheduler."""
+    run_locked with no horizon), so the scheduler's ask for ``slot`` was told so and ended its claim, open
+    (it closed it for good before); then the operator reset the far tick. The job, the scheduler's clock,
+    the scheduler."""
     register(settings, blocked={**RECORD, "schedule": "0 * * * *", "catch_up": catch_up})
     blocked, far = jobs()["blocked"], slot + 400 * 24 * HOUR
     clock = FakeClock(slot - HOUR + timedelta(seconds=5))
@@ -435,15 +436,16 @@ def blocked_by_a_far_tick(settings, *, slot: datetime, catch_up: str = "latest")
     assert run_locked("blocked", far, blocked.ttl, lambda lease: None).outcome == "succeeded"
     clock.at = slot + timedelta(seconds=5)
     scheduler.step()
-    assert Tick.objects.values_list("status", "until").get(tick=slot) == ("tick_claimed", None)
+    status, until = Tick.objects.values_list("status", "until").get(tick=slot)
+    assert (status, until is None) == ("tick_claimed", False)
     assert reset_tick(job="blocked", expected_tick=far, by="cli:ops").changed
     return blocked, clock, scheduler
 
 
 def test_a_slot_an_operators_reset_reopened_is_run_by_a_scheduler_started_within_its_chance(settings):
     """Rule 9's case for a reset: a tick far ahead (a caller of run_locked with no horizon) blocks the
-    real ones, so the scheduler's ask for the slot of now is told "a later tick was claimed" and closes
-    its tick row for good. The operator resets the far tick: the lease row goes back to the last slot
+    real ones, so the scheduler's ask for the slot of now is told "a later tick was claimed" (it closed
+    its tick row for good before; now it ends its claim, open). The operator resets the far tick: the lease row goes back to the last slot
     that succeeded, and would run the slot of now (``locks ticks`` calls it pending); the reset reopens
     the slot's tick row too ("reset"), so a copy started afresh within the slot's chance (the scheduler
     restarted once the tick is reset: "on start, ... a slot nobody ran ... is caught up") runs it. The
@@ -461,18 +463,13 @@ def test_a_slot_an_operators_reset_reopened_is_run_by_a_scheduler_started_within
     assert Tick.objects.values_list("status", "until").get(tick=slot) == ("succeeded", None)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a reset that lands between an ask's answer and its close is undone: operator._reset reopens only "
-    "rows closed for good, so the claim still open then is closed for good afterwards (Tick.close) from the answer",
-)
 def test_a_reset_that_lands_while_an_ask_is_answered_still_reopens_the_slot(settings):
     """The reset of ``test_a_slot_an_operators_reset_reopened_is_run_by_a_scheduler_started_...``, but the
     operator's click lands while the ask for the slot is on its way back: the lease row has told the run
-    "a later tick was claimed", the reset gives the slot back but leaves its tick row alone (it reopens
-    rows closed for good, and this one is still this copy's open claim); then the copy closes its claim
-    for good, as it decided from the answer. A copy started afresh within the slot's chance is told "claimed by another
-    copy" (the row is closed for good) while the lease row would run the slot."""
+    "a later tick was claimed", and the reset gives the slot back before the copy closes its claim. The
+    copy closed it for good from that answer before, so a copy started afresh within the slot's chance was
+    told "claimed by another copy" while the lease row would run the slot; a later tick claimed now
+    leaves the claim open."""
     slot = the_slot_of_now()
     register(settings, blocked={**RECORD, "schedule": "0 * * * *"})
     blocked, far = jobs()["blocked"], slot + 400 * 24 * HOUR
@@ -496,18 +493,13 @@ def test_a_reset_that_lands_while_an_ask_is_answered_still_reopens_the_slot(sett
     assert JobRun.objects.filter(job_name="blocked", tick=slot, status="succeeded").count() == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a running scheduler never asks again for a slot an operator's reset reopened: its ask was told "
-    "'a later tick was claimed', which leaves no time to ask again (Scheduler._delay); only a restarted copy asks",
-)
 def test_a_slot_an_operators_reset_reopened_is_run_by_the_scheduler_running_beside_it(settings):
     """The reset of ``test_a_slot_an_operators_reset_reopened_is_run_by_a_scheduler_started_...``, with
     no restart: the copies of run_scheduler go on running, as they do in production. The lease row would
     run the slot (the ledger says pending) and its tick row reads "reset", open to every copy ("so a copy
-    asks for them again", docs/architecture.md); but the copy that was told "a later tick was claimed"
-    closed its plan for the slot (no time to ask again) and looks next at the next slot: the slot passes
-    unasked and the ledger calls it missed."""
+    asks for them again", docs/architecture.md). The copy that was told "a later tick was claimed" looks
+    again within the slot's chance (after the first retry delay) and runs it; it closed its plan for the
+    slot before (no time to ask again), and the slot passed unasked: the ledger called it missed."""
     slot = the_slot_of_now()
     blocked, clock, scheduler = blocked_by_a_far_tick(settings, slot=slot)
     assert ledger_of(blocked, slot) == ("pending", 0)
