@@ -14,6 +14,7 @@ from django.contrib import admin, messages
 from django.contrib.admin.utils import unquote
 from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import ImproperlyConfigured, PermissionDenied
+from django.db.models import OuterRef, Subquery
 from django.db.models.functions import Now
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed
 from django.shortcuts import redirect
@@ -596,13 +597,17 @@ class TickAdmin(ReadOnlyAdminMixin, Styled, admin.ModelAdmin):
     tick_at = timestamp("tick", _("tick"))
 
     def get_queryset(self, request: HttpRequest):
-        return super().get_queryset(request).annotate(db_now=Now())
+        held = SyncLock.objects.filter(job_name=OuterRef("job_name"), locked_until__gte=Now())
+        return (
+            super().get_queryset(request).annotate(db_now=Now(), held_tick=Subquery(held.values("tick")[:1]))
+        )
 
     @admin.display(description=_("status"), ordering="status")
     def tick_status(self, row: Tick) -> str:
         """How its last ask ended: an outcome, or the reason the lease gave for a skip (held, …); a claim
-        whose copy never said (killed while its run went on) once it ended."""
-        if row.status == CLAIMED and row.until is not None and row.until < row.db_now:
+        whose copy never said (killed while its run went on) once it ended and no lease of its tick is held."""
+        ended = row.until is not None and row.until < row.db_now and row.held_tick != row.tick
+        if row.status == CLAIMED and ended:
             return badge(gettext("claim ended unanswered"), "unanswered")  # its copy stopped meanwhile
         return status_badge(row.status) if row.status in Outcome.values else badge(row.status, row.status)
 

@@ -523,17 +523,12 @@ def outlives_its_claim(admin_client, seen: dict):
     return body
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the admin lists the claim of a run that outlives its TTL (its copy alive, its lease renewed) as "
-    "'claim ended unanswered': nothing renews a claim's until while its ask goes on",
-)
 def test_a_claim_whose_run_outlives_its_ttl_is_not_listed_as_ended_unanswered_while_it_runs(admin_client):
     """A run may last longer than its TTL: its heartbeat renews the lease (rule 5). Its claim lasts the
-    TTL from the claim and nothing renews it, so while the run goes on, its copy alive and asking nothing
-    else, the admin's list says the claim "ended unanswered", the words for a copy killed while its run
-    went on (``TickAdmin.tick_status``: "its copy stopped meanwhile"). (Another copy may also claim the
-    tick then and fork an ask, told the lease is held: a fork, never a second run.)"""
+    TTL from the claim and nothing renews it, so while the run went on, its copy alive, the admin's list
+    said the claim "ended unanswered", the words for a copy killed while its run went on. It says so now
+    only once no lease of that tick is held. (Another copy may also claim the tick then and fork an ask,
+    told the lease is held: a fork, never a second run.)"""
     long = replace(HOURLY, name="long", ttl=timedelta(seconds=1))
     seen: dict = {}
 
