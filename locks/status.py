@@ -226,7 +226,7 @@ RUN_FIELDS = (
     *("job_name", "tick", "token", "status", "holder", "started_at", "finished_at", "error"),
     *("timeline", "failover"),  # the database history of each run, and a failover it met (rule 16)
 )
-LOCK_FIELDS = ("job_name", "token", "locked_until", "tick", "paused_at", "created_at")
+LOCK_FIELDS = ("job_name", "token", "locked_until", "tick", "tick_attempts", "paused_at", "created_at")
 
 
 @dataclass(frozen=True)
@@ -338,7 +338,10 @@ def _slot(job: Job, tick: datetime, runs: list[dict], *, lock: dict, pauses: lis
     if any(run["status"] == Outcome.UNKNOWN for run in runs):
         return Slot(tick, Outcome.UNKNOWN, runs)
     ends = job.chance_end(tick)
-    over = db_now >= ends or len(runs) >= job.max_attempts
+    # The attempts it used: the lease row's count for its tick (a run interrupted before its body gave its
+    # attempt back, rule 12), else its runs.
+    used = lock.get("tick_attempts") if lock.get("tick") == tick else None
+    over = db_now >= ends or (len(runs) if used is None else used) >= job.max_attempts
     if job.catch_up.policy == "latest" and lock.get("tick") is not None and lock["tick"] > tick:
         over = True  # superseded: a later slot was claimed (a copy may claim one a little early)
     if not over:

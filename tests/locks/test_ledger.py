@@ -303,17 +303,13 @@ def test_the_ledgers_window_of_runs_is_read_from_an_index_not_the_jobs_whole_his
 
 
 @pytest.mark.django_db(transaction=True)
-@pytest.mark.xfail(
-    strict=True,
-    reason="the ledger counts a slot's runs as its attempts (status._slot, Slot.attempts): a run interrupted "
-    "before its body gave its attempt back, yet a job without retries reads failed while the lease row runs it",
-)
 def test_a_run_interrupted_before_its_body_is_no_attempt_to_the_ledger(settings, monkeypatch):
     """Rule 12: "an attempt is used by a body that started: a run interrupted between its lease and its body
     gives its attempt back" (a SIGTERM of a rolling deploy while ``run_job`` takes its lease). A job
     without retries has one attempt a slot: that slot still has it, and the lease row runs it for the
-    next copy that asks. The ledger counts the slot's runs instead, so ``locks ticks``, /metrics and
-    check_jobs (two failed slots in a row open an incident) call the slot failed, its chance over."""
+    next copy that asks. The ledger counted the slot's runs instead, so ``locks ticks``, /metrics and
+    check_jobs (two failed slots in a row open an incident) called the slot failed, its chance over; it
+    reads the lease row's count of the attempts its tick used."""
     from locks import runner
 
     register(settings, once={"schedule": "0 * * * *", "callable": "tests.jobsapp.jobs.record", "ttl": 60})
