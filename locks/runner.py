@@ -438,7 +438,9 @@ def _settle_earlier(lease: Lease) -> None:
     stopped = _dead_holder(f"committed its fenced write, then stopped before recording it; {took_over}")
     lost = f"was lost in a failover; token {lease.token_name} took over" if lease.grant.failover else ""
     abandoned = _dead_holder(lost or f"stopped renewing; its lease expired and {took_over}")
-    JobRun.objects.for_job(lease.job).unsettled(before=lease.token, committed=prior).update(
+    # An unknown run that stopped following its task takes the task's outcome (locks.tasks._settle_outlived).
+    unsettled = JobRun.objects.for_job(lease.job).unsettled(before=lease.token, committed=prior)
+    unsettled.exclude(status=Outcome.UNKNOWN, stats__has_key="task").update(
         status=Case(
             When(committed, then=Value(Outcome.SUCCEEDED)),
             When(running, then=Value(Outcome.ABANDONED)),

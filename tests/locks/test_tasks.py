@@ -229,12 +229,6 @@ def test_a_run_killed_following_its_task_takes_the_tasks_outcome_at_the_next_slo
     ]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a task run that stopped following its task (unknown) is resolved failed by the next lease "
-    "(runner._settle_earlier: the enqueue's fenced block does not settle, so committed_token never names it) "
-    "before tasks._settle_outlived gives it its task's outcome",
-)
 def test_a_slot_whose_last_attempt_stopped_following_its_task_takes_the_tasks_outcome(settings, db_url):
     """The unknown twin of ``test_a_run_killed_following_its_task_takes_the_tasks_outcome_...``: yesterday's
     slot (one attempt) follows its task for its max_run_time, no worker runs it, and the run ends
@@ -242,8 +236,8 @@ def test_a_slot_whose_last_attempt_stopped_following_its_task_takes_the_tasks_ou
     which succeeds; today's run settles the earlier runs that stopped following their task
     (``_settle_outlived``: abandoned or unknown). Its lease first resolves the unknown runs of earlier
     tokens from the lock row's committed token (rule 10), which a task's enqueue never sets: yesterday's
-    run is recorded failed ("the lock row shows its fenced write did not commit") and the ledger says
-    yesterday failed, its task done."""
+    run was recorded failed ("the lock row shows its fenced write did not commit") and the ledger said
+    yesterday failed, its task done. Such a run is now left to its task's outcome."""
     from datetime import timedelta
 
     from locks.registry import get_job
