@@ -108,7 +108,9 @@ def check_schedules(app_configs=None, **kwargs) -> list[Error]:
         return []  # check_jobs_setting reports them; a schedule is judged once it is well formed
     now, errors, summary = timezone.now(), [], settings.LOCKS_HEALTHZ_JOB
     if summary and summary not in entries:  # /healthz would repeat no job's fields, but name it when down
-        errors.append(Error(NO_SUMMARY_JOB.format(value=summary, names=", ".join(entries)), id="locks.E038"))
+        errors.append(
+            Warning(NO_SUMMARY_JOB.format(value=summary, names=", ".join(entries)), id="locks.W008")
+        )
     for name, entry in entries.items():
         try:
             upcoming = Schedule(entry["schedule"], entry.get("timezone", DEFAULT_TIMEZONE)).next_slot(now)
