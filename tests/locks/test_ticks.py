@@ -318,20 +318,34 @@ def test_a_catch_up_run_of_an_earlier_slot_leaves_the_tick_asked_for_open():
     assert Tick.objects.values_list("status", "claims", "until").get() == ("succeeded", 2, None)
 
 
-def cron_pass(db_url: str, tmp_path, job: str, **variables: str) -> tuple[dict[str, str], list[str]]:
-    """The environment and the ``python`` arguments of the crontab line's pass over ``job`` alone (its
+def cron_pass(db_url: str, tmp_path, *jobs: str, **variables: str) -> tuple[dict[str, str], list[str]]:
+    """The environment and the ``python`` arguments of the crontab line's pass over ``jobs`` alone (their
     runs' logs in tmp_path/log)."""
     (tmp_path / "log").mkdir()
     env = project_env(
         DATABASE_URL=db_url,
         HOSTPROJECT_VAR=str(tmp_path),
-        HOSTPROJECT_JOBS=job,
+        HOSTPROJECT_JOBS=" ".join(jobs),
         HOSTPROJECT_CHECK_JOBS="0",
         DJANGO_SETTINGS_MODULE="tests.hostproject.settings",
         **variables,
     )
-    code = "import django; django.setup(); from locks.crontab import run_due; run_due(%r, log_dir=%r)"
-    return env, ["-c", code % (job, str(tmp_path / "log"))]
+    code = "import django; django.setup(); from locks.crontab import run_due; run_due(*%r, log_dir=%r)"
+    return env, ["-c", code % (jobs, str(tmp_path / "log"))]
+
+
+def refuse_every_minute(settings, **entry) -> Job:
+    """The job "refuse" every minute on a 120 s lease, as send_reminders (``entry``: more of its entry),
+    at a moment well before the next slot's window: a crontab pass names the slot of now."""
+    now = datetime.now(UTC)
+    if now.second > 20:
+        time.sleep(61 - now.second)
+    register(settings, refuse={**settings.LOCKS_JOBS["refuse"], "schedule": "* * * * *", "ttl": 120, **entry})
+    return jobs()["refuse"]
+
+
+# The pass's variables for refuse_every_minute.
+REFUSE_EVERY_MINUTE = {"REFUSE_SCHEDULE": "* * * * *", "REFUSE_TTL": "120"}
 
 
 def test_two_cron_passes_of_one_minute_fork_one_run_between_them(db_url, tmp_path):
@@ -587,22 +601,10 @@ def test_a_slot_a_crontab_pass_won_and_failed_gets_its_retry_from_a_scheduler_be
     its claim ends with it, and the scheduler, told "claimed by another copy", looks again after the
     job's first retry delay. Before, the pass's claim lasted its TTL and the scheduler looked again
     only then, past the slot's chance: the retry was never asked for."""
-    now = datetime.now(UTC)
-    if now.second > 20:  # the pass names the slot of now: well before the next one's window
-        time.sleep(61 - now.second)
-    every_minute = {"schedule": "* * * * *", "ttl": "120", "retry": "1", "seconds": "2"}
-    register(
-        settings,
-        refuse={
-            **settings.LOCKS_JOBS["refuse"],
-            "schedule": "* * * * *",
-            "ttl": 120,
-            "retry": {"delays": [1]},
-        },
+    refuse = refuse_every_minute(settings, retry={"delays": [1]})
+    env, code = cron_pass(
+        db_url, tmp_path, "refuse", **REFUSE_EVERY_MINUTE, REFUSE_RETRY="1", REFUSE_SECONDS="2"
     )
-    refuse = jobs()["refuse"]
-    variables = {f"REFUSE_{key.upper()}": value for key, value in every_minute.items()}
-    env, code = cron_pass(db_url, tmp_path, "refuse", **variables)
     cron = spawn(code, env=env)
     try:
         running = JobRun.objects.filter(job_name="refuse", status="running")
@@ -637,14 +639,10 @@ def test_a_slot_a_crontab_pass_won_but_could_not_run_is_asked_for_by_a_scheduler
     TTL (120 s, longer than the period) before; the lease row would run the slot once the forced run
     ends (the ledger says pending), but the scheduler beside the pass was told "claimed by another copy"
     through the slot's whole chance. A pass now ends the claim of every slot its run did not settle."""
-    now = datetime.now(UTC)
-    if now.second > 20:  # the pass names the slot of now: well before the next one's window
-        time.sleep(61 - now.second)
-    register(settings, refuse={**settings.LOCKS_JOBS["refuse"], "schedule": "* * * * *", "ttl": 120})
-    refuse = jobs()["refuse"]
+    refuse = refuse_every_minute(settings)
     forced = acquire("refuse", None, refuse.ttl, holder="runnow:1:aaaaaa")  # an operator's Run now
     assert not isinstance(forced, Skip)
-    env, code = cron_pass(db_url, tmp_path, "refuse", REFUSE_SCHEDULE="* * * * *", REFUSE_TTL="120")
+    env, code = cron_pass(db_url, tmp_path, "refuse", **REFUSE_EVERY_MINUTE)
     ran = subprocess.run(
         [sys.executable, *code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
     )
@@ -659,6 +657,33 @@ def test_a_slot_a_crontab_pass_won_but_could_not_run_is_asked_for_by_a_scheduler
     scheduler.run_forever(wait=clock.wait)  # the rest of the slot's chance
 
     assert JobRun.objects.filter(job_name="refuse", tick=slot).exists(), Tick.objects.values().get()
+
+
+@pytest.mark.slow
+def test_a_failed_runs_claim_ends_with_its_run_not_with_the_slowest_run_of_its_pass(
+    db_url, tmp_path, settings
+):
+    """``test_a_slot_a_crontab_pass_won_and_failed_...`` with a second job due in the same pass, whose run
+    takes longer (a sync of a few minutes, beside send_reminders every minute). The failed run's claim
+    ends with its run, while the slow one goes on: it ended with the pass before, once its slowest run
+    did, so a scheduler beside it, told "claimed by another copy" through the failed slot's chance, never
+    asked for its retry (found with a 75 s run beside a scheduler; here the claim is read)."""
+    refuse_every_minute(settings, retry={"delays": [1]})
+    slow = {"SLOW_WRITE_SCHEDULE": "* * * * *", "SLOW_WRITE_SECONDS": "15", "SLOW_WRITE_TTL": "120"}
+    env, code = cron_pass(
+        db_url, tmp_path, "refuse", "slow_write", **REFUSE_EVERY_MINUTE, REFUSE_RETRY="1", **slow
+    )
+    cron = spawn(code, env=env)
+    try:
+        failed = JobRun.objects.filter(job_name="refuse", status="failed")
+        wait_for(failed.exists, timeout=60, what="the crontab pass's failed run of refuse")
+        ended = Tick.objects.filter(job_name="refuse", tick=failed.get().tick, until__lte=Now())
+        wait_for(ended.exists, timeout=10, what="the failed run's claim to end")
+        slow_running = JobRun.objects.filter(job_name="slow_write", status="running").exists()
+    finally:
+        cron.communicate(timeout=120)  # its slow run ends by itself
+    assert slow_running, "the slow run had ended: the claim's end proves nothing"
+    assert Tick.objects.values_list("status", flat=True).get(job_name="refuse") == "asked"
 
 
 def test_under_catch_up_all_a_slot_reopened_after_its_tick_row_closed_is_caught_up_by_the_next_slots_claim(
