@@ -62,24 +62,30 @@ def run_due(*names: str, log_dir: str) -> None:
     connections.close_all()  # no connection is shared with a child
     sys.stdout.flush()
     sys.stderr.flush()
-    children = {name: _start(name, Path(log_dir)) for name in due}
-    codes = {name: os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for name, pid in children.items()}
+    children, codes = {_start(name, Path(log_dir)): name for name in due}, {}
+    while children:  # each claim ends with its run, not with the pass's slowest
+        pid, waited = os.wait()
+        if (name := children.pop(pid, None)) is not None:
+            codes[name] = os.waitstatus_to_exitcode(waited)
+            if holder is not None:
+                with contextlib.suppress(DatabaseError):
+                    _end_claim(name, due[name], holder)
     status = max(codes.values(), default=0)
-    if holder is not None:  # each run recorded how it went; the claim of a slot it settled lasts its TTL...
-        from django.db.models.functions import Now
-
-        from locks.models import SyncLock, Tick
-
-        with contextlib.suppress(DatabaseError):  # ...any other's ends now (failed, or skipped: held, paused,
-            # unreachable), for a scheduler to ask again: no pass does
-            settled = SyncLock.objects.filter(job_name__in=due, tick_done=True).values_list(
-                "job_name", "tick"
-            )
-            done = [name for name, tick in settled if tick == due[name]]
-            Tick.objects.filter(holder=holder).update(status="asked")
-            Tick.objects.filter(holder=holder).exclude(job_name__in=done).update(until=Now())
     if status:
         os._exit(status if status > 0 else 1)  # not SystemExit: django-crontab would log a traceback
+
+
+def _end_claim(name: str, tick: datetime, holder: str) -> None:
+    """A pass asks once: the claim of a slot its run settled lasts its TTL (each run recorded how it
+    went); any other's ends now (failed, or skipped: held, paused, unreachable), for a scheduler to ask."""
+    from django.db.models.functions import Now
+
+    from locks.models import SyncLock, Tick
+
+    settled = SyncLock.objects.filter(job_name=name, tick=tick, tick_done=True).exists()
+    Tick.objects.filter(holder=holder, job_name=name).update(
+        status="asked", **({} if settled else {"until": Now()})
+    )
 
 
 def _claimed(names: Iterable[str], *, now) -> tuple[dict[str, datetime], str | None]:
