@@ -122,11 +122,7 @@ class Skip:
     @property
     def later(self) -> bool:
         """A later tick than the one asked for was claimed: until an operator's reset gives this one back."""
-        return (
-            self.reason == "tick_claimed"
-            and None not in (self.tick, self.claimed_tick)
-            and self.claimed_tick > self.tick
-        )
+        return self.reason == "tick_claimed" and self.claimed_tick != self.tick  # as __str__ says it
 
     @property
     def wait(self) -> timedelta | None:

@@ -338,8 +338,7 @@ def _slot(job: Job, tick: datetime, runs: list[dict], *, lock: dict, pauses: lis
     if any(run["status"] == Outcome.UNKNOWN for run in runs):
         return Slot(tick, Outcome.UNKNOWN, runs)
     ends = job.chance_end(tick)
-    # The attempts it used: the lease row's count for its tick (a run interrupted before its body gave its
-    # attempt back, rule 12), else its runs.
+    # Its attempts used: the lease row's count for its tick (a run stopped before its body gave one back)
     used = lock.get("tick_attempts") if lock.get("tick") == tick else None
     over = db_now >= ends or (len(runs) if used is None else used) >= job.max_attempts
     if job.catch_up.policy == "latest" and lock.get("tick") is not None and lock["tick"] > tick:
