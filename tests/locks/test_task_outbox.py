@@ -163,3 +163,51 @@ def test_the_scheduler_sends_a_row_a_crash_left_once_no_run_holds_the_jobs_lease
     sweep([get_job("outbox_task")])
     assert outside() == [{"slot": SLOT.isoformat(), "token": 1}]
     assert writes() == [SLOT] and TaskOutbox.objects.get().task_id != ""
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.xfail(
+    strict=True,
+    reason="the scheduler sweeps the outbox in its loop (tasks.sweep in run_forever): a broker that stalls the "
+    "send stalls the heartbeat that renews its workers' leases, and another job's run loses its lease",
+)
+def test_a_broker_that_stalls_the_sweep_costs_no_other_jobs_run_its_lease(
+    outside, settings, monkeypatch, db_url
+):
+    """A task job's row a crash left unsent: ``run_scheduler`` sends it from its loop (``sweep``), through
+    the task backend (Redis, RQ: outside the database). A broker that does not answer for a while (a
+    failover, a connect timeout) holds the loop there; the loop is also what renews the leases of its
+    workers' runs, one statement a beat (rule 5). So another job's run, which renews nothing itself while
+    its scheduler lives, loses its lease once its TTL passes, and ends lost_lock though nothing was wrong
+    with it or the database."""
+    import threading
+
+    from locks.registry import jobs
+    from locks.scheduler import Scheduler
+    from tests.jobsapp.backends import OutsideBackend
+
+    register(settings, slow_write={**settings.LOCKS_JOBS["slow_write"], "schedule": YEARLY, "ttl": 3})
+    monkeypatch.setenv("SLOW_WRITE_SECONDS", "6")  # two beats of its 3 s lease, and more
+    SyncLock.objects.create(job_name="outbox_task", tick=SLOT, tick_done=True)  # its slot ran: a skip
+    earlier = datetime(SLOT.year - 1, 1, 1, tzinfo=UTC)
+    TaskOutbox.objects.create(job_name="outbox_task", tick=earlier, token=1)  # left unsent by a crash
+    send = OutsideBackend.enqueue
+
+    def stalls(self, task, args, kwargs):
+        time.sleep(8)  # the broker does not answer for a while
+        return send(self, task, args, kwargs)
+
+    monkeypatch.setattr(OutsideBackend, "enqueue", stalls)
+    registered = jobs()
+    scheduler = Scheduler([registered["slow_write"], registered["outbox_task"]], workers=2, claim=True)
+    timer = threading.Timer(15, lambda: (scheduler.stop.set(), scheduler.wake()))
+    timer.start()
+    try:
+        scheduler.run_forever()
+    finally:
+        timer.cancel()
+        scheduler.executor.retire()
+
+    assert outside() == [{"slot": earlier.isoformat(), "token": 1}]  # the sweep sent the row
+    run = JobRun.objects.get(job_name="slow_write")
+    assert (run.status, run.error) == (Outcome.SUCCEEDED, "")
