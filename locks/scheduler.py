@@ -522,7 +522,8 @@ class Scheduler:
         done = 0
         while not self.stop.is_set() and (iterations is None or done < iterations):
             self.step()
-            sweep(plan.job for plan in self.plans)  # the outbox rows a crash left (locks.tasks)
+            if not self.executor.running():  # a broker that stalls the sweep stalls no run's heartbeat
+                sweep(plan.job for plan in self.plans)  # the outbox rows a crash left (locks.tasks)
             delay = (self.next_wake() - self.now()).total_seconds()
             if wait is not None and delay > 0 and not self.stop.is_set():
                 wait(delay)
