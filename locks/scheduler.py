@@ -397,7 +397,8 @@ class Scheduler:
         paused: Callable[[str], bool] = paused_in_database,
         claim: bool = False,
     ) -> None:
-        self.plans = [_Plan(job, index) for index, job in enumerate(jobs)]
+        once = {job.name: job for job in jobs}.values()  # `run_scheduler a a`: one plan, one claim a wake
+        self.plans = [_Plan(job, index) for index, job in enumerate(once)]
         # (when to look at a plan, its index), a heap: an entry whose time is not its plan's look_at is stale.
         self.queue = [(EARLIEST, index) for index in range(len(self.plans))]
         self.seen: datetime | None = None  # the clock at the last wake

@@ -234,6 +234,19 @@ def test_a_loser_that_looks_again_within_the_slot_says_claimed_by_another_copy_o
     assert statements == [1, 1, 1, 1] and runs.asked == []
 
 
+def test_a_job_named_twice_is_one_plan_whose_tick_is_claimed_and_asked_for_once():
+    """``run_scheduler a a``: on PostgreSQL one INSERT … ON CONFLICT cannot touch a row twice, so a job
+    named twice made every wake's claim fail and each due job was asked for unclaimed (found by a helper)."""
+    clock = FakeClock(TICK)
+    runs = Runs(clock)
+    scheduler = Scheduler(jobs=[HOURLY, HOURLY], now=clock.now, run=runs, claim=True)
+
+    scheduler.step()
+
+    assert len(scheduler.plans) == 1 and [tick for _when, tick in runs.asked] == [TICK]
+    assert Tick.objects.values_list("holder", "status").get() == (scheduler.holder, "succeeded")
+
+
 def test_a_tick_done_by_a_run_that_outlived_its_claim_reads_succeeded():
     """The first copy's run outlived its claim: a second copy claimed the tick and was told the lease
     is held (open again), then that the tick is done: the row says succeeded, not why it was told so."""
