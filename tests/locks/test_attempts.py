@@ -6,9 +6,6 @@ cluster as three real ``run_scheduler`` processes.
 
 from __future__ import annotations
 
-import signal
-import time
-from collections import defaultdict
 from datetime import UTC, datetime, timedelta
 from itertools import pairwise
 
@@ -19,7 +16,8 @@ from locks.models import JobRun, SyncLock, database_now
 from locks.operator import reset_tick
 from locks.runner import run_locked
 from locks.schedule import Schedule
-from tests.conftest import ROOT, project_env, spawn
+from tests.conftest import project_env
+from tests.locks.conftest import schedulers, wait_for
 
 TICK = datetime(2026, 11, 30, 14, 0, tzinfo=UTC)
 TTL = timedelta(seconds=30)
@@ -118,48 +116,38 @@ RETRY = (2, 4)
 
 
 @pytest.mark.slow
-def test_three_schedulers_give_a_failing_tick_its_attempts_once_not_once_each(db_url):
+def test_three_schedulers_give_a_failing_tick_its_attempts_once_not_once_each(db_url, tmp_path):
     """Reproduction 5: each scheduler ran the whole retry policy on its own, so a job that always
     fails got up to three times its attempts per tick. Now, per tick across the three: exactly
     1 + len(delays) attempts, numbered 1 to 3, each started at least its delay after the
-    previous one finished."""
+    previous one finished. Watched: the first slot after all three are up (each caught up the
+    slot before it on start, a failing tick too: the watched one's attempts start again at 1)."""
     # A short lease: a copy that found it held asks again soon after it ends (2 s + 1 s).
     env = project_env(
         DATABASE_URL=db_url, REFUSE_SCHEDULE=SCHEDULE, REFUSE_RETRY=",".join(map(str, RETRY)), REFUSE_TTL="2"
     )
-    schedulers = [spawn([str(ROOT / "manage.py"), "run_scheduler", "refuse"], env=env) for _ in range(3)]
-    try:
-        # all three are up by then
-        first = Schedule(SCHEDULE).next_slot(database_now() + timedelta(seconds=3))
-        watched = [first, first + timedelta(seconds=10)]
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline and database_now() < watched[-1] + timedelta(seconds=9.5):
-            time.sleep(0.5)
-        for proc in schedulers:
-            proc.send_signal(signal.SIGTERM)
-        errs = [proc.communicate(timeout=60)[1] for proc in schedulers]
-    finally:
-        for proc in schedulers:
-            if proc.poll() is None:
-                proc.kill()
-                proc.communicate()
+    logs = [tmp_path / f"scheduler-{n}.log" for n in range(3)]
+    with schedulers(env, logs, "refuse") as procs:
+        up = "scheduler: running refuse"
+        wait_for(lambda: all(up in log.read_text() for log in logs), timeout=60, what="three schedulers")
+        watched = Schedule(SCHEDULE).next_slot(database_now())
+        over = watched + timedelta(seconds=9.5)  # a fourth attempt would have started by then
+        wait_for(lambda: database_now() >= over, timeout=30, what="the watched slot to pass")
+    texts = [log.read_text() for log in logs]
 
-    assert [proc.returncode for proc in schedulers] == [0, 0, 0], errs
-    assert not any("Traceback" in err for err in errs), errs
-    runs = defaultdict(list)
-    for tick, number, started, finished, status in (
-        JobRun.objects.filter(job_name="refuse", tick__in=watched)
+    assert [proc.returncode for proc in procs] == [0, 0, 0], texts
+    assert not any("Traceback" in text for text in texts), texts
+    runs = list(
+        JobRun.objects.filter(job_name="refuse", tick=watched)
         .order_by("started_at")
-        .values_list("tick", "attempt", "started_at", "finished_at", "status")
+        .values_list("attempt", "started_at", "finished_at", "status")
+    )
+    assert [(number, status) for number, _s, _f, status in runs] == [
+        (1, "failed"),
+        (2, "failed"),
+        (3, "failed"),
+    ], runs
+    for ((_n, _s, finished, _st), (_n2, started, _f2, _st2)), delay in zip(
+        pairwise(runs), RETRY, strict=True
     ):
-        runs[tick].append((number, started, finished, status))
-    for tick in watched:
-        assert [(number, status) for number, _s, _f, status in runs[tick]] == [
-            (1, "failed"),
-            (2, "failed"),
-            (3, "failed"),
-        ], (tick, runs[tick])
-        for ((_n, _s, finished, _st), (_n2, started, _f2, _st2)), delay in zip(
-            pairwise(runs[tick]), RETRY, strict=True
-        ):
-            assert started - finished >= timedelta(seconds=delay) - timedelta(seconds=0.2), (tick, runs[tick])
+        assert started - finished >= timedelta(seconds=delay) - timedelta(seconds=0.2), runs

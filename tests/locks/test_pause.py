@@ -167,10 +167,10 @@ def _paused_skips(path) -> int:
 
 @pytest.mark.slow
 def test_a_paused_job_under_three_schedulers_runs_nothing_until_it_is_resumed(db_url, tmp_path):
-    """Three run_scheduler replicas on a two-second schedule: while paused, each asks at every slot
+    """Three run_scheduler replicas on a one-second schedule: while paused, each asks at every slot
     and skips, saying why; nothing runs; once resumed, its next slot runs once."""
     pause_job(job="slow_write", by="cli:alice", note="incident 42")
-    env = project_env(DATABASE_URL=db_url, SLOW_WRITE_SCHEDULE="* * * * * */2", SLOW_WRITE_SECONDS="0")
+    env = project_env(DATABASE_URL=db_url, SLOW_WRITE_SCHEDULE="* * * * * *", SLOW_WRITE_SECONDS="0")
     logs = [tmp_path / f"scheduler-{n}.log" for n in range(3)]
     with schedulers(env, logs, "slow_write") as procs:
         wait_for(

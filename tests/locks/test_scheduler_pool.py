@@ -115,7 +115,7 @@ def test_a_worker_killed_in_the_middle_of_a_run_is_replaced_and_the_next_slots_r
     env = slow_write_env(db_url, schedule="* * * * * */3", seconds=1)
     scheduler = start(env, "slow_write")
     try:
-        wait_for(lambda: len(succeeded_ticks("slow_write")) >= 2, timeout=30, what="two slots of slow_write")
+        wait_for(lambda: len(succeeded_ticks("slow_write")) >= 1, timeout=30, what="a slot of slow_write")
         running = JobRun.objects.filter(job_name="slow_write", status="running")
         wait_for(running.exists, timeout=10, what="a run of slow_write")
         victim = running.get()
@@ -124,7 +124,7 @@ def test_a_worker_killed_in_the_middle_of_a_run_is_replaced_and_the_next_slots_r
         assert worker in {pid_of(holder) for holder in holders("slow_write")[:-1]}  # it ran earlier slots too
         os.kill(worker, signal.SIGKILL)
         later = JobRun.objects.filter(job_name="slow_write", status="succeeded", tick__gt=victim.tick)
-        wait_for(lambda: later.count() >= 3, timeout=30, what="three slots after the kill")
+        wait_for(lambda: later.count() >= 2, timeout=30, what="two slots after the kill")
         replacement = pid_of(later.order_by("-tick").first().holder)
         alive = parent_of(replacement) == scheduler.pid  # a worker: still there after its run
     finally:
@@ -275,8 +275,8 @@ def test_the_scheduler_renews_its_workers_leases_and_tells_a_run_whose_lease_it_
         wait_for(running.exists, timeout=60, what="the next run of slow_write")
         token = running.get().token
         assert force_release(job="slow_write", expected_token=token, by="test").changed
-        later = runs.filter(token__gt=token, status="succeeded")
-        wait_for(later.exists, timeout=60, what="a run after the one force-released")
+        ended = runs.filter(token=token).exclude(status="running")  # told, it went on to its write
+        wait_for(ended.exists, timeout=60, what="the force-released run to end")
     finally:
         err, _took = stop(scheduler)
 

@@ -613,7 +613,8 @@ def test_a_slot_a_crontab_pass_won_and_failed_gets_its_retry_from_a_scheduler_be
     fails; the lease row lets the second attempt start a second later. The pass never asks again, but
     its claim ends with it, and the scheduler, told "claimed by another copy", looks again after the
     job's first retry delay. Before, the pass's claim lasted its TTL and the scheduler looked again
-    only then, past the slot's chance: the retry was never asked for."""
+    only then, past the slot's chance: the retry was never asked for. The scheduler's clock is fake
+    (from a second into the slot); the database's, which judges the retry delay and the ledger, real."""
     refuse = refuse_every_minute(settings, retry={"delays": [1]})
     env, code = cron_pass(
         db_url, tmp_path, "refuse", **REFUSE_EVERY_MINUTE, REFUSE_RETRY="1", REFUSE_SECONDS="2"
@@ -623,7 +624,7 @@ def test_a_slot_a_crontab_pass_won_and_failed_gets_its_retry_from_a_scheduler_be
         running = JobRun.objects.filter(job_name="refuse", status="running")
         wait_for(running.exists, timeout=60, what="the crontab pass's run")
         slot = running.get().tick
-        clock = FakeClock(datetime.now(UTC), end=slot + timedelta(seconds=59))
+        clock = FakeClock(slot + timedelta(seconds=1), end=slot + timedelta(seconds=59))
         scheduler = Scheduler(jobs=[refuse], now=clock.now, stop=clock.stop, claim=True)
         scheduler.step()  # its wake at the slot: the pass's claim stands
         _out, err = cron.communicate(timeout=60)
@@ -635,8 +636,7 @@ def test_a_slot_a_crontab_pass_won_and_failed_gets_its_retry_from_a_scheduler_be
     assert SyncLock.objects.values_list("tick", "tick_done", "tick_attempts").get() == (slot, False, 1)
     assert ledger_of(refuse, slot) == ("pending", 1)  # the lease row lets its second attempt start
 
-    clock.at = datetime.now(UTC)
-    scheduler.run_forever(wait=clock.wait)  # the rest of the slot's chance
+    scheduler.run_forever(wait=clock.wait)  # the rest of the slot's chance, from its look at slot + 3 s
 
     assert list(JobRun.objects.order_by("attempt").values_list("tick", "attempt")) == [(slot, 1), (slot, 2)]
 
