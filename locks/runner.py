@@ -440,7 +440,7 @@ def _settle_earlier(lease: Lease) -> None:
     abandoned = _dead_holder(lost or f"stopped renewing; its lease expired and {took_over}")
     # An unknown run that stopped following its task takes the task's outcome (locks.tasks._settle_outlived).
     unsettled = JobRun.objects.for_job(lease.job).unsettled(before=lease.token, committed=prior)
-    unsettled.exclude(status=Outcome.UNKNOWN, stats__has_key="task").update(
+    unsettled.filter(Q(status=Outcome.RUNNING) | Q(stats__task__isnull=True)).update(
         status=Case(
             When(committed, then=Value(Outcome.SUCCEEDED)),
             When(running, then=Value(Outcome.ABANDONED)),
