@@ -502,9 +502,10 @@ def test_an_expired_lease_is_taken_over_by_the_next_holder(mongo):
     ttl = 10.0  # a step is a new process (2-3 s on a busy machine): "during" fits in the lease
     before_dead = time.monotonic()
     dead = step(mongo, "acquire", job="expiry", ttl=ttl)  # the process ends, never releasing
+    dead_ended = time.monotonic()  # its lease was taken before: it ends before this plus the TTL
     during = step(mongo, "acquire", job="expiry", ttl=ttl)
     during_took = time.monotonic() - before_dead
-    time.sleep(max(0.0, ttl + 0.5 - during_took))  # dead's lease ran out (by the database clock)
+    time.sleep(max(0.0, dead_ended + ttl + 0.5 - time.monotonic()))  # dead's lease ran out
     after = step(mongo, "acquire", job="expiry", ttl=ttl)
 
     assert dead["lease"] and dead["token"] == 1

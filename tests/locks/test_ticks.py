@@ -682,7 +682,7 @@ def test_a_failed_runs_claim_ends_with_its_run_not_with_the_slowest_run_of_its_p
     did, so a scheduler beside it, told "claimed by another copy" through the failed slot's chance, never
     asked for its retry (found with a 75 s run beside a scheduler; here the claim is read)."""
     refuse_every_minute(settings, retry={"delays": [1]})
-    slow = {"SLOW_WRITE_SCHEDULE": "* * * * *", "SLOW_WRITE_SECONDS": "15", "SLOW_WRITE_TTL": "120"}
+    slow = {"SLOW_WRITE_SCHEDULE": "* * * * *", "SLOW_WRITE_SECONDS": "30", "SLOW_WRITE_TTL": "120"}
     env, code = cron_pass(
         db_url, tmp_path, "refuse", "slow_write", **REFUSE_EVERY_MINUTE, REFUSE_RETRY="1", **slow
     )
@@ -692,10 +692,10 @@ def test_a_failed_runs_claim_ends_with_its_run_not_with_the_slowest_run_of_its_p
         wait_for(failed.exists, timeout=60, what="the crontab pass's failed run of refuse")
         ended = Tick.objects.filter(job_name="refuse", tick=failed.get().tick, until__lte=Now())
         wait_for(ended.exists, timeout=10, what="the failed run's claim to end")
-        slow_running = JobRun.objects.filter(job_name="slow_write", status="running").exists()
+        pass_going_on = cron.poll() is None  # its slow run has not ended
     finally:
         cron.communicate(timeout=120)  # its slow run ends by itself
-    assert slow_running, "the slow run had ended: the claim's end proves nothing"
+    assert pass_going_on, "the pass had ended: the claim's end proves nothing"
     assert Tick.objects.values_list("status", flat=True).get(job_name="refuse") == "asked"
 
 
