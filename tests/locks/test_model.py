@@ -496,6 +496,11 @@ class LeaseModel(RuleBasedStateMachine):
         # An operator's error answer, or an unanswered write: the model checks what the row says.
         with self._step(fault), suppress(Died, SystemExit, Exception):
             write[action](job=JOB, by="model", **(shown if action in {"force_release", "reset_tick"} else {}))
+        if (
+            action == "reset_tick"
+        ):  # it ends the claims of the slots it gives back, whether it answered or not
+            self.claims.clear()
+            self._claims_standing()
 
     # --- the world: the clock, the database's history ------------------------------------------
 
@@ -611,6 +616,32 @@ def test_a_reset_of_a_later_failed_tick_does_not_let_a_done_slot_run_again():
         state.check()
         state.run(body="fenced", fault=none, tick=TICKS[0])  # the done slot: refused, tick_claimed
         state.check()  # ONCE: its write committed once
+    finally:
+        state.teardown()
+
+
+def test_a_reset_ends_the_claim_of_a_copy_that_died_so_another_copy_claims_its_slot():
+    """The model's shrunk example (MODEL_MINUTES=40, seed 475335634), step by step: a copy claimed a
+    slot and died; the operator's reset ends the claims of the slots it gives back (``operator._reset``),
+    and another copy won it. The model kept the dead copy's claim standing and said ONE_CLAIMANT broke."""
+    state, none = LeaseModel(), (0, "none")
+    try:
+        state.check()
+        state.acquire(fault=none, name="A", tick=TICKS[0])
+        state.check()
+        state.release(fault=none, name="A", succeeded=False, used=True)
+        state.check()
+        state.claim(
+            body="fenced", fault=(2, "die"), name="S", tick=TICKS[2]
+        )  # claimed, died holding its lease
+        state.check()
+        state.operator(action="force_release", fault=none)
+        state.check()
+        state.operator(action="reset_tick", fault=none)  # gives back every slot not succeeded
+        state.check()
+        state.claim(body="check", fault=none, name="S", tick=TICKS[2])  # another copy wins the slot
+        state.check()
+        assert Tick.objects.get(job_name=JOB, tick=TICKS[2]).holder == state.copies["S"].holder
     finally:
         state.teardown()
 
