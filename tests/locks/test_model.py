@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import random
 import time
+from collections import Counter
 from contextlib import contextmanager, suppress
 from dataclasses import replace
 from datetime import timedelta
@@ -29,7 +30,7 @@ from unittest import mock
 
 import pytest
 from django.db import IntegrityError, OperationalError, connection
-from django.db.models import BigIntegerField, Count, F, Value
+from django.db.models import BigIntegerField, F, Value
 from django.db.models.functions import Now
 from hypothesis import HealthCheck, seed, settings
 from hypothesis import strategies as st
@@ -533,24 +534,30 @@ class LeaseModel(RuleBasedStateMachine):
 
     @invariant()
     def check(self):
-        writes = SlotWrite.objects.filter(job=JOB).values("tick").annotate(n=Count("id")).filter(n__gt=1)
-        assert not writes, f"{ONCE}: {list(writes)}"
-        row = SyncLock.objects.filter(job_name=JOB).values("tick", "tick_done", "tick_attempts").first()
+        """The invariants, read from one snapshot of the job's rows (four queries a step, the
+        snapshot a failover goes back to): the same rows the database holds after the step."""
+        rows = self._snapshot()
+        writes = Counter(write["tick"] for write in rows[SlotWrite])
+        assert not [n for n in writes.values() if n > 1], f"{ONCE}: {writes}"
+        row = rows[SyncLock][0] if rows[SyncLock] else None
         if row and row["tick"] is not None and not row["tick_done"]:
             tick = row["tick"]
             used, reached = row["tick_attempts"], self.bodies.get(tick, 0) + self.excused.get(tick, 0)
             assert used <= reached, f"{NOT_LOST}: {tick} used {used} attempts, {reached} bodies started"
-        for run in JobRun.objects.filter(job_name=JOB).exclude(status__in=[Outcome.RUNNING, Outcome.UNKNOWN]):
-            if self.kinds.get(run.holder) == "fenced":
-                succeeded, written = run.status == Outcome.SUCCEEDED, self._written(run)
-                assert succeeded == written, f"{TRUTH}: {run.holder} (token {run.token}) is {run.status}" + (
-                    " with its write in the history" if written else " without its write"
-                )
-        self._check_ticks()
-        self._snapshot()
+        history = {(write["token"], write["holder"], write["tick"]) for write in rows[SlotWrite]}
+        ended = [run for run in rows[JobRun] if run["status"] not in (Outcome.RUNNING, Outcome.UNKNOWN)]
+        for run in ended:
+            if self.kinds.get(run["holder"]) != "fenced":
+                continue
+            succeeded = run["status"] == Outcome.SUCCEEDED
+            written = (run["token"], run["holder"], run["tick"]) in history
+            assert succeeded == written, (
+                f"{TRUTH}: {run['holder']} (token {run['token']}) is {run['status']}"
+                + (" with its write in the history" if written else " without its write")
+            )
+        self._check_ticks(rows[Tick])
 
-    def _check_ticks(self) -> None:
-        rows = list(Tick.objects.filter(job_name=JOB).values("tick", "holder", "status", "until"))
+    def _check_ticks(self, rows: list[dict]) -> None:
         ticks = [row["tick"] for row in rows]
         assert len(ticks) == len(set(ticks)), f"{ONE_ROW}: {sorted(ticks)}"
         rows = {row["tick"]: row for row in rows}
@@ -562,11 +569,11 @@ class LeaseModel(RuleBasedStateMachine):
             if row["until"] is None and row["status"] == Outcome.SUCCEEDED:
                 self.closed.setdefault(tick, self.bodies.get(tick, 0))
 
-    def _snapshot(self) -> None:
-        self.snapshots = [
-            *self.snapshots[-2:],
-            {model: list(model.objects.filter(**where).values()) for model, where in TABLES},
-        ]
+    def _snapshot(self) -> dict:
+        """The job's rows in each table, kept for the last three steps (what a failover goes back to)."""
+        rows = {model: list(model.objects.filter(**where).values()) for model, where in TABLES}
+        self.snapshots = [*self.snapshots[-2:], rows]
+        return rows
 
 
 def budget() -> tuple[settings, float]:
