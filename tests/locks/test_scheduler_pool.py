@@ -203,8 +203,7 @@ def test_on_postgresql_a_workers_connection_the_server_ended_is_replaced_before_
     failed on the old."""
     if connection.vendor != "postgresql":
         pytest.skip("pg_terminate_backend is PostgreSQL's")
-    # Every 6 s: the connections are ended while the worker is idle, well before the next slot's ask
-    # (every 3 s, under CI's load the next ask started as they were ended, and failed on its own).
+    # Every 6 s: the connections are ended while the worker is idle, well before the next slot's ask.
     env = project_env(DATABASE_URL=db_url, WRITE_SLOT_SCHEDULE="* * * * * */6", LOCKS_SCHEDULER_WORKERS="1")
     since = database_now()  # a backend an earlier test's process left ending started before
     scheduler = start(env, "write_slot")
@@ -212,17 +211,26 @@ def test_on_postgresql_a_workers_connection_the_server_ended_is_replaced_before_
         "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() "
         "AND backend_start >= %s"
     )
-    try:
-        wait_for(lambda: len(succeeded_ticks("write_slot")) >= 1, timeout=30, what="a slot of write_slot")
-        released = SyncLock.objects.filter(job_name="write_slot", locked_until=None)
-        running = JobRun.objects.filter(job_name="write_slot", status="running")
-        # The worker is idle once its run released the lease and then recorded its outcome (a run's
-        # last statement, after the release: a connection ended under that statement fails it).
-        wait_for(lambda: released.exists() and not running.exists(), timeout=10, what="the run to end")
+    released = SyncLock.objects.filter(job_name="write_slot", locked_until=None)
+    busy = JobRun.objects.filter(job_name="write_slot", status="running")
+    claimed = Tick.objects.filter(job_name="write_slot", status="claimed")
+    backends: list[int] = []
+
+    def idle() -> bool:
+        """Both idle: the run released its lease and recorded its outcome (its last statement), the
+        scheduler closed its claim (its connection is open), and the next slot is 3 s away or more
+        (under CI's load a later check let the next ask start as its connection was ended)."""
+        if busy.exists() or not released.exists() or claimed.exists() or time.time() % 6 > 3:
+            return False
         with connection.cursor() as cursor:
             cursor.execute(others, [since])
-            backends = [pid for (pid,) in cursor.fetchall()]
-            assert len(backends) == 2, backends  # the worker's, and the scheduler's own (its claims)
+            backends[:] = [pid for (pid,) in cursor.fetchall()]
+        return len(backends) == 2  # the worker's, and the scheduler's own (its claims)
+
+    try:
+        wait_for(lambda: len(succeeded_ticks("write_slot")) >= 1, timeout=30, what="a slot of write_slot")
+        wait_for(idle, timeout=30, what="the worker and the scheduler idle, each connected")
+        with connection.cursor() as cursor:
             for pid in backends:
                 cursor.execute("SELECT pg_terminate_backend(%s, 5000)", [pid])  # once it has ended
         ended = succeeded_ticks("write_slot")[-1]
