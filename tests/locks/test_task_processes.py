@@ -10,7 +10,6 @@ import importlib.util
 import os
 import signal
 import subprocess
-import time
 from collections import Counter
 from datetime import timedelta
 
@@ -72,10 +71,13 @@ def test_replicas_and_a_worker_each_killed_once_enqueue_and_run_each_slots_task_
         victim = next(proc for proc in schedulers if proc.pid == parent_of(child))
         victim.send_signal(signal.SIGKILL)
         os.kill(child, signal.SIGKILL)
-        # The worker killed once the fourth slot's task is done, and a new one started a slot later.
+        # The worker killed once the fourth slot's task is done; a new one started once the fifth slot's
+        # task is enqueued with no worker to run it (not a fixed 4 s later: under CI's load its run then
+        # held the lease through the sixth slot's chance, and that slot was missed).
         wait_for(lambda: succeeded(slots[3]), timeout=30, what="the fourth slot to succeed")
         workers[0].send_signal(signal.SIGKILL)
-        time.sleep(4)
+        fifth = JobRun.objects.filter(job_name="slot_task", tick=slots[4], stats__has_key="task")
+        wait_for(fifth.exists, timeout=30, what="the fifth slot's task enqueued")
         workers.append(worker(env))
         wait_for(lambda: succeeded(slots[-1]), timeout=40, what="the last slot to succeed")
     finally:
