@@ -62,7 +62,7 @@ def run_due(*names: str, log_dir: str) -> None:
     connections.close_all()  # no connection is shared with a child
     sys.stdout.flush()
     sys.stderr.flush()
-    children, codes = {_start(name, Path(log_dir)): name for name in due}, {}
+    children, codes = {_start(name, tick, Path(log_dir)): name for name, tick in due.items()}, {}
     while children:  # each claim ends with its run, not with the pass's slowest
         pid, waited = os.wait()
         if (name := children.pop(pid, None)) is not None:
@@ -114,7 +114,7 @@ def _claimed(names: Iterable[str], *, now) -> tuple[dict[str, datetime], str | N
     return {name: tick for name, tick in ticks.items() if name in won}, holder
 
 
-def _start(name: str, log_dir: Path) -> int:
+def _start(name: str, tick: datetime, log_dir: Path) -> int:
     pid = os.fork()
     if pid:
         return pid
@@ -124,7 +124,7 @@ def _start(name: str, log_dir: Path) -> int:
         os.dup2(log, 1)
         os.dup2(log, 2)
         os.close(log)
-        run(name)
+        run(name, tick)
         status = 0
     except BaseException:
         import traceback
@@ -136,14 +136,15 @@ def _start(name: str, log_dir: Path) -> int:
         os._exit(status)
 
 
-def run(name: str) -> None:
-    """``run_job NAME``, the process ending with its exit status, after its one line (django-crontab
-    would log a failed or refused run's exception with a traceback and exit 0)."""
+def run(name: str, tick: datetime) -> None:
+    """``run_job NAME`` of the slot ``tick`` the pass claimed (not the slot of now, which late in a period
+    is the next), the process ending with its exit status, after its one line (django-crontab would log
+    a failed or refused run's exception with a traceback and exit 0)."""
     from django.core.management import call_command
     from django.core.management.base import CommandError
 
     try:
-        call_command("run_job", name, verbosity=0, requested_by="cron")  # its log line is the record
+        call_command("run_job", name, verbosity=0, requested_by="cron", slot=tick)  # its log line: the record
         return
     except CommandError as exc:
         sys.stderr.write(f"CommandError: {exc}\n")

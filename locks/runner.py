@@ -527,19 +527,21 @@ def run_job(
     tick: datetime | None = None,
     force: bool = False,
     due: datetime | None = None,
+    slot: datetime | None = None,
     requested_by: str = "",
 ) -> RunResult:
     """One run of the job ``name`` under its lease: the one way a registered job is run.
 
-    ``tick``: the slot to claim; else the slot of now (``due``, the scheduler's), or under catch_up
-    "all" the oldest one still to run; ``force``: none (docs/architecture.md, rule 12, "Which slot a run
-    claims"). Raises ``UnknownJob``, ``InvalidTick``, ``LockError``."""
+    ``tick``: the slot to claim; else the slot of now (``due``, the scheduler's; ``slot``, a crontab
+    pass's, the tick window before it), or under catch_up "all" the oldest one still to run up to it;
+    ``force``: none (docs/architecture.md, rule 12, "Which slot a run claims"). Raises ``UnknownJob``,
+    ``InvalidTick``, ``LockError``."""
     job = get_job(name)
     if force and tick is not None:
         raise InvalidTick("force and tick exclude each other: a forced run claims no tick")
     if tick is not None:
         tick = job.cron.check(tick)
-    claim, behind = tick or due or job.current_tick(now=timezone.now()), False
+    claim, behind = tick or due or slot or job.current_tick(now=timezone.now()), False
     # The future bound (rule 3): none for the scheduler's slot, else the tick window before the slot.
     window = job.cron.early_window_before(claim, window=tick_window())
     horizon = timedelta(0) if due is not None and tick is None else window
@@ -575,11 +577,11 @@ def run_job(
     return result
 
 
-def run_due(*, name: str, requested_by: str = "") -> Iterator[RunResult]:
-    """The job's run of now, then under catch_up "all" one for each slot behind while each settles its
-    slot, at most ``MAX_CATCH_UP``: what ``run_job NAME`` and cron do."""
+def run_due(*, name: str, requested_by: str = "", slot: datetime | None = None) -> Iterator[RunResult]:
+    """The job's run of now (``slot``: the one a crontab pass claimed), then under catch_up "all" one for
+    each slot behind while each settles its slot, at most ``MAX_CATCH_UP``: what ``run_job NAME`` and cron do."""
     for _run in range(1 + MAX_CATCH_UP):
-        result = run_job(name=name, requested_by=requested_by)
+        result = run_job(name=name, requested_by=requested_by, slot=slot)
         yield result
         if not result.next_due_now:
             return

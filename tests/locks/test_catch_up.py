@@ -112,6 +112,23 @@ def test_run_job_runs_each_slot_behind_and_prints_a_line_for_each(hourly):
     assert all(" outcome=succeeded " in line for line in lines)
 
 
+def test_a_crontab_pass_runs_each_slot_behind_up_to_the_slot_it_claimed_and_no_later(hourly):
+    """The pass's child (``locks.crontab.run``) names the slot its pass claimed: under "all" the slots
+    behind it run first, as for ``run_job NAME``; never the slot of now, which its pass did not claim."""
+    now = hourly(catch_up="all")
+    done_at(now - timedelta(hours=3))
+    claimed = now - timedelta(hours=1)
+    out = StringIO()
+
+    call_command("run_job", "hourly", slot=claimed, requested_by="cron", stdout=out)
+
+    assert [line.split()[1] for line in out.getvalue().splitlines()] == [
+        f"tick={(now - timedelta(hours=2)).isoformat()}",
+        f"tick={claimed.isoformat()}",
+    ]
+    assert written() == [now - timedelta(hours=2), claimed]
+
+
 def test_the_window_bounds_how_far_back_all_goes(hourly):
     now = hourly(catch_up="all", catch_up_window=7200)
     done_at(now - timedelta(hours=6))

@@ -28,6 +28,7 @@ from locks.scheduler import Scheduler
 from locks.status import job_ledgers
 from tests.conftest import ROOT, project_env, spawn
 from tests.hostproject.settings import RECORD
+from tests.jobsapp.models import SlotWrite
 from tests.locks.conftest import faketime_or_skip, offset_to, register, wait_for
 from tests.locks.test_scheduler import HOURLY, FakeClock, Runs
 from tests.locks.test_scheduler_pool import EACH_EXECUTOR, slow_write_env
@@ -387,6 +388,23 @@ def test_two_cron_passes_of_one_minute_fork_one_run_between_them(db_url, tmp_pat
     log = (tmp_path / "log" / "record.log").read_text()
     assert log.count("outcome=") == 1, log  # one run forked, by the first pass
     assert Tick.objects.values_list("job_name", "tick", "status").get() == ("record", slot, "asked")
+
+
+def test_a_cron_pass_late_in_a_minute_runs_the_slot_it_claimed_not_the_next(db_url, tmp_path):
+    """A pass that cron starts 50 s into a minute claims that minute's slot of a job every minute (the
+    latest slot within the pass); the slot of now for a run at that moment is the next one (it is
+    within a quarter of the period). Its run claimed the next slot before, 10 s before its time: the
+    claimed slot never ran, and the next minute's pass found its own slot done."""
+    faketime_or_skip()
+    env, code = cron_pass(db_url, tmp_path, "write_slot", WRITE_SLOT_SCHEDULE="* * * * *")
+    slot = Schedule("* * * * *").slot_at_or_before(datetime.now(UTC)) - 10 * MINUTE
+    late = ["faketime", "-f", offset_to(slot + timedelta(seconds=50)), sys.executable, *code]
+    ran = subprocess.run(late, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+
+    assert ran.returncode == 0, ran.stderr
+    assert Tick.objects.values_list("job_name", "tick").get() == ("write_slot", slot)
+    assert list(JobRun.objects.values_list("tick", "status", "requested_by")) == [(slot, "succeeded", "cron")]
+    assert list(SlotWrite.objects.values_list("tick", flat=True)) == [slot]
 
 
 # --- the tick row against the lease row (real runs under the lease, a fake clock for the loop) --------
