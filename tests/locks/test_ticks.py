@@ -407,6 +407,49 @@ def test_a_cron_pass_late_in_a_minute_runs_the_slot_it_claimed_not_the_next(db_u
     assert list(SlotWrite.objects.values_list("tick", flat=True)) == [slot]
 
 
+# The pass of ``cron_pass`` on a host at its pid limit for its first fork (EAGAIN), not for the others.
+FIRST_FORK_FAILS = """
+import errno, os
+real_fork, forks = os.fork, []
+def fork():
+    forks.append(1)
+    if len(forks) == 1:
+        raise BlockingIOError(errno.EAGAIN, "Resource temporarily unavailable")
+    return real_fork()
+os.fork = fork
+"""
+
+
+def test_a_cron_pass_whose_fork_fails_says_so_ends_that_claim_and_starts_the_other_runs(db_url, tmp_path):
+    """A pass at the host's pid limit (or out of memory) for one job's run: that job's one line says it
+    broke and why, its claim ends at once (for a scheduler beside the pass to ask), the other due job
+    still runs, and the pass exits 1. The OSError ended the pass with a traceback before, the claim of
+    every job it had won standing for its TTL and the jobs after it in the line never started."""
+    faketime_or_skip()
+    env, code = cron_pass(db_url, tmp_path, "record", "write_slot")
+    slot = Schedule("*/5 * * * *").slot_at_or_before(datetime.now(UTC)) - timedelta(minutes=5)
+    code[1] = FIRST_FORK_FAILS + code[1].replace("; ", "\n")
+    at_slot = ["faketime", "-f", offset_to(slot + timedelta(seconds=1)), sys.executable, *code]
+    ran = subprocess.run(at_slot, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+
+    assert ran.returncode == 1, ran.stderr
+    assert "Traceback" not in ran.stderr + ran.stdout, ran.stderr
+    [line] = ran.stdout.splitlines()
+    assert line.startswith(f"job=record tick={slot.isoformat()} holder="), line
+    assert line.endswith(
+        " outcome=broke error=no process could be started for its run "
+        "(BlockingIOError: [Errno 11] Resource temporarily unavailable)"
+    ), line
+    claims = dict(Tick.objects.filter(tick=slot).values_list("job_name", "status"))
+    assert claims == {"record": "broke", "write_slot": "asked"}
+    ended = Tick.objects.values_list("until", flat=True)
+    assert ended.get(job_name="record") < ended.get(job_name="write_slot")  # at once, not the TTL's end
+    assert list(JobRun.objects.values_list("job_name", "tick", "status")) == [
+        ("write_slot", slot, "succeeded")
+    ]
+    assert not (tmp_path / "log" / "record.log").exists()
+
+
 # --- the tick row against the lease row (real runs under the lease, a fake clock for the loop) --------
 
 HOUR = timedelta(hours=1)
