@@ -45,7 +45,7 @@ from locks.lease import (
     validate_ttl,
 )
 from locks.models import JobRun, Outcome, SyncLock, Tick, now_plus
-from locks.registry import ALL, PAUSE, Job, get_job, prune_every, tick_window
+from locks.registry import ALL, PAUSE, Job, get_job, jobs, prune_every, tick_window
 from locks.schedule import InvalidTick
 from locks.tasks import TaskFailed, run_task
 
@@ -509,12 +509,13 @@ def _release(lease: Lease, result: RunResult, *, used: bool) -> bool:
 
 
 def prune_runs(*, job: str) -> int:
-    """Delete this job's runs and tick rows (but its latest) older than LOCKS_RUN_RETENTION_DAYS."""
+    """Delete the runs and tick rows (but this job's latest) older than LOCKS_RUN_RETENTION_DAYS of this
+    job and of every name not in LOCKS_JOBS (a removed job's: no run of its own prunes them)."""
     cutoff = now_plus(-timedelta(days=settings.LOCKS_RUN_RETENTION_DAYS))
-    deleted, _ = JobRun.objects.for_job(job).filter(started_at__lt=cutoff).delete()
-    ticks = Tick.objects.filter(job_name=job)
-    latest = ticks.order_by("-tick").values_list("pk", flat=True).first()
-    ticks.filter(tick__lt=cutoff).exclude(pk=latest).delete()
+    ours = Q(job_name=job) | ~Q(job_name__in=list(jobs()))
+    deleted, _ = JobRun.objects.filter(ours, started_at__lt=cutoff).delete()
+    latest = Tick.objects.filter(job_name=job).order_by("-tick").values_list("pk", flat=True).first()
+    Tick.objects.filter(ours, tick__lt=cutoff).exclude(pk=latest).delete()
     return deleted
 
 

@@ -280,18 +280,20 @@ def test_without_the_tick_table_every_due_tick_is_asked_for(caplog):
     assert "the due ticks were not claimed" in caplog.text
 
 
-def test_old_tick_rows_are_pruned_with_the_runs_but_never_a_jobs_latest(settings):
+def test_old_tick_rows_are_pruned_with_the_runs_but_never_a_registered_jobs_latest(settings):
+    """A job removed from LOCKS_JOBS ("gone") loses its latest too: no copy asks for its ticks again."""
     settings.LOCKS_RUN_RETENTION_DAYS = 30
     old, older = (datetime(2020, 1, day, tzinfo=UTC) for day in (2, 1))
-    Tick.objects.claim([("sync", older, MINUTE), ("gone", older, MINUTE)], holder="a:1:aaaaaa")
+    Tick.objects.claim([("record", older, MINUTE), ("gone", older, MINUTE)], holder="a:1:aaaaaa")
     Tick.objects.claim(
-        [("sync", old, MINUTE), ("sync", TICK, MINUTE), ("gone", old, MINUTE)], holder="a:1:aaaaaa"
+        [("record", old, MINUTE), ("record", TICK, MINUTE), ("refuse", old, MINUTE), ("gone", old, MINUTE)],
+        holder="a:1:aaaaaa",
     )
 
-    prune_runs(job="sync")
-    prune_runs(job="gone")
+    prune_runs(job="record")
+    prune_runs(job="refuse")
 
-    assert sorted(Tick.objects.values_list("job_name", "tick")) == [("gone", old), ("sync", TICK)]
+    assert sorted(Tick.objects.values_list("job_name", "tick")) == [("record", TICK), ("refuse", old)]
 
 
 def test_the_admin_lists_the_claimed_ticks_read_only(admin_client):
