@@ -453,7 +453,10 @@ def _settle_earlier(lease: Lease) -> None:
             default=Value(f"{resolved} did not commit"),
             output_field=text,
         ),
-        finished_at=Case(When(running, then=Now()), default="finished_at"),
+        # A recorded end stays; one that committed, then stopped unrecorded: its start (never reads late)
+        finished_at=Case(
+            When(committed & running, then="started_at"), When(running, then=Now()), default="finished_at"
+        ),
         failover=Case(When(running & ~committed, then=Value(lease.grant.failover, text)), default="failover"),
     )
 
