@@ -55,37 +55,51 @@ def cronjobs(jobs: Mapping[str, Mapping], *, log_dir: Path, check_jobs: bool = T
 def run_due(*names: str, log_dir: str) -> None:
     """What the crontab line runs (``crontab run HASH``): ``run`` for each due job, each in a child
     process whose output goes to ``log_dir/NAME.log``, all at once; it ends with their highest status."""
-    from django.db import DatabaseError, connections
+    from django.db import connections
     from django.utils import timezone
+
+    from locks.db import error_text
 
     due, holder = _claimed(names, now=timezone.now())
     connections.close_all()  # no connection is shared with a child
     sys.stdout.flush()
     sys.stderr.flush()
-    children, codes = {_start(name, Path(log_dir)): name for name in due}, {}
+    children, codes = {}, {}
+    for name, tick in due.items():
+        try:
+            children[_start(name, tick, Path(log_dir))] = name
+        except OSError as exc:  # the pid limit (EAGAIN), no memory: this one broke, the others still start
+            why = f"no process could be started for its run ({error_text(exc)})"
+            print(f"job={name} tick={tick.isoformat()} holder={holder} outcome=broke error={why}", flush=True)
+            codes[name] = 1
+    for name in codes:  # once every child is started: a connection now is the pass's own
+        _end_claim(name, due[name], holder, status="broke")
     while children:  # each claim ends with its run, not with the pass's slowest
         pid, waited = os.wait()
         if (name := children.pop(pid, None)) is not None:
             codes[name] = os.waitstatus_to_exitcode(waited)
-            if holder is not None:
-                with contextlib.suppress(DatabaseError):
-                    _end_claim(name, due[name], holder)
+            _end_claim(name, due[name], holder)
     status = max(codes.values(), default=0)
     if status:
         os._exit(status if status > 0 else 1)  # not SystemExit: django-crontab would log a traceback
 
 
-def _end_claim(name: str, tick: datetime, holder: str) -> None:
+def _end_claim(name: str, tick: datetime, holder: str | None, *, status: str = "asked") -> None:
     """A pass asks once: the claim of a slot its run settled lasts its TTL (each run recorded how it
-    went); any other's ends now (failed, or skipped: held, paused, unreachable), for a scheduler to ask."""
+    went); any other's ends now (failed, broke, or skipped: held, paused, unreachable), for a scheduler
+    to ask. Nothing without a claim (``holder`` None) or a database."""
+    from django.db import DatabaseError
     from django.db.models.functions import Now
 
     from locks.models import SyncLock, Tick
 
-    settled = SyncLock.objects.filter(job_name=name, tick=tick, tick_done=True).exists()
-    Tick.objects.filter(holder=holder, job_name=name).update(
-        status="asked", **({} if settled else {"until": Now()})
-    )
+    if holder is None:
+        return
+    with contextlib.suppress(DatabaseError):
+        settled = SyncLock.objects.filter(job_name=name, tick=tick, tick_done=True).exists()
+        Tick.objects.filter(holder=holder, job_name=name).update(
+            status=status, **({} if settled else {"until": Now()})
+        )
 
 
 def _claimed(names: Iterable[str], *, now) -> tuple[dict[str, datetime], str | None]:
@@ -114,7 +128,7 @@ def _claimed(names: Iterable[str], *, now) -> tuple[dict[str, datetime], str | N
     return {name: tick for name, tick in ticks.items() if name in won}, holder
 
 
-def _start(name: str, log_dir: Path) -> int:
+def _start(name: str, tick: datetime, log_dir: Path) -> int:
     pid = os.fork()
     if pid:
         return pid
@@ -124,7 +138,7 @@ def _start(name: str, log_dir: Path) -> int:
         os.dup2(log, 1)
         os.dup2(log, 2)
         os.close(log)
-        run(name)
+        run(name, tick)
         status = 0
     except BaseException:
         import traceback
@@ -136,14 +150,15 @@ def _start(name: str, log_dir: Path) -> int:
         os._exit(status)
 
 
-def run(name: str) -> None:
-    """``run_job NAME``, the process ending with its exit status, after its one line (django-crontab
-    would log a failed or refused run's exception with a traceback and exit 0)."""
+def run(name: str, tick: datetime) -> None:
+    """``run_job NAME`` of the slot ``tick`` the pass claimed (not the slot of now, which late in a period
+    is the next), the process ending with its exit status, after its one line (django-crontab would log
+    a failed or refused run's exception with a traceback and exit 0)."""
     from django.core.management import call_command
     from django.core.management.base import CommandError
 
     try:
-        call_command("run_job", name, verbosity=0, requested_by="cron")  # its log line is the record
+        call_command("run_job", name, verbosity=0, requested_by="cron", slot=tick)  # its log line: the record
         return
     except CommandError as exc:
         sys.stderr.write(f"CommandError: {exc}\n")

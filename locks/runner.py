@@ -45,7 +45,7 @@ from locks.lease import (
     validate_ttl,
 )
 from locks.models import JobRun, Outcome, SyncLock, Tick, now_plus
-from locks.registry import ALL, PAUSE, Job, get_job, prune_every, tick_window
+from locks.registry import ALL, PAUSE, Job, get_job, jobs, prune_every, tick_window
 from locks.schedule import InvalidTick
 from locks.tasks import TaskFailed, run_task
 
@@ -453,7 +453,10 @@ def _settle_earlier(lease: Lease) -> None:
             default=Value(f"{resolved} did not commit"),
             output_field=text,
         ),
-        finished_at=Case(When(running, then=Now()), default="finished_at"),
+        # A recorded end stays; one that committed, then stopped unrecorded: its start (never reads late)
+        finished_at=Case(
+            When(committed & running, then="started_at"), When(running, then=Now()), default="finished_at"
+        ),
         failover=Case(When(running & ~committed, then=Value(lease.grant.failover, text)), default="failover"),
     )
 
@@ -509,12 +512,13 @@ def _release(lease: Lease, result: RunResult, *, used: bool) -> bool:
 
 
 def prune_runs(*, job: str) -> int:
-    """Delete this job's runs and tick rows (but its latest) older than LOCKS_RUN_RETENTION_DAYS."""
+    """Delete the runs and tick rows (but this job's latest) older than LOCKS_RUN_RETENTION_DAYS of this
+    job and of every name not in LOCKS_JOBS (a removed job's: no run of its own prunes them)."""
     cutoff = now_plus(-timedelta(days=settings.LOCKS_RUN_RETENTION_DAYS))
-    deleted, _ = JobRun.objects.for_job(job).filter(started_at__lt=cutoff).delete()
-    ticks = Tick.objects.filter(job_name=job)
-    latest = ticks.order_by("-tick").values_list("pk", flat=True).first()
-    ticks.filter(tick__lt=cutoff).exclude(pk=latest).delete()
+    ours = Q(job_name=job) | ~Q(job_name__in=list(jobs()))
+    deleted, _ = JobRun.objects.filter(ours, started_at__lt=cutoff).delete()
+    latest = Tick.objects.filter(job_name=job).order_by("-tick").values_list("pk", flat=True).first()
+    Tick.objects.filter(ours, tick__lt=cutoff).exclude(pk=latest).delete()
     return deleted
 
 
@@ -527,19 +531,21 @@ def run_job(
     tick: datetime | None = None,
     force: bool = False,
     due: datetime | None = None,
+    slot: datetime | None = None,
     requested_by: str = "",
 ) -> RunResult:
     """One run of the job ``name`` under its lease: the one way a registered job is run.
 
-    ``tick``: the slot to claim; else the slot of now (``due``, the scheduler's), or under catch_up
-    "all" the oldest one still to run; ``force``: none (docs/architecture.md, rule 12, "Which slot a run
-    claims"). Raises ``UnknownJob``, ``InvalidTick``, ``LockError``."""
+    ``tick``: the slot to claim; else the slot of now (``due``, the scheduler's; ``slot``, a crontab
+    pass's, the tick window before it), or under catch_up "all" the oldest one still to run up to it;
+    ``force``: none (docs/architecture.md, rule 12, "Which slot a run claims"). Raises ``UnknownJob``,
+    ``InvalidTick``, ``LockError``."""
     job = get_job(name)
     if force and tick is not None:
         raise InvalidTick("force and tick exclude each other: a forced run claims no tick")
     if tick is not None:
         tick = job.cron.check(tick)
-    claim, behind = tick or due or job.current_tick(now=timezone.now()), False
+    claim, behind = tick or due or slot or job.current_tick(now=timezone.now()), False
     # The future bound (rule 3): none for the scheduler's slot, else the tick window before the slot.
     window = job.cron.early_window_before(claim, window=tick_window())
     horizon = timedelta(0) if due is not None and tick is None else window
@@ -575,11 +581,11 @@ def run_job(
     return result
 
 
-def run_due(*, name: str, requested_by: str = "") -> Iterator[RunResult]:
-    """The job's run of now, then under catch_up "all" one for each slot behind while each settles its
-    slot, at most ``MAX_CATCH_UP``: what ``run_job NAME`` and cron do."""
+def run_due(*, name: str, requested_by: str = "", slot: datetime | None = None) -> Iterator[RunResult]:
+    """The job's run of now (``slot``: the one a crontab pass claimed), then under catch_up "all" one for
+    each slot behind while each settles its slot, at most ``MAX_CATCH_UP``: what ``run_job NAME`` and cron do."""
     for _run in range(1 + MAX_CATCH_UP):
-        result = run_job(name=name, requested_by=requested_by)
+        result = run_job(name=name, requested_by=requested_by, slot=slot)
         yield result
         if not result.next_due_now:
             return

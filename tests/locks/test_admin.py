@@ -18,7 +18,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from locks.lease import Lease, LockLost, Skip, acquire, release, renew
-from locks.models import JobRun, Outcome, SyncLock, now_plus
+from locks.models import JobRun, Outcome, SyncLock, Tick, now_plus
 from locks.operator import force_release
 from locks.runner import prune_runs, run_locked
 from tests.locks.conftest import TICK, reschedule
@@ -26,6 +26,7 @@ from tests.locks.conftest import TICK, reschedule
 pytestmark = pytest.mark.django_db
 
 HOLDER = "web-1:4242:a1b2c3"
+TTL = timedelta(seconds=30)
 HOST_JOBS = ["write_slot", "record", "refuse", "linger", "slow_write"]  # then the app's own check_jobs
 LIST_URL = reverse("admin:locks_synclock_changelist")
 RUNS_URL = reverse("admin:locks_jobrun_changelist")
@@ -820,7 +821,7 @@ def test_prune_runs_deletes_old_runs_of_that_job_in_one_statement(settings):
     """Then its old tick rows: its latest tick read, the older ones deleted (issue 36, item 6)."""
     settings.LOCKS_RUN_RETENTION_DAYS = 30
     _runs_started("write_slot", timedelta(days=45), timedelta(days=31), timedelta(days=29), timedelta(0))
-    _runs_started("other", timedelta(days=90))
+    _runs_started("record", timedelta(days=90))
     with CaptureQueriesContext(connection) as queries:
         deleted = prune_runs(job="write_slot")
     assert deleted == 2
@@ -828,7 +829,7 @@ def test_prune_runs_deletes_old_runs_of_that_job_in_one_statement(settings):
     assert verbs == ["DELETE", "SELECT", "DELETE"], [query["sql"] for query in queries]
     assert '"locks_jobrun"' in queries[0]["sql"] and '"locks_tick"' in queries[2]["sql"]
     assert sorted(JobRun.objects.filter(job_name="write_slot").values_list("token", flat=True)) == [3, 4]
-    assert JobRun.objects.filter(job_name="other").count() == 1  # another job's history is its own
+    assert JobRun.objects.filter(job_name="record").count() == 1  # another registered job's is its own
 
 
 def test_retention_follows_the_setting(settings):
@@ -847,3 +848,33 @@ def test_a_run_that_prunes_deletes_expired_history(settings):
     assert result.outcome == "succeeded"
     assert JobRun.objects.count() == 2  # yesterday's run and this one
     assert not JobRun.objects.filter(started_at__lt=timezone.now() - timedelta(days=30)).exists()
+
+
+def test_a_job_removed_from_locks_jobs_has_its_old_history_pruned_by_the_others_runs_its_lock_row_stays(
+    settings,
+):
+    """No run of a job removed from LOCKS_JOBS prunes its runs and tick rows any more: a registered
+    job's run does, those older than the retention (one statement each, as for its own); its lock row
+    (last run, token) stays for `locks status` until an operator deletes it. They were kept for ever."""
+    reschedule(settings, "write_slot", "0 * * * *")  # each of its runs prunes
+    settings.LOCKS_RUN_RETENTION_DAYS = 30
+    _runs_started("removed", timedelta(days=90), timedelta(days=31), timedelta(days=2))
+    _runs_started("record", timedelta(days=45))  # a registered job's history: its own runs prune it
+    old, older = (timezone.now() - timedelta(days=days) for days in (40, 41))
+    Tick.objects.claim([("removed", older, TTL), ("record", older, TTL)], holder=HOLDER)
+    Tick.objects.claim([("removed", old, TTL), ("record", old, TTL)], holder=HOLDER)
+    SyncLock.objects.create(job_name="removed", token=3)
+
+    with CaptureQueriesContext(connection) as queries:
+        result = run_locked(job="write_slot", tick=None, ttl=TTL, fn=lambda lease: {})
+
+    assert result.outcome == "succeeded"
+    assert sorted(JobRun.objects.values_list("job_name", "token")) == [
+        ("record", 1),
+        ("removed", 3),
+        ("write_slot", 1),
+    ]
+    assert sorted(Tick.objects.values_list("job_name", "tick")) == [("record", older), ("record", old)]
+    assert SyncLock.objects.filter(job_name="removed", token=3).exists()
+    deletes = [query["sql"] for query in queries if query["sql"].upper().startswith("DELETE")]
+    assert len(deletes) == 2, deletes  # the runs', the tick rows': as before

@@ -16,7 +16,8 @@ from django.core.management import call_command
 from django.db import OperationalError, connection
 
 from locks import schedule
-from locks.models import SyncLock, database_now
+from locks.models import JobRun, SyncLock, database_now
+from locks.operator import reset_tick
 from locks.registry import get_job
 from locks.runner import run_due, run_job
 from locks.schedule import InvalidTick, Schedule
@@ -112,6 +113,23 @@ def test_run_job_runs_each_slot_behind_and_prints_a_line_for_each(hourly):
     assert all(" outcome=succeeded " in line for line in lines)
 
 
+def test_a_crontab_pass_runs_each_slot_behind_up_to_the_slot_it_claimed_and_no_later(hourly):
+    """The pass's child (``locks.crontab.run``) names the slot its pass claimed: under "all" the slots
+    behind it run first, as for ``run_job NAME``; never the slot of now, which its pass did not claim."""
+    now = hourly(catch_up="all")
+    done_at(now - timedelta(hours=3))
+    claimed = now - timedelta(hours=1)
+    out = StringIO()
+
+    call_command("run_job", "hourly", slot=claimed, requested_by="cron", stdout=out)
+
+    assert [line.split()[1] for line in out.getvalue().splitlines()] == [
+        f"tick={(now - timedelta(hours=2)).isoformat()}",
+        f"tick={claimed.isoformat()}",
+    ]
+    assert written() == [now - timedelta(hours=2), claimed]
+
+
 def test_the_window_bounds_how_far_back_all_goes(hourly):
     now = hourly(catch_up="all", catch_up_window=7200)
     done_at(now - timedelta(hours=6))
@@ -144,6 +162,26 @@ def test_a_slot_that_had_its_attempts_is_passed_over(hourly):
     results = list(run_due(name="hourly"))
 
     assert [(r.tick, r.outcome) for r in results] == [(now, "succeeded")]
+
+
+def test_a_reset_gives_back_only_the_slots_after_the_last_one_settled_not_those_out_of_attempts(hourly):
+    """A far tick (a fast host's) claimed past a done slot and a slot that had its one attempt; the
+    operator resets it. The reset went back to the done slot, so the slot out of attempts got a fresh
+    one (rule 12: its chance was over). It goes back to the latest slot before the tick that succeeded
+    or had every attempt: the slots after it, which the far tick kept from running, are given back."""
+    now = hourly(catch_up="all")  # no retry delays: one attempt a tick
+    done, exhausted, blocked, far = (now + timedelta(hours=h) for h in (-3, -2, -1, 24))
+    for token, (tick, status) in enumerate([(done, "succeeded"), (exhausted, "failed")], start=1):
+        JobRun.objects.create(
+            job_name="hourly", tick=tick, attempt=1, holder="h", token=token, started_at=tick, status=status
+        )
+    SyncLock.objects.create(job_name="hourly", tick=far, tick_done=False, tick_attempts=1, token=3)
+
+    assert reset_tick(job="hourly", expected_tick=far, by="cli:ops").changed
+    results = list(run_due(name="hourly"))
+
+    assert [(r.tick, r.outcome) for r in results] == [(blocked, "succeeded"), (now, "succeeded")]
+    assert written() == [blocked, now]
 
 
 def test_a_slot_waiting_for_its_retry_holds_back_the_later_ones(hourly):

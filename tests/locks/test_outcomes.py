@@ -144,7 +144,8 @@ def test_the_next_run_resolves_an_unknown_run_as_succeeded_when_the_row_shows_it
     )
     with fenced(lease):
         write(lease)
-    JobRun.objects.filter(token=lease.token).update(status=Outcome.UNKNOWN)
+    ended = lease.grant.acquired_at + timedelta(seconds=1)
+    JobRun.objects.filter(token=lease.token).update(status=Outcome.UNKNOWN, finished_at=ended)
     release(lease=lease, status=Outcome.UNKNOWN)
 
     run_locked(job="job", tick=None, ttl=TTL, fn=lambda lease: None)
@@ -152,6 +153,30 @@ def test_the_next_run_resolves_an_unknown_run_as_succeeded_when_the_row_shows_it
     resolved = JobRun.objects.get(token=1)
     assert resolved.status == "succeeded"
     assert resolved.error == "resolved by token 2: the lock row shows its fenced write committed"
+    assert resolved.finished_at == ended  # when it really ended, not when it was resolved
+
+
+def test_a_run_that_committed_then_stopped_is_settled_succeeded_ending_at_its_start_not_at_the_takeover():
+    """Its holder died after its fenced write committed, before it recorded its end: when it ended is
+    not known (after its start, before its lease expired). The next holder recorded the takeover's
+    time, so /healthz's last success and the ledger read it later than it was (a slot later, for a
+    job whose next run comes at its next slot); its start is the bound that never reads late."""
+    lease = acquire(job="job", tick=None, ttl=TTL)
+    JobRun.objects.create(
+        job_name="job", holder=lease.holder, token=lease.token, started_at=lease.grant.acquired_at
+    )
+    with fenced(lease):
+        write(lease)
+    SyncLock.objects.update(locked_until=lease.grant.acquired_at)  # it stopped; its lease expired
+
+    taken_over = run_locked(job="job", tick=None, ttl=TTL, fn=lambda lease: None)
+
+    assert (taken_over.outcome, taken_over.token) == ("succeeded", 2)
+    dead = JobRun.objects.get(token=1)
+    assert dead.status == "succeeded" and dead.error.endswith(
+        "then stopped before recording it; token 2 took over"
+    )
+    assert dead.finished_at == dead.started_at
 
 
 def test_an_unknown_slot_is_neither_failed_nor_missed_in_the_ledger(settings):

@@ -28,6 +28,7 @@ from locks.scheduler import Scheduler
 from locks.status import job_ledgers
 from tests.conftest import ROOT, project_env, spawn
 from tests.hostproject.settings import RECORD
+from tests.jobsapp.models import SlotWrite
 from tests.locks.conftest import faketime_or_skip, offset_to, register, wait_for
 from tests.locks.test_scheduler import HOURLY, FakeClock, Runs
 from tests.locks.test_scheduler_pool import EACH_EXECUTOR, slow_write_env
@@ -279,18 +280,20 @@ def test_without_the_tick_table_every_due_tick_is_asked_for(caplog):
     assert "the due ticks were not claimed" in caplog.text
 
 
-def test_old_tick_rows_are_pruned_with_the_runs_but_never_a_jobs_latest(settings):
+def test_old_tick_rows_are_pruned_with_the_runs_but_never_a_registered_jobs_latest(settings):
+    """A job removed from LOCKS_JOBS ("gone") loses its latest too: no copy asks for its ticks again."""
     settings.LOCKS_RUN_RETENTION_DAYS = 30
     old, older = (datetime(2020, 1, day, tzinfo=UTC) for day in (2, 1))
-    Tick.objects.claim([("sync", older, MINUTE), ("gone", older, MINUTE)], holder="a:1:aaaaaa")
+    Tick.objects.claim([("record", older, MINUTE), ("gone", older, MINUTE)], holder="a:1:aaaaaa")
     Tick.objects.claim(
-        [("sync", old, MINUTE), ("sync", TICK, MINUTE), ("gone", old, MINUTE)], holder="a:1:aaaaaa"
+        [("record", old, MINUTE), ("record", TICK, MINUTE), ("refuse", old, MINUTE), ("gone", old, MINUTE)],
+        holder="a:1:aaaaaa",
     )
 
-    prune_runs(job="sync")
-    prune_runs(job="gone")
+    prune_runs(job="record")
+    prune_runs(job="refuse")
 
-    assert sorted(Tick.objects.values_list("job_name", "tick")) == [("gone", old), ("sync", TICK)]
+    assert sorted(Tick.objects.values_list("job_name", "tick")) == [("record", TICK), ("refuse", old)]
 
 
 def test_the_admin_lists_the_claimed_ticks_read_only(admin_client):
@@ -387,6 +390,66 @@ def test_two_cron_passes_of_one_minute_fork_one_run_between_them(db_url, tmp_pat
     log = (tmp_path / "log" / "record.log").read_text()
     assert log.count("outcome=") == 1, log  # one run forked, by the first pass
     assert Tick.objects.values_list("job_name", "tick", "status").get() == ("record", slot, "asked")
+
+
+def test_a_cron_pass_late_in_a_minute_runs_the_slot_it_claimed_not_the_next(db_url, tmp_path):
+    """A pass that cron starts 50 s into a minute claims that minute's slot of a job every minute (the
+    latest slot within the pass); the slot of now for a run at that moment is the next one (it is
+    within a quarter of the period). Its run claimed the next slot before, 10 s before its time: the
+    claimed slot never ran, and the next minute's pass found its own slot done."""
+    faketime_or_skip()
+    env, code = cron_pass(db_url, tmp_path, "write_slot", WRITE_SLOT_SCHEDULE="* * * * *")
+    slot = Schedule("* * * * *").slot_at_or_before(datetime.now(UTC)) - 10 * MINUTE
+    late = ["faketime", "-f", offset_to(slot + timedelta(seconds=50)), sys.executable, *code]
+    ran = subprocess.run(late, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+
+    assert ran.returncode == 0, ran.stderr
+    assert Tick.objects.values_list("job_name", "tick").get() == ("write_slot", slot)
+    assert list(JobRun.objects.values_list("tick", "status", "requested_by")) == [(slot, "succeeded", "cron")]
+    assert list(SlotWrite.objects.values_list("tick", flat=True)) == [slot]
+
+
+# The pass of ``cron_pass`` on a host at its pid limit for its first fork (EAGAIN), not for the others.
+FIRST_FORK_FAILS = """
+import errno, os
+real_fork, forks = os.fork, []
+def fork():
+    forks.append(1)
+    if len(forks) == 1:
+        raise BlockingIOError(errno.EAGAIN, "Resource temporarily unavailable")
+    return real_fork()
+os.fork = fork
+"""
+
+
+def test_a_cron_pass_whose_fork_fails_says_so_ends_that_claim_and_starts_the_other_runs(db_url, tmp_path):
+    """A pass at the host's pid limit (or out of memory) for one job's run: that job's one line says it
+    broke and why, its claim ends at once (for a scheduler beside the pass to ask), the other due job
+    still runs, and the pass exits 1. The OSError ended the pass with a traceback before, the claim of
+    every job it had won standing for its TTL and the jobs after it in the line never started."""
+    faketime_or_skip()
+    env, code = cron_pass(db_url, tmp_path, "record", "write_slot")
+    slot = Schedule("*/5 * * * *").slot_at_or_before(datetime.now(UTC)) - timedelta(minutes=5)
+    code[1] = FIRST_FORK_FAILS + code[1].replace("; ", "\n")
+    at_slot = ["faketime", "-f", offset_to(slot + timedelta(seconds=1)), sys.executable, *code]
+    ran = subprocess.run(at_slot, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+
+    assert ran.returncode == 1, ran.stderr
+    assert "Traceback" not in ran.stderr + ran.stdout, ran.stderr
+    [line] = ran.stdout.splitlines()
+    assert line.startswith(f"job=record tick={slot.isoformat()} holder="), line
+    assert line.endswith(
+        " outcome=broke error=no process could be started for its run "
+        "(BlockingIOError: [Errno 11] Resource temporarily unavailable)"
+    ), line
+    claims = dict(Tick.objects.filter(tick=slot).values_list("job_name", "status"))
+    assert claims == {"record": "broke", "write_slot": "asked"}
+    ended = Tick.objects.values_list("until", flat=True)
+    assert ended.get(job_name="record") < ended.get(job_name="write_slot")  # at once, not the TTL's end
+    assert list(JobRun.objects.values_list("job_name", "tick", "status")) == [
+        ("write_slot", slot, "succeeded")
+    ]
+    assert not (tmp_path / "log" / "record.log").exists()
 
 
 # --- the tick row against the lease row (real runs under the lease, a fake clock for the loop) --------

@@ -30,6 +30,7 @@ class Command(BaseCommand):
     job_name: str | None = None  # set by an alias: the job it runs
     dry_run_help = "Show what a run would do; write nothing (if the job can)."
     dry_run_done = "dry run, nothing written"
+    stealth_options = ("slot",)  # a crontab pass's claimed slot (locks.crontab.run): no --tick's checks
 
     def add_arguments(self, parser) -> None:
         if self.job_name is None:
@@ -79,7 +80,7 @@ class Command(BaseCommand):
             # Once; under catch_up "all" (without --tick or --force) also each slot still behind.
             status = 0  # the worst exit code of its runs (locks.models.ANSWERS)
             for result in (
-                run_due(name=name, requested_by=requested_by)
+                run_due(name=name, requested_by=requested_by, slot=options.get("slot"))
                 if not (force or tick)
                 else [run_job(name=name, tick=tick, force=force, requested_by=requested_by)]
             ):
