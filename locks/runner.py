@@ -513,9 +513,10 @@ def _release(lease: Lease, result: RunResult, *, used: bool) -> bool:
 
 def prune_runs(*, job: str) -> int:
     """Delete the runs and tick rows (but this job's latest) older than LOCKS_RUN_RETENTION_DAYS of this
-    job and of every name not in LOCKS_JOBS (a removed job's: no run of its own prunes them)."""
+    job and of every job whose lock row is not in LOCKS_JOBS (a removed job's: no run of its own prunes them)."""
     cutoff = now_plus(-timedelta(days=settings.LOCKS_RUN_RETENTION_DAYS))
-    ours = Q(job_name=job) | ~Q(job_name__in=list(jobs()))
+    removed = SyncLock.objects.exclude(job_name__in=list(jobs())).values_list("job_name", flat=True)
+    ours = Q(job_name__in=[job, *removed])  # by name, so the (job, started) index serves the DELETE
     deleted, _ = JobRun.objects.filter(ours, started_at__lt=cutoff).delete()
     latest = Tick.objects.filter(job_name=job).order_by("-tick").values_list("pk", flat=True).first()
     Tick.objects.filter(ours, tick__lt=cutoff).exclude(pk=latest).delete()

@@ -818,7 +818,8 @@ def _runs_started(job: str, *ages: timedelta) -> None:
 
 
 def test_prune_runs_deletes_old_runs_of_that_job_in_one_statement(settings):
-    """Then its old tick rows: its latest tick read, the older ones deleted (issue 36, item 6)."""
+    """Then its old tick rows: its latest tick read, the older ones deleted (issue 36, item 6); first the
+    names of the jobs removed from LOCKS_JOBS, read from the lock rows (a short table)."""
     settings.LOCKS_RUN_RETENTION_DAYS = 30
     _runs_started("write_slot", timedelta(days=45), timedelta(days=31), timedelta(days=29), timedelta(0))
     _runs_started("record", timedelta(days=90))
@@ -826,8 +827,10 @@ def test_prune_runs_deletes_old_runs_of_that_job_in_one_statement(settings):
         deleted = prune_runs(job="write_slot")
     assert deleted == 2
     verbs = [query["sql"].split(None, 1)[0].upper() for query in queries]
-    assert verbs == ["DELETE", "SELECT", "DELETE"], [query["sql"] for query in queries]
-    assert '"locks_jobrun"' in queries[0]["sql"] and '"locks_tick"' in queries[2]["sql"]
+    # The removed jobs' names (their lock rows), the runs, this job's latest tick, the tick rows.
+    assert verbs == ["SELECT", "DELETE", "SELECT", "DELETE"], [query["sql"] for query in queries]
+    assert '"locks_synclock"' in queries[0]["sql"] and '"locks_jobrun"' in queries[1]["sql"]
+    assert '"locks_tick"' in queries[3]["sql"]
     assert sorted(JobRun.objects.filter(job_name="write_slot").values_list("token", flat=True)) == [3, 4]
     assert JobRun.objects.filter(job_name="record").count() == 1  # another registered job's is its own
 
