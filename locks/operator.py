@@ -33,7 +33,7 @@ from locks.models import (
     database_now,
     now_plus,
 )
-from locks.registry import UnknownJob, get_job, jobs
+from locks.registry import UnknownJob, get_job
 
 # The name the lock's log lines have always carried (operators filter on it).
 logger = logging.getLogger("locks.api")
@@ -231,8 +231,8 @@ def reset_tick(
     by: str = "",
 ) -> Change:
     """Forget the tick ``job`` claimed last, its done mark and its attempts (the row goes back to the
-    latest slot before it that succeeded or had every attempt), while the row shows what the operator
-    saw, no lease is held and the tick is not done and past; else ``detail`` says why."""
+    last slot before it that succeeded), while the row shows what the operator saw, no lease is held
+    and the tick is not done and past; else ``detail`` says why."""
     by = by or "unknown"
     shown = {"tick": expected_tick, "token": expected_token, "tick_done": expected_done}
     return _write(lambda rows, locked: _reset(job, rows, locked, shown, by), job=job, what="tick reset")
@@ -260,14 +260,9 @@ def _reset(job: str, rows, locked, shown: dict, by: str) -> Change:
         detail = f"the claimed tick {iso(tick)} of {job} is done: a reset would let that slot run twice"
     if detail:
         return Change(job, False, f"{detail}; nothing reset", **seen)
-    # Back to the latest slot before it that succeeded (done) or had every attempt (rule 12), so that slot
-    # neither runs again nor gets fresh attempts under catch_up "all" (was: none; then the last success).
-    most, succeeded = getattr(jobs().get(job), "max_attempts", None), Q(status=Outcome.SUCCEEDED)
-    runs = JobRun.objects.for_job(job).filter(succeeded | Q(attempt__gte=most) if most else succeeded)
-    found = runs.filter(tick__lt=tick).aggregate(last=Max("tick"), done=Max("tick", filter=succeeded))
-    last, spent = found["last"], found["last"] != found["done"]
-    cleared = {"tick": last, "tick_done": last is not None and not spent, "retry_at": None}
-    cleared["tick_attempts"] = most if spent else 0
+    # Back to the last slot before it that succeeded, done, so that slot cannot run again (was: none).
+    last = JobRun.objects.for_job(job).succeeded().filter(tick__lt=tick).aggregate(last=Max("tick"))["last"]
+    cleared = {"tick": last, "tick_done": last is not None, "tick_attempts": 0, "retry_at": None}
     # Compare-and-set on what was read, the lease free (the row is locked meanwhile where it can be).
     if not rows.filter(token=row["token"], tick=tick, tick_done=done).free().update(**cleared):
         return Change(job, False, "the lock row changed meanwhile; nothing reset", **seen)

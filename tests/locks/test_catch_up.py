@@ -16,8 +16,7 @@ from django.core.management import call_command
 from django.db import OperationalError, connection
 
 from locks import schedule
-from locks.models import JobRun, SyncLock, database_now
-from locks.operator import reset_tick
+from locks.models import SyncLock, database_now
 from locks.registry import get_job
 from locks.runner import run_due, run_job
 from locks.schedule import InvalidTick, Schedule
@@ -162,26 +161,6 @@ def test_a_slot_that_had_its_attempts_is_passed_over(hourly):
     results = list(run_due(name="hourly"))
 
     assert [(r.tick, r.outcome) for r in results] == [(now, "succeeded")]
-
-
-def test_a_reset_gives_back_only_the_slots_after_the_last_one_settled_not_those_out_of_attempts(hourly):
-    """A far tick (a fast host's) claimed past a done slot and a slot that had its one attempt; the
-    operator resets it. The reset went back to the done slot, so the slot out of attempts got a fresh
-    one (rule 12: its chance was over). It goes back to the latest slot before the tick that succeeded
-    or had every attempt: the slots after it, which the far tick kept from running, are given back."""
-    now = hourly(catch_up="all")  # no retry delays: one attempt a tick
-    done, exhausted, blocked, far = (now + timedelta(hours=h) for h in (-3, -2, -1, 24))
-    for token, (tick, status) in enumerate([(done, "succeeded"), (exhausted, "failed")], start=1):
-        JobRun.objects.create(
-            job_name="hourly", tick=tick, attempt=1, holder="h", token=token, started_at=tick, status=status
-        )
-    SyncLock.objects.create(job_name="hourly", tick=far, tick_done=False, tick_attempts=1, token=3)
-
-    assert reset_tick(job="hourly", expected_tick=far, by="cli:ops").changed
-    results = list(run_due(name="hourly"))
-
-    assert [(r.tick, r.outcome) for r in results] == [(blocked, "succeeded"), (now, "succeeded")]
-    assert written() == [blocked, now]
 
 
 def test_a_slot_waiting_for_its_retry_holds_back_the_later_ones(hourly):
